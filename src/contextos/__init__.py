@@ -1,0 +1,64 @@
+"""ContextOS: a governed, durable agent runtime."""
+
+from contextos.agents import Agent, load_agent
+from contextos.errors import (
+    AgentChanged,
+    ConcurrencyConflict,
+    ConfigError,
+    ContextOSError,
+    EventDecodeError,
+    ModelError,
+    RunIsTerminal,
+    RunNotFound,
+)
+from contextos.messages import FinishReason, Message, ToolCall, Usage
+from contextos.models import ModelAdapter, ModelRequest, ModelResponse, resolve_model
+from contextos.runs import Budget, FailureReason, RunId, RunStatus
+from contextos.runtime import RunResult, Runtime, run
+from contextos.state import RunState, fold
+from contextos.store import EventStore, RunSummary, open_store
+from contextos.tools import Effect, RetryPolicy, Risk, Tool, ToolContext, tool
+from contextos.verify import Verdict, Verifier
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Agent",
+    "AgentChanged",
+    "Budget",
+    "ConcurrencyConflict",
+    "ConfigError",
+    "ContextOSError",
+    "Effect",
+    "EventDecodeError",
+    "EventStore",
+    "FailureReason",
+    "FinishReason",
+    "Message",
+    "ModelAdapter",
+    "ModelError",
+    "ModelRequest",
+    "ModelResponse",
+    "RetryPolicy",
+    "Risk",
+    "RunId",
+    "RunIsTerminal",
+    "RunNotFound",
+    "RunResult",
+    "RunState",
+    "RunStatus",
+    "RunSummary",
+    "Runtime",
+    "Tool",
+    "ToolCall",
+    "ToolContext",
+    "Usage",
+    "Verdict",
+    "Verifier",
+    "fold",
+    "load_agent",
+    "open_store",
+    "resolve_model",
+    "run",
+    "tool",
+]

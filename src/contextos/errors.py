@@ -1,0 +1,125 @@
+"""Every error ContextOS raises, in one tree.
+
+    ContextOSError                    code, message, structured fields
+    ├── ConfigError                   bad store URL, bad agent reference, bad model string
+    ├── RunNotFound                   no run with that id
+    ├── StoreError
+    │   ├── ConcurrencyConflict       an append expected an older sequence (the fence)
+    │   ├── RunIsTerminal             an append to a completed/failed/cancelled/expired run
+    │   ├── EventDecodeError          a stored event is corrupt or has an unknown schema version
+    │   └── MigrationError            the schema is ahead of this code, or half-applied
+    ├── AgentChanged                  resuming a run with an agent whose identity hash differs
+    ├── ModelError                    a model call failed (retryable says whether to try again)
+    │   └── ScriptExhausted           the scripted model was asked for more steps than it has
+    └── ToolError                     a tool failed; goes back to the model unless it ends the run
+        ├── ToolTimeout
+        └── ToolArgumentsInvalid      the model's arguments did not match the tool's schema
+
+Cancelling a run cancels its in-flight asyncio task: `asyncio.CancelledError` is a
+BaseException, so a tool's `except Exception` cannot swallow it.
+
+Control flow that is not a failure (a run waiting for a human, a verifier asking for another
+turn) is recorded as events, never raised.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ContextOSError(Exception):
+    """Base of every ContextOS error: a stable `code` plus structured fields."""
+
+    code = "contextos_error"
+
+    def __init__(self, message: str, **fields: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.fields = fields
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, **self.fields}
+
+
+class ConfigError(ContextOSError):
+    code = "config_error"
+
+
+class RunNotFound(ContextOSError):
+    code = "run_not_found"
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"no run with id {run_id!r}", run_id=run_id)
+        self.run_id = run_id
+
+
+class StoreError(ContextOSError):
+    code = "store_error"
+
+
+class ConcurrencyConflict(StoreError):
+    code = "concurrency_conflict"
+
+    def __init__(self, run_id: str, expected_seq: int, actual_seq: int) -> None:
+        super().__init__(
+            f"run {run_id}: append expected seq {expected_seq} but the log is at {actual_seq}; "
+            "another writer got there first",
+            run_id=run_id,
+            expected_seq=expected_seq,
+            actual_seq=actual_seq,
+        )
+        self.run_id = run_id
+        self.expected_seq = expected_seq
+        self.actual_seq = actual_seq
+
+
+class RunIsTerminal(StoreError):
+    code = "run_is_terminal"
+
+    def __init__(self, run_id: str, status: str) -> None:
+        super().__init__(
+            f"run {run_id} is {status}; a terminal run cannot change", run_id=run_id, status=status
+        )
+        self.run_id = run_id
+        self.status = status
+
+
+class EventDecodeError(StoreError):
+    code = "event_decode_error"
+
+    def __init__(self, run_id: str, seq: int, reason: str) -> None:
+        super().__init__(f"run {run_id} event #{seq}: {reason}", run_id=run_id, seq=seq)
+        self.run_id = run_id
+        self.seq = seq
+
+
+class MigrationError(StoreError):
+    code = "migration_error"
+
+
+class AgentChanged(ContextOSError):
+    code = "agent_changed"
+
+
+class ModelError(ContextOSError):
+    code = "model_error"
+
+    def __init__(self, message: str, *, retryable: bool = False, **fields: Any) -> None:
+        super().__init__(message, retryable=retryable, **fields)
+        self.retryable = retryable
+
+
+class ScriptExhausted(ModelError):
+    code = "script_exhausted"
+
+
+class ToolError(ContextOSError):
+    code = "tool_error"
+
+
+class ToolTimeout(ToolError):
+    code = "tool_timeout"
+
+
+class ToolArgumentsInvalid(ToolError):
+    code = "tool_arguments_invalid"

@@ -1,0 +1,329 @@
+"""Every persisted event type, and the one codec for all of them.
+
+A run is its events: an append-only log keyed by `(run_id, seq)`. Each event is a frozen record
+with a `type` discriminator; the row also stores the type's schema version, and decoding a row
+with a version this code does not know stops loudly instead of guessing.
+
+Version history (bump SCHEMA_VERSION on the type, add a line here and a golden fixture of the
+old shape under tests/fixtures/events/):
+- every type: v1, the first shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import Field, TypeAdapter, ValidationError
+
+from contextos.errors import EventDecodeError
+from contextos.messages import FinishReason, Message, Usage
+from contextos.runs import Budget, FailureReason, RunId, RunStatus
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Event:
+    """Fields every event has."""
+
+    SCHEMA_VERSION: ClassVar[int] = 1
+    SETS_STATUS: ClassVar[RunStatus | None] = None
+    """The status a run has after this event, for events that change it."""
+
+    run_id: RunId
+    """The run this event belongs to."""
+    seq: int
+    """Position in the run's log, from 1, without gaps."""
+    occurred_at: datetime = field(default_factory=utcnow)
+    """When it happened (UTC)."""
+    actor: str = "runtime"
+    """Who caused it: `runtime`, `worker:<id>`, `user:<id>`, `model`, `tool:<name>`."""
+    causation_id: int | None = None
+    """Seq of the event that caused this one, when there is one."""
+
+
+# --- lifecycle ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunCreated(_Event):
+    """A run was instantiated; the first event of every run."""
+
+    SETS_STATUS = RunStatus.QUEUED
+    type: Literal["run_created"] = "run_created"
+    agent_name: str
+    """Agent name."""
+    agent_version: str
+    """Agent version string."""
+    agent_hash: str
+    """Identity hash of everything that changes the agent's behaviour."""
+    agent_ref: str | None = None
+    """Where to import the agent from (`path.py:attr` or `module:attr`), for resume by id."""
+    input: str
+    """The user's input that starts the run."""
+    budget: Budget = field(default_factory=Budget)
+    """The run's limits."""
+    deadline_at: datetime | None = None
+    """Absolute deadline derived from the budget."""
+    tool_manifest_hash: str = ""
+    """Hash of the tools visible to the run."""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """Free-form labels given at start."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunStarted(_Event):
+    """A worker began (or resumed) driving the run."""
+
+    SETS_STATUS = RunStatus.RUNNING
+    type: Literal["run_started"] = "run_started"
+    worker_id: str
+    """The worker that drives it now."""
+    recovered: bool = False
+    """True when the previous worker died while the run was running."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RuntimeCrashDetected(_Event):
+    """On recovery: the run was left running by a worker that is gone."""
+
+    type: Literal["runtime_crash_detected"] = "runtime_crash_detected"
+    previous_worker_id: str | None
+    """The worker that had the run, if known."""
+    last_seq: int
+    """The last event that worker managed to record."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunReleased(_Event):
+    """A worker gave the run back to the queue without finishing it (shutdown, drain)."""
+
+    SETS_STATUS = RunStatus.QUEUED
+    type: Literal["run_released"] = "run_released"
+    worker_id: str
+    """The worker that let go."""
+    reason: str = ""
+    """Why."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunCompleted(_Event):
+    """The verifier passed; the run is done."""
+
+    SETS_STATUS = RunStatus.COMPLETED
+    type: Literal["run_completed"] = "run_completed"
+    output: str
+    """The final answer text."""
+    structured_output: Any = None
+    """The final answer parsed into the agent's output type, as JSON data."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunFailed(_Event):
+    """The run ended without a verified result."""
+
+    SETS_STATUS = RunStatus.FAILED
+    type: Literal["run_failed"] = "run_failed"
+    reason: FailureReason
+    """Machine-readable reason."""
+    message: str
+    """Human-readable detail."""
+    error: dict[str, Any] = field(default_factory=dict)
+    """Structured error fields (code, tool, …)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunCancelled(_Event):
+    """Somebody cancelled the run."""
+
+    SETS_STATUS = RunStatus.CANCELLED
+    type: Literal["run_cancelled"] = "run_cancelled"
+    reason: str = ""
+    """Why, as given by the canceller."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunExpired(_Event):
+    """The run waited past its expiry (for example on a human who never answered)."""
+
+    SETS_STATUS = RunStatus.EXPIRED
+    type: Literal["run_expired"] = "run_expired"
+    reason: str = ""
+    """What expired."""
+
+
+# --- the loop -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelResponded(_Event):
+    """A model call returned; recorded before anything acts on it."""
+
+    type: Literal["model_responded"] = "model_responded"
+    message: Message
+    """The assistant message (text and/or tool calls)."""
+    finish_reason: FinishReason
+    """Why the model stopped."""
+    usage: Usage
+    """Tokens and cost of this call."""
+    model: str
+    """Which model answered (`provider:name`)."""
+    latency_ms: float = 0.0
+    """Wall time of the call."""
+    request_id: str | None = None
+    """Provider's request id, when given."""
+    context_hash: str | None = None
+    """Hash of the compiled context manifest the model saw."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolCompleted(_Event):
+    """A tool call finished (or was refused); its result goes back to the model."""
+
+    type: Literal["tool_completed"] = "tool_completed"
+    call_id: str
+    """The model's tool call id."""
+    name: str
+    """Tool name."""
+    output: str
+    """What the model will see (already truncated if huge)."""
+    is_error: bool = False
+    """True when `output` explains an error the model can correct."""
+    error_code: str | None = None
+    """Stable error code when `is_error`."""
+    duration_ms: float = 0.0
+    """Wall time of the call."""
+    truncated: bool = False
+    """True when the output was cut to the size limit."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class VerificationFailed(_Event):
+    """The verifier rejected the answer; its gaps become the next user message."""
+
+    type: Literal["verification_failed"] = "verification_failed"
+    verifier: str
+    """Which verifier."""
+    gaps: tuple[str, ...]
+    """What is missing or wrong."""
+    feedback: str
+    """The message the model receives next."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class UserMessageAdded(_Event):
+    """A person (or another run) added a message to a run."""
+
+    type: Literal["user_message_added"] = "user_message_added"
+    content: str
+    """The message text."""
+
+
+Event = Annotated[
+    RunCreated
+    | RunStarted
+    | RuntimeCrashDetected
+    | RunReleased
+    | RunCompleted
+    | RunFailed
+    | RunCancelled
+    | RunExpired
+    | ModelResponded
+    | ToolCompleted
+    | VerificationFailed
+    | UserMessageAdded,
+    Field(discriminator="type"),
+]
+
+_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+
+EVENT_TYPES: dict[str, type[_Event]] = {
+    cls.__dataclass_fields__["type"].default: cls  # type: ignore[misc]
+    for cls in _Event.__subclasses__()
+}
+
+Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
+UPCASTERS: dict[tuple[str, int], Upcaster] = {}
+"""(type, old version) -> function turning that payload into the next version's shape."""
+
+
+def schema_version(event_type: str) -> int:
+    return EVENT_TYPES[event_type].SCHEMA_VERSION
+
+
+def status_after(event: _Event) -> RunStatus | None:
+    return type(event).SETS_STATUS
+
+
+def encode(event: Event) -> bytes:
+    """The event as JSON bytes, envelope included."""
+    return _ADAPTER.dump_json(event)
+
+
+def decode(run_id: str, seq: int, event_type: str, version: int, payload: bytes | str) -> Event:
+    """Turn a stored row back into an event; corrupt or unknown rows raise EventDecodeError."""
+    cls = EVENT_TYPES.get(event_type)
+    if cls is None:
+        raise EventDecodeError(run_id, seq, f"unknown event type {event_type!r}")
+    if version != cls.SCHEMA_VERSION:
+        if version > cls.SCHEMA_VERSION or version < 1:
+            raise EventDecodeError(
+                run_id,
+                seq,
+                f"{event_type} has schema version {version}, this code knows up to "
+                f"{cls.SCHEMA_VERSION}; upgrade ContextOS to read it",
+            )
+        return _upcast(run_id, seq, event_type, version, payload)
+    try:
+        event = _ADAPTER.validate_json(payload)
+    except ValidationError as exc:
+        raise EventDecodeError(run_id, seq, f"corrupt {event_type} payload: {exc}") from exc
+    if event.run_id != run_id or event.seq != seq or event.type != event_type:
+        raise EventDecodeError(run_id, seq, "payload does not match its row (run id, seq or type)")
+    return event
+
+
+def _upcast(run_id: str, seq: int, event_type: str, version: int, payload: bytes | str) -> Event:
+    import json
+
+    try:
+        data = json.loads(payload)
+    except ValueError as exc:
+        raise EventDecodeError(run_id, seq, f"corrupt {event_type} payload: {exc}") from exc
+    current = EVENT_TYPES[event_type].SCHEMA_VERSION
+    while version < current:
+        step = UPCASTERS.get((event_type, version))
+        if step is None:
+            raise EventDecodeError(run_id, seq, f"no upcaster for {event_type} v{version}")
+        data = step(data)
+        version += 1
+    try:
+        return _ADAPTER.validate_python(data)
+    except ValidationError as exc:
+        raise EventDecodeError(run_id, seq, f"corrupt {event_type} payload: {exc}") from exc
+
+
+__all__ = [
+    "EVENT_TYPES",
+    "Event",
+    "ModelResponded",
+    "RunCancelled",
+    "RunCompleted",
+    "RunCreated",
+    "RunExpired",
+    "RunFailed",
+    "RunReleased",
+    "RunStarted",
+    "RuntimeCrashDetected",
+    "ToolCompleted",
+    "UserMessageAdded",
+    "VerificationFailed",
+    "decode",
+    "encode",
+    "status_after",
+]

@@ -1,0 +1,260 @@
+"""The agentic loop: one step at a time, always from the folded state.
+
+Each step reads the state, does one thing (call the model, run a pending tool call, verify an
+answer) and records what happened before acting on it. Resuming is therefore "fold the events,
+take the next step": a recorded model answer is never requested again, and a recorded tool
+result is never produced again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Any, TypeVar
+
+from contextos import events as ev
+from contextos.agents import Agent
+from contextos.errors import ModelError
+from contextos.events import utcnow
+from contextos.messages import FinishReason, Message, ToolCall
+from contextos.models.base import ModelAdapter, ModelRequest, ModelResponse
+from contextos.runs import FailureReason, RunStatus
+from contextos.state import RunState, apply
+from contextos.store.base import EventStore
+from contextos.tools.contract import ToolContext
+from contextos.tools.gateway import Gateway, ToolOutcome
+from contextos.verify import feedback, verify_all
+
+T = TypeVar("T")
+
+
+class DeadlinePassed(Exception):
+    """Internal: the run's deadline passed while a step was in flight."""
+
+
+class Driver:
+    """Drives one run from its current state until it ends or waits."""
+
+    def __init__(
+        self,
+        *,
+        store: EventStore,
+        agent: Agent,
+        model: ModelAdapter,
+        gateway: Gateway,
+        state: RunState,
+        worker_id: str,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.store = store
+        self.agent = agent
+        self.model = model
+        self.gateway = gateway
+        self.state = state
+        self.worker_id = worker_id
+        self.actor = f"worker:{worker_id}"
+        self.clock = clock
+
+    # -- recording ------------------------------------------------------------------------
+
+    def event(self, cls: type[Any], offset: int = 1, **fields: Any) -> Any:
+        """Build the event that will be number `state.seq + offset`."""
+        fields.setdefault("actor", self.actor)
+        return cls(run_id=self.state.run_id, seq=self.state.seq + offset, **fields)
+
+    async def commit(self, *events: ev.Event) -> None:
+        """Append events in one transaction (the fence), then fold them in."""
+        await self.store.append(self.state.run_id, events, expected_seq=self.state.seq)
+        for e in events:
+            apply(self.state, e)
+
+    async def fail(self, reason: FailureReason, message: str, **error: Any) -> None:
+        await self.commit(self.event(ev.RunFailed, reason=reason, message=message, error=error))
+
+    # -- the loop -------------------------------------------------------------------------
+
+    async def drive(self) -> RunState:
+        s = self.state
+        await self.begin()
+        while s.status is RunStatus.RUNNING:
+            if self.deadline_passed():
+                await self.fail(FailureReason.TIMEOUT, "the run's deadline passed")
+            elif s.pending_tool_calls:
+                await self.run_tool(s.pending_tool_calls[0])
+            elif s.last_message is not None and s.last_message.role == "assistant":
+                await self.finish()
+            else:
+                await self.call_model()
+        return s
+
+    async def begin(self) -> None:
+        s = self.state
+        if s.status is RunStatus.QUEUED:
+            await self.commit(self.event(ev.RunStarted, worker_id=self.worker_id))
+        elif s.status is RunStatus.RUNNING and s.worker_id != self.worker_id:
+            # Nobody released the run: its worker died mid-step. Say so, then carry on.
+            await self.commit(
+                self.event(ev.RuntimeCrashDetected, previous_worker_id=s.worker_id, last_seq=s.seq),
+                self.event(ev.RunStarted, offset=2, worker_id=self.worker_id, recovered=True),
+            )
+
+    def deadline_passed(self) -> bool:
+        return self.state.deadline_at is not None and self.clock() >= self.state.deadline_at
+
+    async def within_deadline(self, work: Awaitable[T]) -> T:
+        deadline = self.state.deadline_at
+        if deadline is None:
+            return await work
+        remaining = (deadline - self.clock()).total_seconds()
+        try:
+            async with asyncio.timeout(max(remaining, 0)) as scope:
+                return await work
+        except TimeoutError:
+            if scope.expired():
+                raise DeadlinePassed() from None
+            raise
+
+    # -- steps ----------------------------------------------------------------------------
+
+    def budget_exceeded(self) -> str | None:
+        s, b = self.state, self.state.budget
+        if s.turns >= b.max_turns:
+            return f"the run used all {b.max_turns} model turns"
+        if b.max_tokens is not None and s.usage.total_tokens >= b.max_tokens:
+            return f"the run used {s.usage.total_tokens} of {b.max_tokens} tokens"
+        if b.max_cost_usd is not None and s.usage.cost_usd >= b.max_cost_usd:
+            return f"the run spent ${s.usage.cost_usd:.4f} of ${b.max_cost_usd:.4f}"
+        return None
+
+    def build_request(self) -> ModelRequest:
+        s = self.state
+        messages: tuple[Message, ...] = tuple(s.messages)
+        if self.agent.instructions:
+            messages = (Message(role="system", content=self.agent.instructions), *messages)
+        output_type = self.agent.output_type
+        return ModelRequest(
+            messages=messages,
+            tools=self.gateway.specs(),
+            output_schema=output_type.model_json_schema() if output_type is not None else None,
+            run_id=s.run_id,
+            turn=s.turns + 1,
+        )
+
+    async def call_model(self) -> None:
+        exhausted = self.budget_exceeded()
+        if exhausted:
+            await self.fail(FailureReason.BUDGET_EXHAUSTED, exhausted)
+            return
+        request = self.build_request()
+        started = time.perf_counter()
+        try:
+            response = await self.within_deadline(self.model.complete(request))
+        except DeadlinePassed:
+            await self.fail(FailureReason.TIMEOUT, "the run's deadline passed during a model call")
+            return
+        except ModelError as exc:
+            await self.fail(FailureReason.MODEL_ERROR, exc.message, **exc.to_dict())
+            return
+        except Exception as exc:  # an adapter bug still ends the run with a reason
+            await self.fail(
+                FailureReason.MODEL_ERROR, f"{type(exc).__name__}: {exc}", code="model_error"
+            )
+            return
+        latency_ms = (time.perf_counter() - started) * 1000
+        message = _with_unique_call_ids(response, request.turn)
+        responded = self.event(
+            ev.ModelResponded,
+            message=message,
+            finish_reason=response.finish_reason,
+            usage=response.usage,
+            model=response.model or self.model.name,
+            latency_ms=latency_ms,
+            request_id=response.request_id,
+        )
+        if response.finish_reason is FinishReason.REFUSED:
+            await self.commit(
+                responded,
+                self.event(
+                    ev.RunFailed,
+                    offset=2,
+                    reason=FailureReason.MODEL_REFUSED,
+                    message=message.content or "the model refused",
+                ),
+            )
+            return
+        await self.commit(responded)
+
+    async def run_tool(self, call: ToolCall) -> None:
+        s = self.state
+        ctx = ToolContext(run_id=s.run_id, call_id=call.id, idempotency_key=f"{s.run_id}/{call.id}")
+        try:
+            outcome = await self.within_deadline(self.gateway.call(call, ctx))
+        except DeadlinePassed:
+            await self.fail(FailureReason.TIMEOUT, f"the run's deadline passed during {call.name}")
+            return
+        await self.record_tool(call, outcome)
+
+    async def record_tool(self, call: ToolCall, outcome: ToolOutcome) -> None:
+        await self.commit(
+            self.event(
+                ev.ToolCompleted,
+                call_id=call.id,
+                name=call.name,
+                output=outcome.output,
+                is_error=outcome.is_error,
+                error_code=outcome.error_code,
+                duration_ms=outcome.duration_ms,
+                truncated=outcome.truncated,
+            )
+        )
+        limit = self.state.budget.max_consecutive_tool_errors
+        if self.state.consecutive_tool_errors >= limit:
+            await self.fail(
+                FailureReason.TOOL_FAILED,
+                f"{limit} tool calls in a row failed; the last: {outcome.output}",
+                tool=call.name,
+                code=outcome.error_code,
+            )
+
+    async def finish(self) -> None:
+        s = self.state
+        answer = s.last_message.content if s.last_message else ""
+        verdict, verifier = await verify_all(self.agent.verifiers, answer)
+        if verdict.passed:
+            await self.commit(
+                self.event(
+                    ev.RunCompleted, output=answer, structured_output=verdict.structured_output
+                )
+            )
+        elif s.verification_attempts >= s.budget.max_verification_attempts:
+            await self.fail(
+                FailureReason.VERIFICATION_FAILED,
+                f"{verifier} still rejected the answer after "
+                f"{s.verification_attempts} rounds of feedback: " + "; ".join(verdict.gaps),
+                verifier=verifier,
+            )
+        else:
+            await self.commit(
+                self.event(
+                    ev.VerificationFailed,
+                    verifier=verifier,
+                    gaps=verdict.gaps,
+                    feedback=feedback(verdict.gaps),
+                )
+            )
+
+
+def _with_unique_call_ids(response: ModelResponse, turn: int) -> Message:
+    """Number tool calls by turn and position: unique in the run and stable on resume.
+
+    Providers' own ids repeat across turns (small local models always say `call_0`), and the
+    idempotency key of an effect is derived from the call id, so the runtime names calls itself.
+    """
+    message = response.message
+    calls = tuple(
+        ToolCall(id=f"call_{turn}_{i}", name=c.name, arguments=c.arguments)
+        for i, c in enumerate(message.tool_calls)
+    )
+    return Message(role="assistant", content=message.content, tool_calls=calls)

@@ -1,0 +1,83 @@
+"""Run statuses, the transitions between them, failure reasons and budgets.
+
+The fold that turns events into a run's state lives in `state.py`; this module holds the records
+both events and the fold depend on, so neither imports the other in a circle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import NewType
+
+RunId = NewType("RunId", str)
+
+
+class RunStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    INPUT_REQUIRED = "input_required"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    EXPIRED = "expired"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in TERMINAL
+
+
+TERMINAL = frozenset(
+    {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.EXPIRED}
+)
+
+_ENDS = {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.EXPIRED}
+
+TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
+    RunStatus.QUEUED: frozenset({RunStatus.RUNNING, *_ENDS}),
+    # A running run can go back to the queue when its worker releases it (shutdown, lease loss).
+    RunStatus.RUNNING: frozenset(
+        {RunStatus.RUNNING, RunStatus.QUEUED, RunStatus.INPUT_REQUIRED, *_ENDS}
+    ),
+    RunStatus.INPUT_REQUIRED: frozenset({RunStatus.RUNNING, RunStatus.QUEUED, *_ENDS}),
+    RunStatus.COMPLETED: frozenset(),
+    RunStatus.FAILED: frozenset(),
+    RunStatus.CANCELLED: frozenset(),
+    RunStatus.EXPIRED: frozenset(),
+}
+"""Allowed status changes. Terminal statuses have none: they can never be left."""
+
+
+def can_transition(current: RunStatus, new: RunStatus) -> bool:
+    return new in TRANSITIONS[current]
+
+
+class FailureReason(StrEnum):
+    """Why a run failed, machine-readable; each has its own recovery."""
+
+    MODEL_REFUSED = "model_refused"
+    MODEL_ERROR = "model_error"
+    TOOL_FAILED = "tool_failed"
+    VERIFICATION_FAILED = "verification_failed"
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    TIMEOUT = "timeout"
+    CANCELLED = "cancelled"
+    RUNTIME_CRASHED = "runtime_crashed"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Budget:
+    """Limits that end a run with `budget_exhausted` (or `timeout` for the deadline)."""
+
+    max_turns: int = 20
+    """Model calls the run may make."""
+    max_tokens: int | None = None
+    """Input plus output tokens over the whole run."""
+    max_cost_usd: float | None = None
+    """Money over the whole run, from the pricing table."""
+    deadline_s: float | None = None
+    """Seconds from the run's creation until it ends with `timeout`."""
+    max_verification_attempts: int = 3
+    """Times the verifier may send the run back before it fails with `verification_failed`."""
+    max_consecutive_tool_errors: int = 5
+    """Tool errors in a row before the run fails with `tool_failed`."""

@@ -1,0 +1,143 @@
+"""A run's state is a fold of its events: `fold(events)` and, one event at a time, `apply`.
+
+`RunState` is owned by the fold that builds it: `apply` updates it in place so that a long run
+costs O(1) per new event instead of copying its history, and nothing else mutates it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, assert_never
+
+from contextos import events as ev
+from contextos.errors import EventDecodeError
+from contextos.messages import Message, ToolCall, Usage
+from contextos.runs import Budget, FailureReason, RunId, RunStatus, can_transition
+
+
+@dataclass(kw_only=True, slots=True)
+class RunState:
+    """Everything the loop needs to take the next step, derived from events only."""
+
+    run_id: RunId
+    status: RunStatus = RunStatus.QUEUED
+    seq: int = 0
+    """Seq of the last event folded in."""
+    agent_name: str = ""
+    agent_version: str = ""
+    agent_hash: str = ""
+    agent_ref: str | None = None
+    input: str = ""
+    budget: Budget = field(default_factory=Budget)
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    deadline_at: datetime | None = None
+    tool_manifest_hash: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    messages: list[Message] = field(default_factory=list)
+    pending_tool_calls: list[ToolCall] = field(default_factory=list)
+    """Calls of the last assistant message that have no result yet, in order."""
+    turns: int = 0
+    """Model calls answered."""
+    usage: Usage = field(default_factory=Usage)
+    verification_attempts: int = 0
+    consecutive_tool_errors: int = 0
+    worker_id: str | None = None
+    """The worker that last started driving the run."""
+    output: str | None = None
+    structured_output: Any = None
+    failure_reason: FailureReason | None = None
+    failure_message: str | None = None
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status.is_terminal
+
+    @property
+    def last_message(self) -> Message | None:
+        return self.messages[-1] if self.messages else None
+
+
+def fold(events: list[ev.Event] | tuple[ev.Event, ...], run_id: str | None = None) -> RunState:
+    """Build a run's state from its whole log."""
+    if not events:
+        if run_id is None:
+            raise ValueError("fold() of no events needs a run_id")
+        return RunState(run_id=RunId(run_id))
+    state = RunState(run_id=events[0].run_id)
+    for event in events:
+        apply(state, event)
+    return state
+
+
+def apply(state: RunState, event: ev.Event) -> RunState:
+    """Fold one more event into `state` (in place) and return it."""
+    if event.seq != state.seq + 1:
+        raise EventDecodeError(
+            state.run_id, event.seq, f"log has a gap or repeat: expected seq {state.seq + 1}"
+        )
+    new_status = ev.status_after(event)
+    if new_status is not None and state.seq > 0 and not can_transition(state.status, new_status):
+        raise EventDecodeError(
+            state.run_id,
+            event.seq,
+            f"{event.type} moves a {state.status} run to {new_status}, which is not allowed",
+        )
+    match event:
+        case ev.RunCreated():
+            state.agent_name = event.agent_name
+            state.agent_version = event.agent_version
+            state.agent_hash = event.agent_hash
+            state.agent_ref = event.agent_ref
+            state.input = event.input
+            state.budget = event.budget
+            state.created_at = event.occurred_at
+            state.deadline_at = event.deadline_at
+            state.tool_manifest_hash = event.tool_manifest_hash
+            state.metadata = dict(event.metadata)
+            state.messages.append(Message(role="user", content=event.input))
+        case ev.RunStarted():
+            state.worker_id = event.worker_id
+        case ev.ModelResponded():
+            state.messages.append(event.message)
+            state.pending_tool_calls = list(event.message.tool_calls)
+            state.turns += 1
+            state.usage = state.usage + event.usage
+        case ev.ToolCompleted():
+            state.messages.append(
+                Message(
+                    role="tool", content=event.output, tool_call_id=event.call_id, name=event.name
+                )
+            )
+            state.pending_tool_calls = [
+                c for c in state.pending_tool_calls if c.id != event.call_id
+            ]
+            state.consecutive_tool_errors = (
+                state.consecutive_tool_errors + 1 if event.is_error else 0
+            )
+        case ev.VerificationFailed():
+            state.verification_attempts += 1
+            state.messages.append(Message(role="user", content=event.feedback))
+        case ev.UserMessageAdded():
+            state.messages.append(Message(role="user", content=event.content))
+        case ev.RunCompleted():
+            state.output = event.output
+            state.structured_output = event.structured_output
+        case ev.RunFailed():
+            state.failure_reason = event.reason
+            state.failure_message = event.message
+        case ev.RunCancelled():
+            state.failure_reason = FailureReason.CANCELLED
+            state.failure_message = event.reason or "cancelled"
+        case ev.RunExpired():
+            state.failure_message = event.reason or "expired"
+        case ev.RuntimeCrashDetected() | ev.RunReleased():
+            pass
+        case _:
+            assert_never(event)
+    if new_status is not None:
+        state.status = new_status
+    state.seq = event.seq
+    state.updated_at = event.occurred_at
+    return state

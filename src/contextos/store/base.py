@@ -1,0 +1,117 @@
+"""The EventStore protocol every backend implements, and the run summary it keeps."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol, runtime_checkable
+
+from contextos import events as ev
+from contextos.runs import RunId, RunStatus
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunSummary:
+    """A run's row in the store: a projection of its events kept for listing."""
+
+    run_id: RunId
+    """The run."""
+    agent_name: str
+    """Agent name at creation."""
+    agent_version: str
+    """Agent version at creation."""
+    status: RunStatus
+    """Current status."""
+    last_seq: int
+    """Seq of the last event."""
+    created_at: datetime
+    """When the run was created (UTC)."""
+    updated_at: datetime
+    """When its last event was appended (UTC)."""
+    turns: int = 0
+    """Model calls answered."""
+    input_tokens: int = 0
+    """Prompt tokens over the run."""
+    output_tokens: int = 0
+    """Completion tokens over the run."""
+    cost_usd: float = 0.0
+    """Money spent over the run."""
+
+
+@runtime_checkable
+class EventStore(Protocol):
+    """Append-only run logs with optimistic concurrency.
+
+    `append` is the fence: it names the seq the caller last saw, and fails with
+    `ConcurrencyConflict` when the log has moved on, or `RunIsTerminal` when the run has ended.
+    All events of one call land in one transaction or not at all.
+    """
+
+    url: str
+
+    async def append(self, run_id: RunId, events: Sequence[ev.Event], *, expected_seq: int) -> int:
+        """Append events numbered expected_seq+1, +2, …; return the new last seq.
+
+        `expected_seq=0` creates the run, and its first event must be `RunCreated`.
+        """
+        ...
+
+    async def read(self, run_id: RunId, *, after_seq: int = 0) -> list[ev.Event]:
+        """Events with seq > after_seq, in order. Raises RunNotFound for an unknown run."""
+        ...
+
+    async def get_run(self, run_id: RunId) -> RunSummary:
+        """The run's summary. Raises RunNotFound for an unknown run."""
+        ...
+
+    async def list_runs(
+        self, *, status: RunStatus | None = None, limit: int = 50
+    ) -> list[RunSummary]:
+        """Most recently updated runs first, optionally of one status."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections and threads."""
+        ...
+
+
+def check_batch(run_id: RunId, events: Sequence[ev.Event], expected_seq: int) -> None:
+    """Shared sanity checks every backend makes before touching its database."""
+    if not events:
+        raise ValueError("append() needs at least one event")
+    for offset, event in enumerate(events, start=1):
+        if event.run_id != run_id:
+            raise ValueError(f"event for run {event.run_id} appended to run {run_id}")
+        if event.seq != expected_seq + offset:
+            raise ValueError(
+                f"event seq {event.seq} does not follow expected seq {expected_seq} "
+                f"(should be {expected_seq + offset})"
+            )
+    if expected_seq == 0 and not isinstance(events[0], ev.RunCreated):
+        raise ValueError("a run's first event must be RunCreated")
+
+
+@dataclass(slots=True)
+class SummaryDelta:
+    """How a batch of events changes a run's summary row."""
+
+    status: RunStatus | None = None
+    turns: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+
+
+def summarize(events: Sequence[ev.Event]) -> SummaryDelta:
+    delta = SummaryDelta()
+    for event in events:
+        status = ev.status_after(event)
+        if status is not None:
+            delta.status = status
+        if isinstance(event, ev.ModelResponded):
+            delta.turns += 1
+            delta.input_tokens += event.usage.input_tokens
+            delta.output_tokens += event.usage.output_tokens
+            delta.cost_usd += event.usage.cost_usd
+    return delta

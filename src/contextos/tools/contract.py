@@ -1,0 +1,277 @@
+"""Tool contracts: what a tool is, what it may touch, and how it may be retried.
+
+A plain type-hinted function is already a valid read-only, low-risk tool; `@tool(...)` declares
+the rest. The argument schema comes from the type hints through Pydantic.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, get_type_hints, overload
+
+from pydantic import BaseModel, ConfigDict, create_model
+
+from contextos.messages import ToolSpec
+
+
+class Effect(StrEnum):
+    """What calling the tool does to the world."""
+
+    READ = "read"
+    WRITE = "write"
+    REVERSIBLE_WRITE = "reversible_write"
+    IRREVERSIBLE = "irreversible"
+
+
+class Risk(StrEnum):
+    LOW = "low"
+    MEDIUM = "medium"
+    HIGH = "high"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RetryPolicy:
+    """When a failed call may be tried again. By default it never is."""
+
+    attempts: int = 1
+    """Total attempts including the first."""
+    safe_on: tuple[type[BaseException], ...] = ()
+    """Error classes after which another attempt is safe (the call had no effect)."""
+    unsafe_on: tuple[type[BaseException], ...] = ()
+    """Error classes after which retrying is never safe, even if also listed in safe_on."""
+    backoff_s: float = 0.2
+    """Delay before the second attempt; doubles each time."""
+    max_backoff_s: float = 5.0
+    """Upper bound of the delay."""
+
+    def allows(self, error: BaseException, attempt: int) -> bool:
+        if attempt >= self.attempts or isinstance(error, self.unsafe_on):
+            return False
+        return isinstance(error, self.safe_on)
+
+    def delay(self, attempt: int) -> float:
+        return float(min(self.backoff_s * (2 ** (attempt - 1)), self.max_backoff_s))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolContext:
+    """What a tool may learn about the call it serves (declare a parameter of this type)."""
+
+    run_id: str
+    """The run making the call."""
+    call_id: str
+    """The model's tool call id."""
+    idempotency_key: str | None = None
+    """Stable across retries and resumes of this call, for tools with effects."""
+    attempt: int = 1
+    """Which attempt this is."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tool:
+    """A tool with its contract."""
+
+    name: str
+    """Name the model calls it by."""
+    description: str
+    """What it does, for the model."""
+    fn: Callable[..., Any] | Callable[..., Awaitable[Any]]
+    """The implementation (sync functions run in a worker thread)."""
+    args_model: type[BaseModel]
+    """Pydantic model of the arguments."""
+    version: str = "1"
+    """Bumped when behaviour changes."""
+    effect: Effect = Effect.READ
+    """What a call does to the world."""
+    risk: Risk = Risk.LOW
+    """How bad a wrong call is."""
+    scopes: tuple[str, ...] = ()
+    """Scopes a principal needs to call it."""
+    data_classification: str = "internal"
+    """Classification of its input and output data."""
+    output_schema: dict[str, Any] | None = None
+    """JSON schema of the result, when declared by the return type."""
+    timeout_s: float = 30.0
+    """Per-attempt time limit."""
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    """When failed calls may be retried."""
+    idempotency_arg: str | None = None
+    """Argument that carries the idempotency key to the provider, if the tool takes one."""
+    reconcile: Callable[[str], Any] | None = None
+    """Looks up what happened to a call by its idempotency key, after a crash."""
+    compensation: str | None = None
+    """Name of the tool that undoes a committed call (saga)."""
+    approval_policy: str | None = None
+    """Reference to the approval policy that governs it."""
+    redact_fields: tuple[str, ...] = ()
+    """Argument fields never written to traces."""
+    owner: str | None = None
+    """Team or person responsible."""
+    context_param: str | None = None
+    """Name of the parameter that receives the ToolContext, if any."""
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.fn)
+
+    def spec(self) -> ToolSpec:
+        return ToolSpec(name=self.name, description=self.description, parameters=self.parameters)
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        return self.args_model.model_json_schema()
+
+    def contract(self) -> dict[str, Any]:
+        """The declared contract as JSON data (what the manifest hash covers)."""
+        return {
+            "name": self.name,
+            "version": self.version,
+            "description": self.description,
+            "parameters": self.parameters,
+            "output_schema": self.output_schema,
+            "effect": self.effect.value,
+            "risk": self.risk.value,
+            "scopes": list(self.scopes),
+            "data_classification": self.data_classification,
+            "timeout_s": self.timeout_s,
+            "retry": {
+                "attempts": self.retry.attempts,
+                "safe_on": [e.__name__ for e in self.retry.safe_on],
+                "unsafe_on": [e.__name__ for e in self.retry.unsafe_on],
+            },
+            "idempotency_arg": self.idempotency_arg,
+            "reconcile": self.reconcile is not None,
+            "compensation": self.compensation,
+            "approval_policy": self.approval_policy,
+        }
+
+    def contract_hash(self) -> str:
+        return _hash(self.contract())
+
+
+def _hash(data: Any) -> str:
+    blob = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def manifest_hash(tools: list[Tool] | tuple[Tool, ...]) -> str:
+    """Hash of a set of tools' contracts, independent of their order."""
+    return _hash(sorted((t.name, t.contract_hash()) for t in tools))
+
+
+@overload
+def tool(fn: Callable[..., Any], /) -> Tool: ...
+
+
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    version: str = "1",
+    effect: Effect | str = Effect.READ,
+    risk: Risk | str = Risk.LOW,
+    scopes: tuple[str, ...] = (),
+    data_classification: str = "internal",
+    timeout_s: float = 30.0,
+    retry: RetryPolicy | None = None,
+    idempotency_arg: str | None = None,
+    reconcile: Callable[[str], Any] | None = None,
+    compensation: str | None = None,
+    approval_policy: str | None = None,
+    redact_fields: tuple[str, ...] = (),
+    owner: str | None = None,
+) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    version: str = "1",
+    effect: Effect | str = Effect.READ,
+    risk: Risk | str = Risk.LOW,
+    scopes: tuple[str, ...] = (),
+    data_classification: str = "internal",
+    timeout_s: float = 30.0,
+    retry: RetryPolicy | None = None,
+    idempotency_arg: str | None = None,
+    reconcile: Callable[[str], Any] | None = None,
+    compensation: str | None = None,
+    approval_policy: str | None = None,
+    redact_fields: tuple[str, ...] = (),
+    owner: str | None = None,
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
+    """Declare a tool: `@tool` on a typed function, or `@tool(effect="write", ...)`."""
+
+    def build(f: Callable[..., Any]) -> Tool:
+        args_model, context_param = _args_model(f)
+        return Tool(
+            name=name or f.__name__,
+            description=description or inspect.getdoc(f) or f.__name__,
+            fn=f,
+            args_model=args_model,
+            version=version,
+            effect=Effect(effect),
+            risk=Risk(risk),
+            scopes=tuple(scopes),
+            data_classification=data_classification,
+            output_schema=_output_schema(f),
+            timeout_s=timeout_s,
+            retry=retry or RetryPolicy(),
+            idempotency_arg=idempotency_arg,
+            reconcile=reconcile,
+            compensation=compensation,
+            approval_policy=approval_policy,
+            redact_fields=tuple(redact_fields),
+            owner=owner,
+            context_param=context_param,
+        )
+
+    return build(fn) if fn is not None else build
+
+
+def as_tool(obj: Tool | Callable[..., Any]) -> Tool:
+    """A Tool as is, or a plain function turned into a read-only one."""
+    return obj if isinstance(obj, Tool) else tool(obj)
+
+
+def _args_model(f: Callable[..., Any]) -> tuple[type[BaseModel], str | None]:
+    hints = get_type_hints(f)
+    fields: dict[str, Any] = {}
+    context_param = None
+    for pname, param in inspect.signature(f).parameters.items():
+        annotation = hints.get(pname, Any)
+        if annotation is ToolContext:
+            context_param = pname
+            continue
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise TypeError(f"tool {f.__name__}: *args and **kwargs cannot be described to a model")
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[pname] = (annotation, default)
+    model = create_model(  # type: ignore[call-overload]
+        f"{f.__name__}_args",
+        __config__=ConfigDict(extra="forbid"),
+        **fields,
+    )
+    return model, context_param
+
+
+def _output_schema(f: Callable[..., Any]) -> dict[str, Any] | None:
+    ret = get_type_hints(f).get("return")
+    if ret is None or ret is type(None):
+        return None
+    try:
+        from pydantic import TypeAdapter
+
+        schema: dict[str, Any] = TypeAdapter(ret).json_schema()
+        return schema
+    except Exception:  # an unschemable return type only loses documentation
+        return None
