@@ -1,0 +1,3 @@
+from contextos.cli import main
+
+main()

@@ -1,0 +1,303 @@
+"""The `contextos` command: parse, call the public API, print.
+
+Every command takes `--store` (default: $CONTEXTOS_STORE, else ./.contextos/contextos.db);
+read commands take `--json` for scripts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from enum import Enum
+from typing import Annotated, Any, NoReturn, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from contextos import timeline
+from contextos.agents import load_agent
+from contextos.errors import ContextOSError
+from contextos.events import encode
+from contextos.runs import RunStatus
+from contextos.runtime import RunResult, Runtime
+
+T = TypeVar("T")
+
+app = typer.Typer(
+    name="contextos",
+    help="ContextOS: run agents durably, inspect them, resume them after a crash.",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode="rich",
+)
+console = Console()
+err = Console(stderr=True)
+
+StoreOption = Annotated[
+    str | None,
+    typer.Option(
+        "--store",
+        envvar="CONTEXTOS_STORE",
+        help="Store URL: sqlite:///path.db, a file path, or postgresql://… "
+        "[default: ./.contextos/contextos.db]",
+        show_default=False,
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+_HINTS: dict[str, str] = {
+    "run_not_found": "List runs with `contextos runs`.",
+    "config_error": "See `contextos --help`.",
+    "agent_changed": "Pass --allow-changed-agent to continue under the new definition.",
+    "migration_error": "Run `contextos doctor` to check the store.",
+}
+
+
+def _fail(exc: ContextOSError) -> NoReturn:
+    err.print(f"[bold red]error:[/] {exc.message}")
+    hint = _HINTS.get(exc.code)
+    if hint:
+        err.print(f"[dim]{hint}[/]")
+    raise typer.Exit(code=1)
+
+
+def _call(store: str | None, work: Callable[[Runtime], Awaitable[T]]) -> T:
+    """Open a runtime on the store, run `work`, close, and turn our errors into messages."""
+
+    async def main() -> T:
+        runtime = Runtime(store)
+        try:
+            return await work(runtime)
+        finally:
+            await runtime.close()
+
+    try:
+        return asyncio.run(main())
+    except ContextOSError as exc:
+        _fail(exc)
+
+
+def _jsonable(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {k: _jsonable(v) for k, v in dataclasses.asdict(value).items()}
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value
+
+
+def _print_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(_jsonable(value), indent=2, default=str) + "\n")
+
+
+def _age(ts: datetime) -> str:
+    seconds = int((datetime.now(UTC) - ts).total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{max(seconds, 0)}s"
+
+
+_STATUS_STYLE = {
+    RunStatus.COMPLETED: "green",
+    RunStatus.FAILED: "red",
+    RunStatus.CANCELLED: "yellow",
+    RunStatus.EXPIRED: "yellow",
+    RunStatus.RUNNING: "cyan",
+    RunStatus.QUEUED: "blue",
+    RunStatus.INPUT_REQUIRED: "magenta",
+}
+
+
+def _print_result(result: RunResult, as_json: bool) -> None:
+    if as_json:
+        _print_json(result)
+        return
+    style = _STATUS_STYLE.get(result.status, "")
+    console.print(f"run [bold]{result.run_id}[/] [{style}]{result.status}[/]")
+    if result.output is not None:
+        console.print(result.output)
+    if result.failure_reason is not None:
+        console.print(f"[red]{result.failure_reason}[/]: {result.failure_message}")
+    u = result.usage
+    console.print(
+        f"[dim]{result.turns} turns · {u.input_tokens}+{u.output_tokens} tokens · "
+        f"${u.cost_usd:.4f}[/]"
+    )
+    if result.status is RunStatus.INPUT_REQUIRED:
+        console.print("[magenta]waiting for a person:[/] see `contextos inbox`")
+    elif not result.status.is_terminal:
+        console.print(f"[dim]continue with `contextos resume {result.run_id}`[/]")
+
+
+# -- commands -------------------------------------------------------------------------------
+
+
+@app.command()
+def run(
+    agent_ref: Annotated[
+        str, typer.Argument(help="The agent: path/to/file.py:attr or package.module:attr.")
+    ],
+    input: Annotated[str, typer.Argument(help="The task for the agent.")],
+    store: StoreOption = None,
+    run_id: Annotated[str | None, typer.Option(help="Choose the run id.")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Start a run and drive it until it finishes or waits for a person."""
+    try:
+        agent = load_agent(agent_ref)
+    except ContextOSError as exc:
+        _fail(exc)
+
+    async def work(rt: Runtime) -> RunResult:
+        if as_json:
+            return await rt.run(agent, input, run_id=run_id, agent_ref=agent_ref)
+        with console.status(f"running {agent.name}…"):
+            return await rt.run(agent, input, run_id=run_id, agent_ref=agent_ref)
+
+    result = _call(store, work)
+    _print_result(result, as_json)
+    if result.status in (RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.EXPIRED):
+        raise typer.Exit(code=1)
+
+
+@app.command()
+def resume(
+    run_id: Annotated[str, typer.Argument(help="The run to continue.")],
+    store: StoreOption = None,
+    agent_ref: Annotated[
+        str | None,
+        typer.Option("--agent", help="Agent reference, if not the one recorded at start."),
+    ] = None,
+    allow_changed_agent: Annotated[
+        bool, typer.Option(help="Continue even if the agent definition changed.")
+    ] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Continue a run from its last recorded step (after a crash, a stop, or an answer)."""
+
+    async def work(rt: Runtime) -> RunResult:
+        agent = load_agent(agent_ref) if agent_ref else None
+        return await rt.resume(run_id, agent, allow_changed_agent=allow_changed_agent)
+
+    result = _call(store, work)
+    _print_result(result, as_json)
+    if result.status in (RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.EXPIRED):
+        raise typer.Exit(code=1)
+
+
+@app.command()
+def cancel(
+    run_id: Annotated[str, typer.Argument(help="The run to cancel.")],
+    reason: Annotated[str, typer.Option(help="Why (recorded on the run).")] = "",
+    store: StoreOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Cancel a run; a worker driving it stops at once and cannot write to it again."""
+    result = _call(store, lambda rt: rt.cancel(run_id, reason=reason, actor="user:cli"))
+    _print_result(result, as_json)
+
+
+@app.command()
+def runs(
+    store: StoreOption = None,
+    status: Annotated[
+        RunStatus | None, typer.Option("--status", help="Only runs with this status.")
+    ] = None,
+    limit: Annotated[int, typer.Option(help="How many runs to list.")] = 50,
+    as_json: JsonOption = False,
+) -> None:
+    """List runs, most recently updated first."""
+    rows = _call(store, lambda rt: rt.runs(status=status, limit=limit))
+    if as_json:
+        _print_json(rows)
+        return
+    if not rows:
+        console.print("[dim]no runs yet — start one with `contextos run AGENT_REF INPUT`[/]")
+        return
+    table = Table(title=f"runs ({len(rows)})", title_justify="left")
+    for col, justify in (
+        ("id", "left"),
+        ("agent", "left"),
+        ("status", "left"),
+        ("turns", "right"),
+        ("tokens", "right"),
+        ("cost", "right"),
+        ("age", "right"),
+    ):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for r in rows:
+        style = _STATUS_STYLE.get(r.status, "")
+        table.add_row(
+            r.run_id,
+            f"{r.agent_name} v{r.agent_version}",
+            f"[{style}]{r.status}[/]",
+            str(r.turns),
+            str(r.input_tokens + r.output_tokens),
+            f"${r.cost_usd:.4f}",
+            _age(r.updated_at),
+        )
+    console.print(table)
+
+
+@app.command()
+def show(
+    run_id: Annotated[str, typer.Argument(help="The run to show.")],
+    store: StoreOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Show a run's timeline: every recorded event, in order."""
+
+    async def work(rt: Runtime) -> tuple[Any, Any]:
+        return await rt.result(run_id), await rt.events(run_id)
+
+    result, events = _call(store, work)
+    if as_json:
+        sys.stdout.write(
+            json.dumps(
+                {
+                    "result": _jsonable(result),
+                    "events": [json.loads(encode(e)) for e in events],
+                },
+                indent=2,
+            )
+            + "\n"
+        )
+        return
+    style = _STATUS_STYLE.get(result.status, "")
+    table = Table(
+        title=f"run {run_id} [{style}]{result.status}[/]", title_justify="left", show_lines=False
+    )
+    table.add_column("#", justify="right")
+    table.add_column("time")
+    table.add_column("event")
+    table.add_column("actor")
+    table.add_column("detail", overflow="fold")
+    for e in events:
+        table.add_row(
+            str(e.seq),
+            e.occurred_at.strftime("%H:%M:%S.%f")[:-3],
+            e.type,
+            e.actor,
+            timeline.describe(e),
+        )
+    console.print(table)
+    _print_result(result, False)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()
