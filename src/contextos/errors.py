@@ -14,6 +14,13 @@
     └── ToolError                     a tool failed; goes back to the model unless it ends the run
         ├── ToolTimeout
         └── ToolArgumentsInvalid      the model's arguments did not match the tool's schema
+    PolicyError (ContextOSError)      authority: policies, run contexts, containment, interrupts
+    ├── PolicyLoadError               a policy file or rule is malformed
+    ├── ContainmentViolation          a path or URL outside the run's containment
+    ├── AuthorityWidened              a child run asked for more authority than its parent has
+    ├── InterruptNotFound             no interrupt with that id
+    ├── ApprovalRefused               an approval, denial, answer or revocation was not accepted
+    └── AnswerInvalid                 an answer does not match its interrupt's answer schema
 
 Cancelling a run cancels its in-flight asyncio task: `asyncio.CancelledError` is a
 BaseException, so a tool's `except Exception` cannot swallow it.
@@ -123,3 +130,31 @@ class ToolTimeout(ToolError):
 
 class ToolArgumentsInvalid(ToolError):
     code = "tool_arguments_invalid"
+
+
+class PolicyError(ContextOSError):
+    code = "policy_error"
+
+
+class PolicyLoadError(PolicyError):
+    code = "policy_load_error"
+
+
+class ContainmentViolation(PolicyError):
+    code = "containment_violation"
+
+
+class AuthorityWidened(PolicyError):
+    code = "authority_widened"
+
+
+class InterruptNotFound(PolicyError):
+    code = "interrupt_not_found"
+
+
+class ApprovalRefused(PolicyError):
+    code = "approval_refused"
+
+
+class AnswerInvalid(PolicyError):
+    code = "answer_invalid"
