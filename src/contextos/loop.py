@@ -70,8 +70,8 @@ class Driver:
         for e in events:
             apply(self.state, e)
 
-    async def fail(self, reason: FailureReason, message: str, **error: Any) -> None:
-        await self.commit(self.event(ev.RunFailed, reason=reason, message=message, error=error))
+    async def fail(self, reason: FailureReason, text: str, **error: Any) -> None:
+        await self.commit(self.event(ev.RunFailed, reason=reason, message=text, error=error))
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -155,7 +155,7 @@ class Driver:
             await self.fail(FailureReason.TIMEOUT, "the run's deadline passed during a model call")
             return
         except ModelError as exc:
-            await self.fail(FailureReason.MODEL_ERROR, exc.message, **exc.to_dict())
+            await self.fail(FailureReason.MODEL_ERROR, exc.message, **exc.fields, code=exc.code)
             return
         except Exception as exc:  # an adapter bug still ends the run with a reason
             await self.fail(

@@ -1,0 +1,165 @@
+"""Events: one codec for the union; corrupt or unknown rows stop loudly."""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from contextos import EventDecodeError, Runtime, RunStatus
+from contextos import events as ev
+from contextos.messages import FinishReason, Message, ToolCall, Usage
+from contextos.runs import Budget, FailureReason, RunId
+from contextos.state import fold
+
+RID = RunId("run_x")
+
+
+def sample_events() -> list[ev.Event]:
+    return [
+        ev.RunCreated(
+            run_id=RID,
+            seq=1,
+            agent_name="a",
+            agent_version="1",
+            agent_hash="h",
+            input="hi",
+            budget=Budget(max_turns=3),
+        ),
+        ev.RunStarted(run_id=RID, seq=2, worker_id="w1"),
+        ev.ModelResponded(
+            run_id=RID,
+            seq=3,
+            message=Message(
+                role="assistant", tool_calls=(ToolCall(id="c1", name="t", arguments="{}"),)
+            ),
+            finish_reason=FinishReason.TOOL_CALLS,
+            usage=Usage(input_tokens=5, output_tokens=2),
+            model="m",
+        ),
+        ev.ToolCompleted(run_id=RID, seq=4, call_id="c1", name="t", output="ok"),
+        ev.ModelResponded(
+            run_id=RID,
+            seq=5,
+            message=Message(role="assistant", content="done"),
+            finish_reason=FinishReason.STOP,
+            usage=Usage(input_tokens=9, output_tokens=1),
+            model="m",
+        ),
+        ev.VerificationFailed(run_id=RID, seq=6, verifier="v", gaps=("g",), feedback="fix g"),
+        ev.UserMessageAdded(run_id=RID, seq=7, content="also this"),
+        ev.RuntimeCrashDetected(run_id=RID, seq=8, previous_worker_id="w1", last_seq=7),
+        ev.RunReleased(run_id=RID, seq=9, worker_id="w1", reason="drain"),
+        ev.RunStarted(run_id=RID, seq=10, worker_id="w2", recovered=True),
+        ev.RunFailed(run_id=RID, seq=11, reason=FailureReason.TOOL_FAILED, message="x"),
+    ]
+
+
+def test_every_event_type_round_trips_through_the_codec() -> None:
+    seen = set()
+    for event in sample_events() + [
+        ev.RunCompleted(run_id=RID, seq=1, output="o", structured_output={"a": 1}),
+        ev.RunCancelled(run_id=RID, seq=1, reason="r"),
+        ev.RunExpired(run_id=RID, seq=1, reason="r"),
+    ]:
+        decoded = ev.decode(RID, event.seq, event.type, 1, ev.encode(event))
+        assert decoded == event
+        seen.add(event.type)
+    kernel_types = {
+        "run_created",
+        "run_started",
+        "runtime_crash_detected",
+        "run_released",
+        "run_completed",
+        "run_failed",
+        "run_cancelled",
+        "run_expired",
+        "model_responded",
+        "tool_completed",
+        "verification_failed",
+        "user_message_added",
+    }
+    assert kernel_types <= seen
+
+
+def test_every_event_type_is_a_frozen_kw_only_dataclass_with_a_version() -> None:
+    for name, cls in ev.EVENT_TYPES.items():
+        assert cls.__dataclass_params__.frozen, name  # type: ignore[attr-defined]
+        assert all(f.kw_only for f in dataclasses.fields(cls)), name
+        assert cls.SCHEMA_VERSION >= 1
+
+
+def test_fold_builds_the_state() -> None:
+    state = fold(sample_events())
+    assert state.status is RunStatus.FAILED
+    assert state.turns == 2
+    assert state.usage.input_tokens == 14
+    assert [m.role for m in state.messages] == [
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "user",
+        "user",
+    ]
+    assert state.pending_tool_calls == []
+    assert state.failure_reason is FailureReason.TOOL_FAILED
+    assert state.worker_id == "w2"
+
+
+def test_fold_refuses_to_leave_a_terminal_state() -> None:
+    events = sample_events()
+    after_end = ev.RunStarted(run_id=RID, seq=12, worker_id="late")
+    with pytest.raises(EventDecodeError) as info:
+        fold([*events, after_end])
+    assert info.value.seq == 12 and "not allowed" in str(info.value)
+
+
+def test_fold_refuses_gaps() -> None:
+    events = sample_events()
+    with pytest.raises(EventDecodeError, match="gap"):
+        fold([events[0], events[2]])
+
+
+def test_unknown_version_and_type_and_corruption_fail_loudly() -> None:
+    created = sample_events()[0]
+    payload = ev.encode(created)
+    with pytest.raises(EventDecodeError) as info:
+        ev.decode(RID, 1, "run_created", 99, payload)
+    assert (info.value.run_id, info.value.seq) == (RID, 1)
+    assert "schema version 99" in str(info.value)
+    with pytest.raises(EventDecodeError, match="unknown event type"):
+        ev.decode(RID, 1, "run_teleported", 1, payload)
+    with pytest.raises(EventDecodeError, match="corrupt run_created"):
+        ev.decode(RID, 1, "run_created", 1, payload[:-10])
+    with pytest.raises(EventDecodeError, match="does not match its row"):
+        ev.decode(RID, 2, "run_created", 1, payload)
+
+
+async def test_a_corrupt_row_in_the_store_stops_reading_with_run_and_seq(tmp_path: Path) -> None:
+    from contextos.testing import ScriptedModel, reply
+    from contextos import Agent
+
+    db = tmp_path / "runs.db"
+    async with Runtime(str(db)) as rt:
+        result = await rt.run(Agent(name="a", model=ScriptedModel([reply("hi")])), "x")
+    conn = sqlite3.connect(db)
+    conn.execute("DROP TRIGGER events_are_append_only_u")  # simulate disk-level corruption
+    conn.execute(
+        "UPDATE events SET payload = ? WHERE run_id = ? AND seq = 3",
+        (b'{"not": "an event"}', result.run_id),
+    )
+    conn.commit()
+    conn.close()
+    async with Runtime(str(db)) as rt:
+        with pytest.raises(EventDecodeError) as info:
+            await rt.state(result.run_id)
+    assert info.value.seq == 3 and info.value.run_id == result.run_id
+
+
+def test_events_are_immutable() -> None:
+    event = sample_events()[0]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        event.input = "changed"  # type: ignore[misc]
