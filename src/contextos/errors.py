@@ -13,7 +13,9 @@
     │   └── ScriptExhausted           the scripted model was asked for more steps than it has
     └── ToolError                     a tool failed; goes back to the model unless it ends the run
         ├── ToolTimeout
-        └── ToolArgumentsInvalid      the model's arguments did not match the tool's schema
+        ├── ToolArgumentsInvalid      the model's arguments did not match the tool's schema
+        ├── ToolOutcomeUnknown        a tool cannot tell whether its call took effect
+        └── ToolManifestChanged       a run's tools changed while it was in flight
     PolicyError (ContextOSError)      authority: policies, run contexts, containment, interrupts
     ├── PolicyLoadError               a policy file or rule is malformed
     ├── ContainmentViolation          a path or URL outside the run's containment
@@ -130,6 +132,17 @@ class ToolTimeout(ToolError):
 
 class ToolArgumentsInvalid(ToolError):
     code = "tool_arguments_invalid"
+
+
+class ToolOutcomeUnknown(ToolError):
+    """Raised by a tool when its call may or may not have taken effect (a dropped connection
+    after the request was sent): the runtime reconciles instead of guessing."""
+
+    code = "tool_outcome_unknown"
+
+
+class ToolManifestChanged(ToolError):
+    code = "tool_manifest_changed"
 
 
 class PolicyError(ContextOSError):

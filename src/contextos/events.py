@@ -19,6 +19,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import Field, TypeAdapter, ValidationError
 
 from contextos.errors import EventDecodeError
+from contextos.ledger import EffectState
 from contextos.messages import FinishReason, Message, Usage
 from contextos.runs import Budget, FailureReason, RunId, RunStatus
 
@@ -200,6 +201,10 @@ class ToolCompleted(_Event):
     """Wall time of the call."""
     truncated: bool = False
     """True when the output was cut to the size limit."""
+    untrusted: bool = True
+    """Tool output is data from outside, never instructions: the context layer spotlights it."""
+    effect_id: str | None = None
+    """The effect this call settled, for tools whose effect is not `read`."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -224,6 +229,142 @@ class UserMessageAdded(_Event):
     """The message text."""
 
 
+# --- the tool gateway and the effect ledger -------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PolicyDecided(_Event):
+    """Policy's decision on one validated tool call, recorded before anything is dispatched."""
+
+    type: Literal["policy_decided"] = "policy_decided"
+    call_id: str
+    """The tool call decided on."""
+    tool: str
+    """Tool name."""
+    decision: str
+    """allow, deny, constrain or require_approval."""
+    rule_ids: tuple[str, ...] = ()
+    """The rules that decided."""
+    reasons: tuple[str, ...] = ()
+    """Why, in words."""
+    constraints: dict[str, Any] = field(default_factory=dict)
+    """Limits the call must respect."""
+    approver_role: str | None = None
+    """Role an approver must hold, for require_approval."""
+    snapshot_hash: str = ""
+    """Hash of the policy snapshot that decided."""
+    absolute: bool = False
+    """An absolute deny cannot be overridden by an approval."""
+    effect_id: str | None = None
+    """The effect the call would have, for tools whose effect is not `read`."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EffectProposed(_Event):
+    """A call to a tool whose effect is not `read` entered the ledger."""
+
+    type: Literal["effect_proposed"] = "effect_proposed"
+    effect_id: str
+    """Stable id of the effect."""
+    call_id: str
+    """The tool call proposing it."""
+    tool: str
+    """Tool name."""
+    kind: str
+    """The tool's declared effect: write, reversible_write or irreversible."""
+    idempotency_key: str
+    """Sent with every attempt; the same across retries and resumes."""
+    contract_hash: str
+    """Hash of the tool's contract at proposal time."""
+    arguments: dict[str, Any] = field(default_factory=dict)
+    """Validated arguments, with the contract's redacted fields replaced."""
+    compensation: str | None = None
+    """Tool that undoes it, when declared."""
+    compensates: str | None = None
+    """For a compensation call: the effect it undoes."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EffectChanged(_Event):
+    """An effect moved to a new state (see `contextos.ledger.EFFECT_TRANSITIONS`)."""
+
+    type: Literal["effect_changed"] = "effect_changed"
+    effect_id: str
+    """The effect."""
+    state: EffectState
+    """Its new state."""
+    attempt: int = 0
+    """For `dispatched`: which attempt this is, from 1."""
+    receipts: dict[str, str] = field(default_factory=dict)
+    """Provider request id, confirmation id, … learned at this step."""
+    output: str | None = None
+    """For a settled effect: what the model is shown."""
+    error_code: str | None = None
+    """Stable code, for failed, denied or unknown outcomes."""
+    note: str = ""
+    """Why it moved, in words."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolAttemptFailed(_Event):
+    """One attempt of a tool call failed; says whether another attempt follows."""
+
+    type: Literal["tool_attempt_failed"] = "tool_attempt_failed"
+    call_id: str
+    """The tool call."""
+    tool: str
+    """Tool name."""
+    attempt: int
+    """Which attempt failed, from 1."""
+    error_type: str
+    """Class name of the error."""
+    error: str
+    """The error's message."""
+    will_retry: bool
+    """True when the contract declares a retry after this error safe."""
+    delay_s: float = 0.0
+    """Back-off before the next attempt."""
+    effect_id: str | None = None
+    """The effect, for tools whose effect is not `read`."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class InterruptRaised(_Event):
+    """The run waits for a person: a typed question (kind + payload) the run cannot answer."""
+
+    SETS_STATUS = RunStatus.INPUT_REQUIRED
+    type: Literal["interrupt_raised"] = "interrupt_raised"
+    interrupt_id: str
+    """Stable id of the question."""
+    kind: str
+    """approval_required, external_confirmation_required, missing_information, …"""
+    payload: dict[str, Any] = field(default_factory=dict)
+    """What the person needs to answer it (the frozen action, the question)."""
+    call_id: str | None = None
+    """The tool call it is about, if any."""
+    effect_id: str | None = None
+    """The effect it is about, if any."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunEnding(_Event):
+    """The run will fail or be cancelled once its effects are settled (the saga).
+
+    In-flight effects are resolved and committed reversible writes compensated first; then the
+    terminal event follows. A worker that resumes a run with this event finishes the job.
+    """
+
+    type: Literal["run_ending"] = "run_ending"
+    outcome: Literal["failed", "cancelled"]
+    """The terminal status that follows."""
+    reason: str = ""
+    """For failed: the FailureReason value; for cancelled: the canceller's reason."""
+    message: str = ""
+    """Human-readable detail."""
+    error: dict[str, Any] = field(default_factory=dict)
+    """Structured error fields of a failure."""
+
+
 Event = Annotated[
     RunCreated
     | RunStarted
@@ -236,7 +377,13 @@ Event = Annotated[
     | ModelResponded
     | ToolCompleted
     | VerificationFailed
-    | UserMessageAdded,
+    | UserMessageAdded
+    | PolicyDecided
+    | EffectProposed
+    | EffectChanged
+    | ToolAttemptFailed
+    | InterruptRaised
+    | RunEnding,
     Field(discriminator="type"),
 ]
 
@@ -311,15 +458,21 @@ def _upcast(run_id: str, seq: int, event_type: str, version: int, payload: bytes
 __all__ = [
     "EVENT_TYPES",
     "Event",
+    "EffectChanged",
+    "EffectProposed",
+    "InterruptRaised",
     "ModelResponded",
+    "PolicyDecided",
     "RunCancelled",
     "RunCompleted",
     "RunCreated",
+    "RunEnding",
     "RunExpired",
     "RunFailed",
     "RunReleased",
     "RunStarted",
     "RuntimeCrashDetected",
+    "ToolAttemptFailed",
     "ToolCompleted",
     "UserMessageAdded",
     "VerificationFailed",

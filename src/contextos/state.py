@@ -12,6 +12,7 @@ from typing import Any, assert_never
 
 from contextos import events as ev
 from contextos.errors import EventDecodeError
+from contextos.ledger import Effect, EffectState, can_move
 from contextos.messages import Message, ToolCall, Usage
 from contextos.runs import Budget, FailureReason, RunId, RunStatus, can_transition
 
@@ -49,6 +50,18 @@ class RunState:
     structured_output: Any = None
     failure_reason: FailureReason | None = None
     failure_message: str | None = None
+    effects: dict[str, Effect] = field(default_factory=dict)
+    """The run's effect ledger, by effect id, in proposal order."""
+    effect_by_call: dict[str, str] = field(default_factory=dict)
+    """Tool call id -> effect id."""
+    policy_by_call: dict[str, ev.PolicyDecided] = field(default_factory=dict)
+    """The recorded policy decision for each decided tool call."""
+    pending_interrupts: dict[str, ev.InterruptRaised] = field(default_factory=dict)
+    """Questions raised to people and not answered yet, by interrupt id."""
+    ending: ev.RunEnding | None = None
+    """Set when the run will fail or be cancelled once its effects are settled."""
+    tool_errors: int = 0
+    """Tool calls that ended in an error the model had to handle, over the whole run."""
 
     @property
     def is_terminal(self) -> bool:
@@ -116,6 +129,35 @@ def apply(state: RunState, event: ev.Event) -> RunState:
             state.consecutive_tool_errors = (
                 state.consecutive_tool_errors + 1 if event.is_error else 0
             )
+            state.tool_errors += 1 if event.is_error else 0
+        case ev.PolicyDecided():
+            state.policy_by_call[event.call_id] = event
+        case ev.EffectProposed():
+            if event.effect_id in state.effects:
+                raise EventDecodeError(
+                    state.run_id, event.seq, f"effect {event.effect_id} proposed twice"
+                )
+            state.effects[event.effect_id] = Effect(
+                effect_id=event.effect_id,
+                call_id=event.call_id,
+                tool=event.tool,
+                kind=event.kind,
+                idempotency_key=event.idempotency_key,
+                contract_hash=event.contract_hash,
+                arguments=dict(event.arguments),
+                compensation=event.compensation,
+                compensates=event.compensates,
+                history=[(event.seq, EffectState.PROPOSED)],
+            )
+            state.effect_by_call[event.call_id] = event.effect_id
+        case ev.EffectChanged():
+            _move_effect(state, event)
+        case ev.ToolAttemptFailed():
+            pass
+        case ev.InterruptRaised():
+            state.pending_interrupts[event.interrupt_id] = event
+        case ev.RunEnding():
+            state.ending = event
         case ev.VerificationFailed():
             state.verification_attempts += 1
             state.messages.append(Message(role="user", content=event.feedback))
@@ -141,3 +183,24 @@ def apply(state: RunState, event: ev.Event) -> RunState:
     state.seq = event.seq
     state.updated_at = event.occurred_at
     return state
+
+
+def _move_effect(state: RunState, event: ev.EffectChanged) -> None:
+    effect = state.effects.get(event.effect_id)
+    if effect is None:
+        raise EventDecodeError(state.run_id, event.seq, f"unknown effect {event.effect_id}")
+    if not can_move(effect.state, event.state):
+        raise EventDecodeError(
+            state.run_id,
+            event.seq,
+            f"effect {event.effect_id} cannot move from {effect.state} to {event.state}",
+        )
+    effect.state = event.state
+    if event.state is EffectState.DISPATCHED:
+        effect.attempts = max(effect.attempts + 1, event.attempt)
+    effect.receipts.update(event.receipts)
+    if event.output is not None:
+        effect.output = event.output
+    if event.error_code is not None:
+        effect.error_code = event.error_code
+    effect.history.append((event.seq, event.state))
