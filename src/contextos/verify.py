@@ -45,7 +45,7 @@ class FunctionVerifier:
 
     def __init__(self, fn: Callable[[str], Any], *, name: str | None = None) -> None:
         self.fn = fn
-        self.name = name or getattr(fn, "__name__", "verifier")
+        self.name: str = name or str(getattr(fn, "__name__", "verifier"))
 
     async def verify(self, output: str) -> Verdict:
         result = self.fn(output)
