@@ -56,6 +56,8 @@ class Driver:
         self.worker_id = worker_id
         self.actor = f"worker:{worker_id}"
         self.clock = clock
+        self.step_started = time.monotonic()
+        """When the current step began (the runtime watches long steps for cancellation)."""
 
     # -- recording ------------------------------------------------------------------------
 
@@ -79,6 +81,7 @@ class Driver:
         s = self.state
         await self.begin()
         while s.status is RunStatus.RUNNING:
+            self.step_started = time.monotonic()
             if self.deadline_passed():
                 await self.fail(FailureReason.TIMEOUT, "the run's deadline passed")
             elif s.pending_tool_calls:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -96,6 +97,9 @@ class Runtime:
         self.worker_id = worker_id or default_worker_id()
         self.cancel_poll_s = cancel_poll_s
         self._models: dict[str, ModelAdapter] = {}
+        self._inflight: dict[RunId, tuple[Driver, asyncio.Task[RunState]]] = {}
+        self._cancelled: set[RunId] = set()
+        self._watcher: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> Runtime:
         return self
@@ -104,6 +108,8 @@ class Runtime:
         await self.close()
 
     async def close(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
         await self.store.close()
 
     # -- starting and driving -------------------------------------------------------------
@@ -191,27 +197,38 @@ class Runtime:
             worker_id=self.worker_id,
         )
         task = asyncio.create_task(driver.drive())
-        watcher = asyncio.create_task(self._watch_for_cancel(state.run_id, task))
+        self._inflight[state.run_id] = (driver, task)
+        if self._watcher is None or self._watcher.done():
+            self._watcher = asyncio.create_task(self._watch_for_cancel())
         try:
             await task
         except asyncio.CancelledError:
-            if not _cancelled_by_watcher(watcher):
+            if state.run_id not in self._cancelled:
                 raise  # we were cancelled from outside: pass it on
         except (ConcurrencyConflict, RunIsTerminal):
             pass  # another writer moved the run on (a cancel, another worker); we stop here
         finally:
-            watcher.cancel()
+            self._inflight.pop(state.run_id, None)
+            self._cancelled.discard(state.run_id)
         return RunResult.from_state(await self.state(state.run_id))
 
-    async def _watch_for_cancel(self, run_id: RunId, task: asyncio.Task[RunState]) -> bool:
-        """Cancel the driving task as soon as the run is ended by someone else."""
-        while not task.done():
+    async def _watch_for_cancel(self) -> None:
+        """Cancel in-flight steps of runs that someone else ended.
+
+        Short steps need no watching: their next append hits the fence. Only a step in flight
+        for longer than the poll interval (a slow tool, a slow model) costs a status read, so a
+        thousand concurrent runs do not mean a thousand reads per interval.
+        """
+        while self._inflight:
             await asyncio.sleep(self.cancel_poll_s)
-            summary = await self.store.get_run(run_id)
-            if summary.status.is_terminal and not task.done():
-                task.cancel()
-                return True
-        return False
+            now = time.monotonic()
+            for run_id, (driver, task) in list(self._inflight.items()):
+                if task.done() or now - driver.step_started < self.cancel_poll_s:
+                    continue
+                summary = await self.store.get_run(run_id)
+                if summary.status.is_terminal and not task.done():
+                    self._cancelled.add(run_id)
+                    task.cancel()
 
     def model_for(self, agent: Agent) -> ModelAdapter:
         if not isinstance(agent.model, str):
@@ -254,10 +271,6 @@ class Runtime:
 
     async def runs(self, *, status: RunStatus | None = None, limit: int = 50) -> list[RunSummary]:
         return await self.store.list_runs(status=status, limit=limit)
-
-
-def _cancelled_by_watcher(watcher: asyncio.Task[bool]) -> bool:
-    return watcher.done() and not watcher.cancelled() and watcher.result()
 
 
 def run(agent: Agent, input: str, *, store: EventStore | str | None = None) -> RunResult:
