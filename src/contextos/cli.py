@@ -18,6 +18,7 @@ from typing import Annotated, Any, NoReturn, TypeVar
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from contextos import timeline
 from contextos.agents import load_agent
@@ -59,7 +60,7 @@ _HINTS: dict[str, str] = {
 
 
 def _fail(exc: ContextOSError) -> NoReturn:
-    err.print(f"[bold red]error:[/] {exc.message}")
+    err.print("[bold red]error:[/]", Text(exc.message))
     hint = _HINTS.get(exc.code)
     if hint:
         err.print(f"[dim]{hint}[/]")
@@ -126,9 +127,9 @@ def _print_result(result: RunResult, as_json: bool) -> None:
     style = _STATUS_STYLE.get(result.status, "")
     console.print(f"run [bold]{result.run_id}[/] [{style}]{result.status}[/]")
     if result.output is not None:
-        console.print(result.output)
+        console.print(Text(result.output))
     if result.failure_reason is not None:
-        console.print(f"[red]{result.failure_reason}[/]: {result.failure_message}")
+        console.print(f"[red]{result.failure_reason}[/]:", Text(result.failure_message or ""))
     u = result.usage
     console.print(
         f"[dim]{result.turns} turns · {u.input_tokens}+{u.output_tokens} tokens · "
@@ -240,7 +241,7 @@ def runs(
         style = _STATUS_STYLE.get(r.status, "")
         table.add_row(
             r.run_id,
-            f"{r.agent_name} v{r.agent_version}",
+            Text(f"{r.agent_name} v{r.agent_version}"),
             f"[{style}]{r.status}[/]",
             str(r.turns),
             str(r.input_tokens + r.output_tokens),
@@ -289,7 +290,7 @@ def show(
             e.occurred_at.strftime("%H:%M:%S.%f")[:-3],
             e.type,
             e.actor,
-            timeline.describe(e),
+            Text(timeline.describe(e)),  # event text is data, never Rich markup
         )
     console.print(table)
     _print_result(result, False)

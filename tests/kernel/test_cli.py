@@ -45,7 +45,13 @@ def test_run_list_and_show(tmp_path: Path) -> None:
 
     shown = cli("show", run_id, store=db)
     assert shown.returncode == 0, shown.stderr
-    for expected in ("run_created", "model_responded", "greet(", "Hello, Ada!", "run_completed"):
+    for expected in (
+        "run_created",
+        "model_responded",
+        "greet(",
+        "greet [call_1_0] Hello, Ada!",
+        "run_completed",
+    ):
         assert expected in shown.stdout
 
     as_json = json.loads(cli("show", run_id, "--json", store=db).stdout)
