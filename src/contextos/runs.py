@@ -63,6 +63,8 @@ class FailureReason(StrEnum):
     TIMEOUT = "timeout"
     CANCELLED = "cancelled"
     RUNTIME_CRASHED = "runtime_crashed"
+    CONTENT_BLOCKED = "content_blocked"
+    """The PII policy blocks what the run was given (e.g. a card number in the input)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
