@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from contextos.events import RuntimeCrashDetected, RunStarted
+from contextos.events import RunStarted, RuntimeCrashDetected
 from contextos.state import RunState, fold
 from contextos.store import SqliteStore
 

@@ -53,7 +53,7 @@ def test_load_agent_from_a_module_and_from_a_file(
     assert load_agent("my_agents:support").name == "support"
     with pytest.raises(ConfigError, match="bad agent reference"):
         load_agent("no_such_module_xyz:agent")
-    with pytest.raises(ConfigError, match="use path/to/file.py:attr"):
+    with pytest.raises(ConfigError, match=r"use path/to/file\.py:attr"):
         load_agent("just-a-name")
     with pytest.raises(ConfigError, match="not an Agent"):
         load_agent("contextos:__version__")

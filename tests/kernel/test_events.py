@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from contextos import EventDecodeError, Runtime, RunStatus
+from contextos import EventDecodeError, RunStatus, Runtime
 from contextos import events as ev
 from contextos.messages import FinishReason, Message, ToolCall, Usage
 from contextos.runs import Budget, FailureReason, RunId
@@ -59,7 +59,8 @@ def sample_events() -> list[ev.Event]:
 
 def test_every_event_type_round_trips_through_the_codec() -> None:
     seen = set()
-    for event in sample_events() + [
+    for event in [
+        *sample_events(),
         ev.RunCompleted(run_id=RID, seq=1, output="o", structured_output={"a": 1}),
         ev.RunCancelled(run_id=RID, seq=1, reason="r"),
         ev.RunExpired(run_id=RID, seq=1, reason="r"),
@@ -139,8 +140,8 @@ def test_unknown_version_and_type_and_corruption_fail_loudly() -> None:
 
 
 async def test_a_corrupt_row_in_the_store_stops_reading_with_run_and_seq(tmp_path: Path) -> None:
-    from contextos.testing import ScriptedModel, reply
     from contextos import Agent
+    from contextos.testing import ScriptedModel, reply
 
     db = tmp_path / "runs.db"
     async with Runtime(str(db)) as rt:

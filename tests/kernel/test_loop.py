@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from contextos import Agent, Budget, FailureReason, ModelError, Runtime, RunStatus
+from contextos import Agent, Budget, FailureReason, ModelError, RunStatus, Runtime
 from contextos import events as ev
 from contextos.messages import FinishReason, Message
 from contextos.models.base import ModelRequest, ModelResponse

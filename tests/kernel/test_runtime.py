@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from contextos import Agent, AgentChanged, Budget, FailureReason, RunIsTerminal, Runtime, RunStatus
+from contextos import Agent, AgentChanged, Budget, FailureReason, RunIsTerminal, RunStatus, Runtime
 from contextos import events as ev
 from contextos.testing import ScriptedModel, call_tool, reply
 
@@ -67,7 +67,7 @@ async def test_cancel_from_another_process_stops_an_in_flight_tool(tmp_path: Pat
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
-        out, errs = await proc.communicate()
+        _out, errs = await proc.communicate()
         assert proc.returncode == 0, errs.decode()
         result = await asyncio.wait_for(driving, timeout=10)
         events = await rt.events(run_id)
