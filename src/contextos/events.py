@@ -346,6 +346,96 @@ class InterruptRaised(_Event):
     """The effect it is about, if any."""
 
 
+# --- authority: the run's context, and people answering interrupts ---------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ContextBound(_Event):
+    """The authority a run acts under (principal, scopes, containment), bound at its start."""
+
+    type: Literal["context_bound"] = "context_bound"
+    context: dict[str, Any]
+    """The RunContext as JSON data."""
+    context_hash: str
+    """Hash of that data."""
+    policy_name: str = ""
+    """Name of the policy bound to the run."""
+    policy_version: str = ""
+    """Its version label."""
+    snapshot_hash: str = ""
+    """Hash of the policy snapshot bound to the run."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ApprovalGranted(_Event):
+    """A person approved the frozen action of an interrupt; the run can be resumed."""
+
+    SETS_STATUS = RunStatus.QUEUED
+    type: Literal["approval_granted"] = "approval_granted"
+    approval_id: str
+    """Approval id."""
+    interrupt_id: str
+    """The interrupt it answers."""
+    action_hash: str
+    """Hash of the frozen action approved."""
+    approver: str
+    """Who approved."""
+    approver_roles: tuple[str, ...] = ()
+    """Roles the approver held at that moment."""
+    expires_at: datetime
+    """After this the approval no longer counts."""
+    conditions: dict[str, Any] = field(default_factory=dict)
+    """Conditions the action must still meet when it runs."""
+    snapshot_hash: str = ""
+    """The policy snapshot it was granted under."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ApprovalDenied(_Event):
+    """A person refused the frozen action of an interrupt; that action ends, the run goes on."""
+
+    SETS_STATUS = RunStatus.QUEUED
+    type: Literal["approval_denied"] = "approval_denied"
+    interrupt_id: str
+    """The interrupt it answers."""
+    action_hash: str = ""
+    """Hash of the frozen action refused."""
+    approver: str
+    """Who refused."""
+    reason: str = ""
+    """Why; the model is told."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ApprovalRevoked(_Event):
+    """An approval was withdrawn; if its action has not run yet, it will not run on it."""
+
+    type: Literal["approval_revoked"] = "approval_revoked"
+    approval_id: str
+    """The approval."""
+    revoked_by: str
+    """Who withdrew it."""
+    reason: str = ""
+    """Why."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class InterruptAnswered(_Event):
+    """A person answered an interrupt that asks for a value (information, a choice, a review,
+    an external confirmation); the answer matched the kind's schema."""
+
+    SETS_STATUS = RunStatus.QUEUED
+    type: Literal["interrupt_answered"] = "interrupt_answered"
+    interrupt_id: str
+    """The interrupt answered."""
+    kind: str
+    """Its kind."""
+    value: dict[str, Any] = field(default_factory=dict)
+    """The validated answer."""
+    answered_by: str
+    """Who answered."""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RunEnding(_Event):
     """The run will fail or be cancelled once its effects are settled (the saga).
@@ -383,7 +473,12 @@ Event = Annotated[
     | EffectChanged
     | ToolAttemptFailed
     | InterruptRaised
-    | RunEnding,
+    | RunEnding
+    | ContextBound
+    | ApprovalGranted
+    | ApprovalDenied
+    | ApprovalRevoked
+    | InterruptAnswered,
     Field(discriminator="type"),
 ]
 
@@ -457,6 +552,11 @@ def _upcast(run_id: str, seq: int, event_type: str, version: int, payload: bytes
 
 __all__ = [
     "EVENT_TYPES",
+    "ApprovalDenied",
+    "ApprovalGranted",
+    "ApprovalRevoked",
+    "ContextBound",
+    "InterruptAnswered",
     "Event",
     "EffectChanged",
     "EffectProposed",

@@ -58,6 +58,12 @@ class RunState:
     """The recorded policy decision for each decided tool call."""
     pending_interrupts: dict[str, ev.InterruptRaised] = field(default_factory=dict)
     """Questions raised to people and not answered yet, by interrupt id."""
+    resolutions: dict[
+        str, ev.ApprovalGranted | ev.ApprovalDenied | ev.InterruptAnswered
+    ] = field(default_factory=dict)
+    """How each answered interrupt was resolved, by interrupt id."""
+    context: ev.ContextBound | None = None
+    """The authority bound at start (principal, scopes, containment, policy snapshot)."""
     ending: ev.RunEnding | None = None
     """Set when the run will fail or be cancelled once its effects are settled."""
     tool_errors: int = 0
@@ -158,6 +164,13 @@ def apply(state: RunState, event: ev.Event) -> RunState:
             state.pending_interrupts[event.interrupt_id] = event
         case ev.RunEnding():
             state.ending = event
+        case ev.ContextBound():
+            state.context = event
+        case ev.ApprovalGranted() | ev.ApprovalDenied() | ev.InterruptAnswered():
+            state.pending_interrupts.pop(event.interrupt_id, None)
+            state.resolutions[event.interrupt_id] = event
+        case ev.ApprovalRevoked():
+            pass  # checked when the approved action would run (contextos.policy.authority)
         case ev.VerificationFailed():
             state.verification_attempts += 1
             state.messages.append(Message(role="user", content=event.feedback))
