@@ -10,6 +10,8 @@
     │   └── MigrationError            the schema is ahead of this code, or half-applied
     ├── AgentChanged                  resuming a run with an agent whose identity hash differs
     ├── ModelError                    a model call failed (retryable says whether to try again)
+    │   ├── ModelTimeout              the provider did not answer in time (after retries)
+    │   ├── ModelRateLimited          the provider kept saying 429 / Retry-After too far away
     │   └── ScriptExhausted           the scripted model was asked for more steps than it has
     └── ToolError                     a tool failed; goes back to the model unless it ends the run
         ├── ToolTimeout
@@ -116,6 +118,14 @@ class ModelError(ContextOSError):
     def __init__(self, message: str, *, retryable: bool = False, **fields: Any) -> None:
         super().__init__(message, retryable=retryable, **fields)
         self.retryable = retryable
+
+
+class ModelTimeout(ModelError):
+    code = "model_timeout"
+
+
+class ModelRateLimited(ModelError):
+    code = "model_rate_limited"
 
 
 class ScriptExhausted(ModelError):
