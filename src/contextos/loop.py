@@ -9,6 +9,7 @@ result is never produced again.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime
@@ -16,15 +17,15 @@ from typing import Any, TypeVar
 
 from contextos import events as ev
 from contextos.agents import Agent
-from contextos.errors import ModelError
+from contextos.errors import ConcurrencyConflict, ModelError, ToolManifestChanged
 from contextos.events import utcnow
 from contextos.messages import FinishReason, Message, ToolCall
 from contextos.models.base import ModelAdapter, ModelRequest, ModelResponse
 from contextos.runs import FailureReason, RunStatus
 from contextos.state import RunState, apply
 from contextos.store.base import EventStore
-from contextos.tools.contract import ToolContext
-from contextos.tools.gateway import Gateway, ToolOutcome
+from contextos.tools.effects import ToolRunner, ending_failure
+from contextos.tools.gateway import Gateway
 from contextos.verify import feedback, verify_all
 
 T = TypeVar("T")
@@ -58,6 +59,8 @@ class Driver:
         self.clock = clock
         self.step_started = time.monotonic()
         """When the current step began (the runtime watches long steps for cancellation)."""
+        self.stop_requested = False
+        """Set by a draining worker: finish the current step, then return with the run running."""
 
     # -- recording ------------------------------------------------------------------------
 
@@ -68,21 +71,47 @@ class Driver:
 
     async def commit(self, *events: ev.Event) -> None:
         """Append events in one transaction (the fence), then fold them in."""
-        await self.store.append(self.state.run_id, events, expected_seq=self.state.seq)
+        while True:
+            try:
+                await self.store.append(self.state.run_id, events, expected_seq=self.state.seq)
+                break
+            except ConcurrencyConflict:
+                # A canceller may have asked the run to end (RunEnding): fold that in and append
+                # after it. Any other writer means we lost the run, and the fence stands.
+                tail = await self.store.read(self.state.run_id, after_seq=self.state.seq)
+                if not tail or not all(isinstance(e, ev.RunEnding) for e in tail):
+                    raise
+                for e in tail:
+                    apply(self.state, e)
+                events = tuple(_renumbered(e, self.state.seq + i) for i, e in enumerate(events, 1))
         for e in events:
             apply(self.state, e)
 
     async def fail(self, reason: FailureReason, text: str, **error: Any) -> None:
+        if self.tools.needs_settling():
+            # Effects first (the saga), then the terminal event; a crash in between resumes it.
+            await self.commit(
+                self.event(
+                    ev.RunEnding, outcome="failed", reason=reason.value, message=text, error=error
+                )
+            )
+            await self.end()
+            return
         await self.commit(self.event(ev.RunFailed, reason=reason, message=text, error=error))
 
     # -- the loop -------------------------------------------------------------------------
 
     async def drive(self) -> RunState:
         s = self.state
+        if s.ending is not None and not s.is_terminal and s.status is not RunStatus.RUNNING:
+            await self.end()  # asked to end while nobody drove it (queued, waiting on a person)
+            return s
         await self.begin()
-        while s.status is RunStatus.RUNNING:
+        while s.status is RunStatus.RUNNING and not self.stop_requested:
             self.step_started = time.monotonic()
-            if self.deadline_passed():
+            if s.ending is not None:
+                await self.end()
+            elif self.deadline_passed():
                 await self.fail(FailureReason.TIMEOUT, "the run's deadline passed")
             elif s.pending_tool_calls:
                 await self.run_tool(s.pending_tool_calls[0])
@@ -189,37 +218,59 @@ class Driver:
             return
         await self.commit(responded)
 
-    async def run_tool(self, call: ToolCall) -> None:
-        s = self.state
-        ctx = ToolContext(run_id=s.run_id, call_id=call.id, idempotency_key=f"{s.run_id}/{call.id}")
-        try:
-            outcome = await self.within_deadline(self.gateway.call(call, ctx))
-        except DeadlinePassed:
-            await self.fail(FailureReason.TIMEOUT, f"the run's deadline passed during {call.name}")
-            return
-        await self.record_tool(call, outcome)
+    @property
+    def tools(self) -> ToolRunner:
+        """The journaled tool path (gateway + effect ledger) for this run."""
+        runner: ToolRunner | None = getattr(self, "_tool_runner", None)
+        if runner is None:
+            runner = ToolRunner(self, self.gateway)
+            self._tool_runner = runner
+        return runner
 
-    async def record_tool(self, call: ToolCall, outcome: ToolOutcome) -> None:
-        await self.commit(
-            self.event(
-                ev.ToolCompleted,
-                call_id=call.id,
-                name=call.name,
-                output=outcome.output,
-                is_error=outcome.is_error,
-                error_code=outcome.error_code,
-                duration_ms=outcome.duration_ms,
-                truncated=outcome.truncated,
+    async def run_tool(self, call: ToolCall) -> None:
+        """Take one pending tool call to its recorded result; the runner journals each step.
+
+        The per-attempt time limit already includes the run's deadline, so a call cut short by
+        the deadline settles like a timeout (a write's outcome is then reconciled, not guessed).
+        """
+        try:
+            await self.tools.run(call)
+        except ToolManifestChanged as exc:
+            # Not through fail(): settling would call tools whose contracts changed.
+            await self.commit(
+                self.event(
+                    ev.RunFailed,
+                    reason=FailureReason.TOOL_FAILED,
+                    message=exc.message,
+                    error=exc.to_dict(),
+                )
             )
-        )
-        limit = self.state.budget.max_consecutive_tool_errors
-        if self.state.consecutive_tool_errors >= limit:
+            return
+        await self.record_tool(call)
+
+    async def record_tool(self, call: ToolCall) -> None:
+        """After a call settled: end the run when tools keep failing."""
+        s = self.state
+        limit = s.budget.max_consecutive_tool_errors
+        last = s.messages[-1] if s.messages else None
+        if s.status is RunStatus.RUNNING and s.consecutive_tool_errors >= limit:
             await self.fail(
                 FailureReason.TOOL_FAILED,
-                f"{limit} tool calls in a row failed; the last: {outcome.output}",
+                f"{limit} tool calls in a row failed; the last: {last.content if last else ''}",
                 tool=call.name,
-                code=outcome.error_code,
             )
+
+    async def end(self) -> None:
+        """Finish a run that is ending: settle its effects (the saga), then end it."""
+        s = self.state
+        if not await self.tools.settle():
+            return  # a person must confirm an effect first; the run waits, still ending
+        assert s.ending is not None
+        if s.ending.outcome == "cancelled":
+            await self.commit(self.event(ev.RunCancelled, reason=s.ending.reason))
+        else:
+            reason, text, error = ending_failure(s)
+            await self.commit(self.event(ev.RunFailed, reason=reason, message=text, error=error))
 
     async def finish(self) -> None:
         s = self.state
@@ -261,3 +312,7 @@ def _with_unique_call_ids(response: ModelResponse, turn: int) -> Message:
         for i, c in enumerate(message.tool_calls)
     )
     return Message(role="assistant", content=message.content, tool_calls=calls)
+
+
+def _renumbered(event: ev.Event, seq: int) -> ev.Event:
+    return dataclasses.replace(event, seq=seq)

@@ -6,6 +6,7 @@ The CLI, the HTTP API and the web page use only this.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import time
@@ -27,9 +28,11 @@ from contextos.loop import Driver
 from contextos.messages import Usage
 from contextos.models import resolve_model
 from contextos.models.base import ModelAdapter
+from contextos.policy.decision import PolicyHook
 from contextos.runs import FailureReason, RunId, RunStatus
 from contextos.state import RunState, fold
 from contextos.store import EventStore, RunSummary, open_store
+from contextos.tools.effects import needs_settling
 from contextos.tools.gateway import Gateway
 
 
@@ -92,8 +95,11 @@ class Runtime:
         *,
         worker_id: str | None = None,
         cancel_poll_s: float = 0.5,
+        policy: PolicyHook | None = None,
     ) -> None:
         self.store: EventStore = store if isinstance(store, EventStore) else open_store(store)
+        self.policy = policy
+        """Asked before every tool dispatch; None allows every call."""
         self.worker_id = worker_id or default_worker_id()
         self.cancel_poll_s = cancel_poll_s
         self._models: dict[str, ModelAdapter] = {}
@@ -168,7 +174,8 @@ class Runtime:
         `allow_changed_agent`: a run must not silently continue under different behaviour.
         """
         state = await self.state(run_id)
-        if state.is_terminal or state.status is RunStatus.INPUT_REQUIRED:
+        waiting = state.status is RunStatus.INPUT_REQUIRED and state.ending is None
+        if state.is_terminal or waiting:
             return RunResult.from_state(state)
         if agent is None:
             if not state.agent_ref:
@@ -192,7 +199,7 @@ class Runtime:
             store=self.store,
             agent=agent,
             model=self.model_for(agent),
-            gateway=Gateway(agent.tool_list),
+            gateway=Gateway(agent.tool_list, policy=self.policy),
             state=state,
             worker_id=self.worker_id,
         )
@@ -239,18 +246,34 @@ class Runtime:
 
     # -- control --------------------------------------------------------------------------
 
-    async def cancel(self, run_id: str, *, reason: str = "", actor: str = "user") -> RunResult:
-        """End a run as cancelled; a worker driving it notices and stops."""
+    async def cancel(
+        self, run_id: str, *, reason: str = "", actor: str = "user", agent: Agent | None = None
+    ) -> RunResult:
+        """End a run as cancelled; a worker driving it notices and stops.
+
+        A run with effects to settle (calls in flight, committed reversible writes to undo) is
+        asked to end instead (`RunEnding`): its worker cancels the call in flight, resolves it,
+        runs the compensations and then records the cancellation. A run nobody drives is
+        settled here and now (with `agent`, or the agent its reference names).
+        """
         rid = RunId(run_id)
         while True:
-            summary = await self.store.get_run(rid)
-            if summary.status.is_terminal:
+            state = await self.state(rid)
+            if state.is_terminal or state.ending is not None:
                 break
-            event = ev.RunCancelled(
-                run_id=rid, seq=summary.last_seq + 1, reason=reason, actor=actor
-            )
+            event: ev.Event
+            if needs_settling(state):
+                event = ev.RunEnding(
+                    run_id=rid, seq=state.seq + 1, outcome="cancelled", reason=reason, actor=actor
+                )
+            else:
+                event = ev.RunCancelled(run_id=rid, seq=state.seq + 1, reason=reason, actor=actor)
             try:
-                await self.store.append(rid, [event], expected_seq=summary.last_seq)
+                await self.store.append(rid, [event], expected_seq=state.seq)
+                if isinstance(event, ev.RunEnding) and state.status is not RunStatus.RUNNING:
+                    with contextlib.suppress(ConfigError, AgentChanged):
+                        # without its agent it stays ending; the next resume settles it
+                        return await self.resume(rid, agent)
                 break
             except ConcurrencyConflict:
                 continue  # the worker appended meanwhile; try again on the new tail

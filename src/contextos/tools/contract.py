@@ -1,7 +1,8 @@
 """Tool contracts: what a tool is, what it may touch, and how it may be retried.
 
 A plain type-hinted function is already a valid read-only, low-risk tool; `@tool(...)` declares
-the rest. The argument schema comes from the type hints through Pydantic.
+the rest, and a `BaseTool` subclass declares the same contract as class attributes. The argument
+schema comes from the type hints through Pydantic.
 """
 
 from __future__ import annotations
@@ -70,6 +71,23 @@ class ToolContext:
     """Stable across retries and resumes of this call, for tools with effects."""
     attempt: int = 1
     """Which attempt this is."""
+    effect_id: str | None = None
+    """The ledger entry of this call, for tools whose effect is not `read`."""
+    compensates: str | None = None
+    """For a compensation call: the effect being undone."""
+    receipts: dict[str, str] = field(default_factory=dict)
+    """A tool may put receipts here (provider request id, confirmation id); they are stored
+    on the effect even when the call then fails."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolResult:
+    """A tool's return value with receipts attached (return it instead of the bare value)."""
+
+    output: Any
+    """What the model sees (rendered to text by the gateway)."""
+    receipts: dict[str, str] = field(default_factory=dict)
+    """Provider request id, confirmation id, …: stored on the effect."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,7 +111,11 @@ class Tool:
     scopes: tuple[str, ...] = ()
     """Scopes a principal needs to call it."""
     data_classification: str = "internal"
-    """Classification of its input and output data."""
+    """Classification of its input data."""
+    output_classification: str | None = None
+    """Classification of its output data, when it differs from the input's."""
+    source: str = "local"
+    """Where the capability comes from: `local`, or `mcp:<server>` for MCP tools."""
     output_schema: dict[str, Any] | None = None
     """JSON schema of the result, when declared by the return type."""
     timeout_s: float = 30.0
@@ -101,9 +123,15 @@ class Tool:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     """When failed calls may be retried."""
     idempotency_arg: str | None = None
-    """Argument that carries the idempotency key to the provider, if the tool takes one."""
+    """Argument filled with the idempotency key by the runtime (hidden from the model)."""
+    idempotent: bool = False
+    """Calls with the same idempotency key take effect at most once (the provider honours the
+    key), so re-sending one whose outcome is unknown is safe."""
     reconcile: Callable[[str], Any] | None = None
-    """Looks up what happened to a call by its idempotency key, after a crash."""
+    """`reconcile(idempotency_key)` (sync or async) looks up what happened to a call: None when
+    it never took effect, else its result (a ToolResult to add receipts)."""
+    verify: bool = False
+    """After a commit, confirm it through `reconcile` (committed -> verified)."""
     compensation: str | None = None
     """Name of the tool that undoes a committed call (saga)."""
     approval_policy: str | None = None
@@ -145,13 +173,27 @@ class Tool:
                 "unsafe_on": [e.__name__ for e in self.retry.unsafe_on],
             },
             "idempotency_arg": self.idempotency_arg,
+            "idempotent": self.idempotent,
             "reconcile": self.reconcile is not None,
+            "verify": self.verify,
+            "output_classification": self.output_classification,
+            "source": self.source,
+            "redact_fields": list(self.redact_fields),
             "compensation": self.compensation,
             "approval_policy": self.approval_policy,
         }
 
     def contract_hash(self) -> str:
         return _hash(self.contract())
+
+    @property
+    def has_effect(self) -> bool:
+        """True for every tool whose calls go through the effect ledger."""
+        return self.effect is not Effect.READ
+
+    def redacted(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Arguments as they may be written to logs and traces."""
+        return {k: "[redacted]" if k in self.redact_fields else v for k, v in arguments.items()}
 
 
 def _hash(data: Any) -> str:
@@ -181,11 +223,14 @@ def tool(
     timeout_s: float = 30.0,
     retry: RetryPolicy | None = None,
     idempotency_arg: str | None = None,
+    idempotent: bool = False,
     reconcile: Callable[[str], Any] | None = None,
+    verify: bool = False,
     compensation: str | None = None,
     approval_policy: str | None = None,
     redact_fields: tuple[str, ...] = (),
     owner: str | None = None,
+    output_classification: str | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -203,16 +248,19 @@ def tool(
     timeout_s: float = 30.0,
     retry: RetryPolicy | None = None,
     idempotency_arg: str | None = None,
+    idempotent: bool = False,
     reconcile: Callable[[str], Any] | None = None,
+    verify: bool = False,
     compensation: str | None = None,
     approval_policy: str | None = None,
     redact_fields: tuple[str, ...] = (),
     owner: str | None = None,
+    output_classification: str | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Declare a tool: `@tool` on a typed function, or `@tool(effect="write", ...)`."""
 
     def build(f: Callable[..., Any]) -> Tool:
-        args_model, context_param = _args_model(f)
+        args_model, context_param = _args_model(f, hidden=idempotency_arg)
         return Tool(
             name=name or f.__name__,
             description=description or inspect.getdoc(f) or f.__name__,
@@ -227,7 +275,10 @@ def tool(
             timeout_s=timeout_s,
             retry=retry or RetryPolicy(),
             idempotency_arg=idempotency_arg,
+            idempotent=idempotent,
             reconcile=reconcile,
+            verify=verify,
+            output_classification=output_classification,
             compensation=compensation,
             approval_policy=approval_policy,
             redact_fields=tuple(redact_fields),
@@ -238,12 +289,77 @@ def tool(
     return build(fn) if fn is not None else build
 
 
-def as_tool(obj: Tool | Callable[..., Any]) -> Tool:
-    """A Tool as is, or a plain function turned into a read-only one."""
-    return obj if isinstance(obj, Tool) else tool(obj)
+class BaseTool:
+    """The class form of a contract: subclass, set attributes, implement `run`.
+
+    `run` takes typed keyword arguments like a `@tool` function (sync or async, optionally a
+    ToolContext parameter); define `reconcile(self, idempotency_key)` to let the runtime look up
+    a call whose outcome is unknown. Instances are turned into `Tool`s wherever tools are taken.
+    """
+
+    name: str = ""
+    description: str = ""
+    version: str = "1"
+    effect: Effect | str = Effect.READ
+    risk: Risk | str = Risk.LOW
+    scopes: tuple[str, ...] = ()
+    data_classification: str = "internal"
+    output_classification: str | None = None
+    timeout_s: float = 30.0
+    retry: RetryPolicy | None = None
+    idempotency_arg: str | None = None
+    idempotent: bool = False
+    verify: bool = False
+    compensation: str | None = None
+    approval_policy: str | None = None
+    redact_fields: tuple[str, ...] = ()
+    owner: str | None = None
+
+    run: Callable[..., Any]
+
+    def to_tool(self) -> Tool:
+        cls = type(self)
+        reconcile = getattr(self, "reconcile", None)
+        return tool(
+            name=self.name or _snake(cls.__name__),
+            description=self.description or inspect.getdoc(cls) or cls.__name__,
+            version=self.version,
+            effect=self.effect,
+            risk=self.risk,
+            scopes=tuple(self.scopes),
+            data_classification=self.data_classification,
+            output_classification=self.output_classification,
+            timeout_s=self.timeout_s,
+            retry=self.retry,
+            idempotency_arg=self.idempotency_arg,
+            idempotent=self.idempotent,
+            reconcile=reconcile if callable(reconcile) else None,
+            verify=self.verify,
+            compensation=self.compensation,
+            approval_policy=self.approval_policy,
+            redact_fields=tuple(self.redact_fields),
+            owner=self.owner,
+        )(self.run)
 
 
-def _args_model(f: Callable[..., Any]) -> tuple[type[BaseModel], str | None]:
+def _snake(name: str) -> str:
+    return "".join(f"_{c.lower()}" if c.isupper() and i else c.lower() for i, c in enumerate(name))
+
+
+def as_tool(obj: Tool | BaseTool | type[BaseTool] | Callable[..., Any]) -> Tool:
+    """A Tool as is, a BaseTool (instance or class) built, a plain function made read-only."""
+    if isinstance(obj, Tool):
+        return obj
+    if isinstance(obj, type) and issubclass(obj, BaseTool):
+        return obj().to_tool()
+    if isinstance(obj, BaseTool):
+        return obj.to_tool()
+    return tool(obj)
+
+
+def _args_model(
+    f: Callable[..., Any], *, hidden: str | None = None
+) -> tuple[type[BaseModel], str | None]:
     hints = get_type_hints(f)
     fields: dict[str, Any] = {}
     context_param = None
@@ -252,11 +368,13 @@ def _args_model(f: Callable[..., Any]) -> tuple[type[BaseModel], str | None]:
         if annotation is ToolContext:
             context_param = pname
             continue
+        if pname == hidden:
+            continue  # the runtime fills it with the idempotency key; the model never sees it
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise TypeError(f"tool {f.__name__}: *args and **kwargs cannot be described to a model")
         default = ... if param.default is inspect.Parameter.empty else param.default
         fields[pname] = (annotation, default)
-    model = create_model(  # type: ignore[call-overload]
+    model = create_model(  # type: ignore[call-overload,unused-ignore]
         f"{f.__name__}_args",
         __config__=ConfigDict(extra="forbid"),
         **fields,

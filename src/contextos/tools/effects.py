@@ -1,0 +1,875 @@
+"""The effect ledger in motion: every tool call of a run, journaled step by step.
+
+`ToolRunner` takes a pending tool call from the folded state to a recorded result. For a tool
+whose effect is not `read` it first writes the effect's proposal, validation and policy decision,
+then `dispatched` in a commit of its own, and only then calls the tool; so after a crash the log
+tells exactly which calls may have happened without their outcome being known. Those are never
+re-run blindly: they are reconciled through the tool, re-sent with the same idempotency key when
+the contract says that is safe, or put to a person as an interrupt.
+
+When a run fails or is cancelled after committed reversible writes, `settle` runs the declared
+compensations (the saga) before the terminal event is written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from contextos import events as ev
+from contextos.errors import ToolManifestChanged, ToolOutcomeUnknown
+from contextos.ledger import Effect, EffectState
+from contextos.messages import ToolCall
+from contextos.policy.decision import Decision, PolicyDecision
+from contextos.runs import FailureReason
+from contextos.state import RunState
+from contextos.store.base import EventStore
+from contextos.tools.contract import Effect as EffectKind
+from contextos.tools.contract import Tool, ToolContext
+from contextos.tools.gateway import Gateway, ToolOutcome, error_outcome, refusal_outcome
+
+T = TypeVar("T")
+
+MAX_DISPATCHES = 5
+"""An idempotent call whose outcome stays unknown is sent at most this many times in all;
+after that a person decides."""
+
+CANCEL_POLL_S = 0.25
+"""How often an in-flight tool call checks whether its run is being ended."""
+
+EXTERNAL_CONFIRMATION = "external_confirmation_required"
+
+
+class Journal(Protocol):
+    """What the runner needs from the loop driver: the folded state and a fenced commit."""
+
+    state: RunState
+    store: EventStore
+
+    def event(self, cls: type[Any], offset: int = 1, **fields: Any) -> Any: ...
+
+    async def commit(self, *events: ev.Event) -> None: ...
+
+
+def idempotency_key(run_id: str, call_id: str) -> str:
+    return f"{run_id}/{call_id}"
+
+
+def effect_id_for(key: str) -> str:
+    """Effect ids are derived from the idempotency key: unique across runs, stable on resume."""
+    return "eff_" + hashlib.sha256(key.encode()).hexdigest()[:24]
+
+
+class _Ending(Exception):
+    """Internal: the run is being ended (RunEnding arrived) while a tool was in flight."""
+
+
+@dataclass(slots=True)
+class _Batch:
+    """Events to append in one transaction, numbered as they are added."""
+
+    journal: Journal
+    events: list[ev.Event]
+
+    def add(self, cls: type[Any], **fields: Any) -> None:
+        self.events.append(self.journal.event(cls, offset=len(self.events) + 1, **fields))
+
+    async def commit(self) -> None:
+        if self.events:
+            await self.journal.commit(*self.events)
+            self.events = []
+
+
+class ToolRunner:
+    """Runs tool calls of one run through the gateway, journaling every step."""
+
+    def __init__(self, journal: Journal, gateway: Gateway) -> None:
+        self.j = journal
+        self.gw = gateway
+
+    @property
+    def state(self) -> RunState:
+        return self.j.state
+
+    def batch(self) -> _Batch:
+        return _Batch(self.j, [])
+
+    # -- entry points ---------------------------------------------------------------------
+
+    def check_manifest(self) -> None:
+        """Refuse to call tools whose contracts differ from those the run started with."""
+        recorded = self.state.tool_manifest_hash
+        if recorded and recorded != self.gw.manifest_hash:
+            raise ToolManifestChanged(
+                f"the run's tools changed while it was in flight: it started with tool manifest "
+                f"{recorded[:12]}, this process has {self.gw.manifest_hash[:12]}; the run will "
+                "not call a capability other than the one it was started with",
+                run_id=self.state.run_id,
+                recorded=recorded,
+                current=self.gw.manifest_hash,
+            )
+        for effect in self.state.effects.values():
+            tool = self.gw.tools.get(effect.tool)
+            changed = tool is not None and tool.contract_hash() != effect.contract_hash
+            if effect.state.in_flight and changed:
+                raise ToolManifestChanged(
+                    f"tool {effect.tool} changed since effect {effect.effect_id} was dispatched",
+                    run_id=self.state.run_id,
+                    tool=effect.tool,
+                )
+
+    async def run(self, call: ToolCall) -> None:
+        """Take one pending call to its recorded result (or to an interrupt)."""
+        self.check_manifest()
+        effect_id = self.state.effect_by_call.get(call.id)
+        if effect_id is not None:
+            await self._continue(call, self.state.effects[effect_id])
+            return
+        parsed = self.gw.parse(call)
+        if isinstance(parsed, ToolOutcome):
+            await self._complete(call, parsed)
+            return
+        tool, args = parsed
+        if tool.has_effect:
+            await self._propose(call, tool, args)
+            await self._continue(call, self.state.effects[self.state.effect_by_call[call.id]])
+        else:
+            await self._run_read(call, tool, args)
+
+    # -- read tools -----------------------------------------------------------------------
+
+    async def _run_read(self, call: ToolCall, tool: Tool, args: BaseModel) -> None:
+        decided = self.state.policy_by_call.get(call.id)
+        if decided is None and self.gw.policy is not None:
+            decision = await self.gw.decide(self.gw.propose(self.state.run_id, call, tool, args))
+            b = self.batch()
+            b.add(ev.PolicyDecided, **_decision_fields(call, tool, decision, None))
+            await b.commit()
+            decided = self.state.policy_by_call[call.id]
+        if decided is not None and decided.decision in (Decision.DENY, Decision.REQUIRE_APPROVAL):
+            if decided.decision == Decision.REQUIRE_APPROVAL:
+                await self.approval_required(call, tool, None, decided)
+            else:
+                await self._complete(call, refusal_outcome(tool.name, _as_decision(decided)))
+            return
+        attempt = 1
+        while True:
+            ctx = self._context(call, None, attempt)
+            started = _now()
+            try:
+                result = await self._attempt(tool, args, ctx)
+            except TimeoutError as exc:
+                if await self._retry_after(call, tool, None, attempt, exc):
+                    attempt += 1
+                    continue
+                await self._complete(
+                    call,
+                    error_outcome(
+                        "tool_timeout",
+                        f"{tool.name} did not finish within its time limit ({tool.timeout_s:g}s).",
+                    ),
+                )
+                return
+            except Exception as exc:
+                if await self._retry_after(call, tool, None, attempt, exc):
+                    attempt += 1
+                    continue
+                await self._complete(call, _tool_error(tool, exc))
+                return
+            r = self.gw.render(result)
+            await self._complete(
+                call,
+                ToolOutcome(
+                    output=r.text,
+                    truncated=r.truncated,
+                    receipts={**ctx.receipts, **r.receipts},
+                    duration_ms=_ms_since(started),
+                ),
+            )
+            return
+
+    # -- tools with effects ---------------------------------------------------------------
+
+    async def _propose(self, call: ToolCall, tool: Tool, args: BaseModel) -> None:
+        run_id = self.state.run_id
+        key = idempotency_key(run_id, call.id)
+        eid = effect_id_for(key)
+        decision = await self.gw.decide(self.gw.propose(run_id, call, tool, args))
+        b = self.batch()
+        b.add(
+            ev.EffectProposed,
+            effect_id=eid,
+            call_id=call.id,
+            tool=tool.name,
+            kind=tool.effect.value,
+            idempotency_key=key,
+            contract_hash=tool.contract_hash(),
+            arguments=tool.redacted(args.model_dump(mode="json")),
+            compensation=tool.compensation,
+        )
+        b.add(ev.EffectChanged, effect_id=eid, state=EffectState.VALIDATED)
+        b.add(ev.PolicyDecided, **_decision_fields(call, tool, decision, eid))
+        if decision.decision in (Decision.ALLOW, Decision.CONSTRAIN):
+            b.add(ev.EffectChanged, effect_id=eid, state=EffectState.AUTHORISED)
+        await b.commit()
+
+    async def _continue(self, call: ToolCall, effect: Effect) -> None:
+        """Carry an effect on from whatever state the log left it in."""
+        tool = self.gw.tools.get(effect.tool)
+        state = effect.state
+        if state.is_final or state in (EffectState.COMPENSATING,):
+            await self._complete_from_effect(call, effect)
+            return
+        if tool is None:  # cannot happen while the manifest check holds; be explicit anyway
+            raise ToolManifestChanged(f"tool {effect.tool} is no longer available")
+        parsed = self.gw.parse(call)
+        if isinstance(parsed, ToolOutcome):
+            raise ToolManifestChanged(
+                f"the recorded arguments of {call.id} no longer validate against {tool.name}: "
+                f"{parsed.output}"
+            )
+        _, args = parsed
+        if state is EffectState.VALIDATED:
+            decided = self.state.policy_by_call[call.id]
+            if decided.decision == Decision.DENY:
+                await self._settle_refused(call, tool, effect, decided)
+            else:
+                await self.approval_required(call, tool, effect, decided)
+            return
+        if state is EffectState.AUTHORISED:
+            await self._dispatch(call, tool, args, effect)
+            return
+        if state is EffectState.DISPATCHED:
+            # Recorded as dispatched, never settled: the worker stopped mid-call.
+            b = self.batch()
+            b.add(
+                ev.EffectChanged,
+                effect_id=effect.effect_id,
+                state=EffectState.OUTCOME_UNKNOWN,
+                error_code="outcome_unknown",
+                note="the worker stopped after dispatching the call and before its outcome "
+                "was recorded",
+            )
+            await b.commit()
+        await self._resolve(call, tool, args, effect)
+
+    async def _settle_refused(
+        self, call: ToolCall, tool: Tool, effect: Effect, decided: ev.PolicyDecided
+    ) -> None:
+        outcome = refusal_outcome(tool.name, _as_decision(decided))
+        b = self.batch()
+        b.add(
+            ev.EffectChanged,
+            effect_id=effect.effect_id,
+            state=EffectState.DENIED,
+            output=outcome.output,
+            error_code=outcome.error_code,
+            note="; ".join(decided.reasons),
+        )
+        self._add_completed(b, call, outcome, effect.effect_id)
+        await b.commit()
+
+    async def approval_required(
+        self, call: ToolCall, tool: Tool, effect: Effect | None, decided: ev.PolicyDecided
+    ) -> None:
+        """The seam where human approval plugs in.
+
+        Policy asked for a person's approval. Until approvals exist this ends the call with a
+        clear `approval_required` error (the call is not made); the approvals module replaces
+        this method with one that raises an `approval_required` interrupt and, once approved,
+        moves the effect to `authorised` and dispatches it.
+        """
+        if effect is None:
+            await self._complete(call, refusal_outcome(tool.name, _as_decision(decided)))
+        else:
+            await self._settle_refused(call, tool, effect, decided)
+
+    async def _dispatch(self, call: ToolCall, tool: Tool, args: BaseModel, effect: Effect) -> None:
+        """Send the call (again, with the same key), each attempt recorded before it is made."""
+        eid = effect.effect_id
+        while True:
+            if self.state.ending is not None:
+                await self._abandon(effect, "the run is ending; the call was not sent")
+                return
+            attempt = effect.attempts + 1
+            b = self.batch()
+            b.add(ev.EffectChanged, effect_id=eid, state=EffectState.DISPATCHED, attempt=attempt)
+            await b.commit()  # durable before the tool is called: a crash after it is detectable
+            ctx = self._context(call, effect, attempt)
+            started = _now()
+            try:
+                result = await self._attempt(tool, args, ctx)
+            except (TimeoutError, ToolOutcomeUnknown, _Ending) as exc:
+                b = self.batch()
+                b.add(
+                    ev.EffectChanged,
+                    effect_id=eid,
+                    state=EffectState.OUTCOME_UNKNOWN,
+                    receipts=dict(ctx.receipts),
+                    error_code="outcome_unknown",
+                    note=_unknown_note(tool, exc),
+                )
+                await b.commit()
+                await self._resolve(call, tool, args, effect)
+                return
+            except Exception as exc:
+                if await self._retry_after(call, tool, effect, attempt, exc):
+                    continue
+                outcome = _tool_error(tool, exc)
+                b = self.batch()
+                b.add(
+                    ev.EffectChanged,
+                    effect_id=eid,
+                    state=EffectState.FAILED,
+                    receipts=dict(ctx.receipts),
+                    output=outcome.output,
+                    error_code=outcome.error_code,
+                    note=f"{type(exc).__name__} is not declared safe to retry",
+                )
+                self._add_completed(b, call, outcome, eid)
+                await b.commit()
+                return
+            r = self.gw.render(result)
+            outcome = ToolOutcome(
+                output=r.text,
+                truncated=r.truncated,
+                receipts={**ctx.receipts, **r.receipts},
+                duration_ms=_ms_since(started),
+            )
+            await self._commit_effect(call, tool, effect, outcome)
+            return
+
+    async def _commit_effect(
+        self,
+        call: ToolCall | None,
+        tool: Tool,
+        effect: Effect,
+        outcome: ToolOutcome,
+        note: str = "",
+    ) -> None:
+        b = self.batch()
+        b.add(
+            ev.EffectChanged,
+            effect_id=effect.effect_id,
+            state=EffectState.COMMITTED,
+            receipts=outcome.receipts,
+            output=outcome.output,
+            note=note,
+        )
+        if tool.verify and tool.reconcile is not None:
+            await b.commit()
+            try:
+                found = await self.gw.reconcile(tool, effect.idempotency_key)
+            except Exception as exc:
+                found, why = None, f"verification could not run: {type(exc).__name__}: {exc}"
+            else:
+                why = "verification found no record of the call"
+            if found is not None:
+                b.add(
+                    ev.EffectChanged,
+                    effect_id=effect.effect_id,
+                    state=EffectState.VERIFIED,
+                    receipts=self.gw.render(found).receipts,
+                    note="confirmed through reconcile",
+                )
+            else:
+                outcome = ToolOutcome(
+                    output=f"{outcome.output}\n[warning: {why}]", receipts=outcome.receipts
+                )
+        if call is not None:
+            self._add_completed(b, call, outcome, effect.effect_id)
+        await b.commit()
+
+    async def _resolve(
+        self, call: ToolCall | None, tool: Tool, args: BaseModel | None, effect: Effect
+    ) -> bool:
+        """Settle an effect whose outcome is unknown; never a blind re-run.
+
+        Returns True when it settled, False when a person has to confirm (the run now waits).
+        """
+        eid = effect.effect_id
+        if tool.reconcile is not None:
+            b = self.batch()
+            b.add(ev.EffectChanged, effect_id=eid, state=EffectState.RECONCILING)
+            await b.commit()
+            try:
+                found = await self.gw.reconcile(tool, effect.idempotency_key)
+            except Exception as exc:
+                b.add(
+                    ev.EffectChanged,
+                    effect_id=eid,
+                    state=EffectState.OUTCOME_UNKNOWN,
+                    error_code="reconcile_failed",
+                    note=f"reconcile failed: {type(exc).__name__}: {exc}",
+                )
+                await b.commit()
+            else:
+                if found is None:
+                    outcome = error_outcome(
+                        "not_committed",
+                        f"The call to {tool.name} did not take effect (checked with the provider "
+                        f"by its idempotency key). Nothing was done; call it again if needed.",
+                    )
+                    b.add(
+                        ev.EffectChanged,
+                        effect_id=eid,
+                        state=EffectState.FAILED,
+                        output=outcome.output,
+                        error_code=outcome.error_code,
+                        note="reconcile: the provider has no record of the call",
+                    )
+                    if call is not None:
+                        self._add_completed(b, call, outcome, eid)
+                    await b.commit()
+                    return True
+                r = self.gw.render(found)
+                await self._commit_effect(
+                    call,
+                    tool,
+                    effect,
+                    ToolOutcome(output=r.text, truncated=r.truncated, receipts=r.receipts),
+                    note="reconcile: the provider has the call",
+                )
+                return True
+        elif (
+            tool.idempotent
+            and args is not None
+            and call is not None
+            and effect.attempts < MAX_DISPATCHES
+            and self.state.ending is None
+        ):
+            await self._dispatch(call, tool, args, effect)
+            return True
+        await self._ask_person(effect, tool)
+        return False
+
+    async def _ask_person(self, effect: Effect, tool: Tool) -> None:
+        """Nothing can tell what happened: a person confirms (the run waits, holding nothing)."""
+        if any(i.effect_id == effect.effect_id for i in self.state.pending_interrupts.values()):
+            return  # already asked; still waiting for the answer
+        raised = len(self.state.pending_interrupts)
+        b = self.batch()
+        b.add(
+            ev.InterruptRaised,
+            interrupt_id=f"int_{effect.effect_id}_{raised + len(effect.history)}",
+            kind=EXTERNAL_CONFIRMATION,
+            call_id=effect.call_id,
+            effect_id=effect.effect_id,
+            payload={
+                "question": f"Did the call to {tool.name} take effect? The runtime cannot tell: "
+                "it has no way to look the call up and re-sending it is not declared safe.",
+                "tool": tool.name,
+                "effect_kind": effect.kind,
+                "arguments": effect.arguments,
+                "idempotency_key": effect.idempotency_key,
+                "attempts": effect.attempts,
+                "receipts": dict(effect.receipts),
+                "answers": ["committed", "failed"],
+            },
+        )
+        await b.commit()
+
+    async def _abandon(self, effect: Effect, why: str) -> None:
+        b = self.batch()
+        b.add(
+            ev.EffectChanged,
+            effect_id=effect.effect_id,
+            state=EffectState.FAILED,
+            error_code="not_sent",
+            output=why,
+            note=why,
+        )
+        await b.commit()
+
+    # -- the saga -------------------------------------------------------------------------
+
+    def needs_settling(self) -> bool:
+        """True when ending the run must first resolve or compensate some effect."""
+        return any(_needs_settling(e) for e in self.state.effects.values())
+
+    async def settle(self) -> bool:
+        """Resolve unsettled effects and compensate committed reversible writes.
+
+        Returns False when a person must confirm an effect first (the run waits).
+        """
+        for effect in list(self.state.effects.values()):
+            if effect.compensates is not None:
+                continue
+            if effect.state in (
+                EffectState.VALIDATED,
+                EffectState.AUTHORISED,
+                EffectState.PROPOSED,
+            ):
+                await self._abandon(effect, "the run ended before the call was sent")
+            elif effect.state.in_flight:
+                tool = self.gw.tools.get(effect.tool)
+                if tool is None:
+                    return False
+                if effect.state is EffectState.DISPATCHED:
+                    b = self.batch()
+                    b.add(
+                        ev.EffectChanged,
+                        effect_id=effect.effect_id,
+                        state=EffectState.OUTCOME_UNKNOWN,
+                        error_code="outcome_unknown",
+                        note="the run is ending with this call in flight",
+                    )
+                    await b.commit()
+                if not await self._resolve(None, tool, None, effect):
+                    return False
+        for effect in reversed(list(self.state.effects.values())):
+            pending = _compensable(effect) or effect.state is EffectState.COMPENSATING
+            if pending and not await self._compensate(effect):
+                return False
+        return True
+
+    async def _compensate(self, original: Effect) -> bool:
+        comp_tool = self.gw.tools.get(original.compensation or "")
+        if comp_tool is None:
+            return True  # checked at gateway construction; nothing declared, nothing to do
+        key = f"{original.idempotency_key}/compensate"
+        cid = effect_id_for(key)
+        call = ToolCall(
+            id=f"{original.call_id}:compensate",
+            name=comp_tool.name,
+            arguments=json.dumps(self._compensation_arguments(original, comp_tool)),
+        )
+        if original.state is not EffectState.COMPENSATING:
+            b = self.batch()
+            b.add(
+                ev.EffectChanged,
+                effect_id=original.effect_id,
+                state=EffectState.COMPENSATING,
+                note=f"undoing through {comp_tool.name}",
+            )
+            b.add(
+                ev.EffectProposed,
+                effect_id=cid,
+                call_id=call.id,
+                tool=comp_tool.name,
+                kind=comp_tool.effect.value,
+                idempotency_key=key,
+                contract_hash=comp_tool.contract_hash(),
+                arguments=comp_tool.redacted(json.loads(call.arguments)),
+                compensates=original.effect_id,
+            )
+            b.add(ev.EffectChanged, effect_id=cid, state=EffectState.VALIDATED)
+            b.add(
+                ev.EffectChanged,
+                effect_id=cid,
+                state=EffectState.AUTHORISED,
+                note="authorised by the effect it compensates",
+            )
+            await b.commit()
+        comp = self.state.effects[cid]
+        if not comp.state.is_final:
+            parsed = comp_tool.args_model.model_validate_json(call.arguments)
+            if comp.state is EffectState.AUTHORISED:
+                await self._send_compensation(call, comp_tool, parsed, comp)
+            else:
+                if comp.state is EffectState.DISPATCHED:
+                    b = self.batch()
+                    b.add(
+                        ev.EffectChanged,
+                        effect_id=cid,
+                        state=EffectState.OUTCOME_UNKNOWN,
+                        error_code="outcome_unknown",
+                        note="the worker stopped during the compensation",
+                    )
+                    await b.commit()
+                if comp_tool.reconcile is None and comp_tool.idempotent:
+                    await self._send_compensation(call, comp_tool, parsed, comp)
+                elif not await self._resolve(None, comp_tool, parsed, comp):
+                    return False
+        comp = self.state.effects[cid]
+        b = self.batch()
+        if comp.state.took_effect:
+            b.add(
+                ev.EffectChanged,
+                effect_id=original.effect_id,
+                state=EffectState.COMPENSATED,
+                receipts={f"compensation_{k}": v for k, v in comp.receipts.items()},
+                note=f"undone by {comp_tool.name} ({cid})",
+            )
+        else:
+            b.add(
+                ev.EffectChanged,
+                effect_id=original.effect_id,
+                state=EffectState.FAILED,
+                error_code="compensation_failed",
+                note=f"{comp_tool.name} did not undo it: {comp.output or comp.error_code}",
+            )
+        await b.commit()
+        return True
+
+    async def _send_compensation(
+        self, call: ToolCall, tool: Tool, args: BaseModel, comp: Effect
+    ) -> None:
+        attempt_budget = max(tool.retry.attempts, 1) + (MAX_DISPATCHES if tool.idempotent else 0)
+        while comp.attempts < attempt_budget:
+            attempt = comp.attempts + 1
+            b = self.batch()
+            b.add(
+                ev.EffectChanged,
+                effect_id=comp.effect_id,
+                state=EffectState.DISPATCHED,
+                attempt=attempt,
+            )
+            await b.commit()
+            ctx = self._context(call, comp, attempt)
+            try:
+                result = await self.gw.dispatch(tool, args, ctx)
+            except Exception as exc:
+                safe = tool.retry.allows(exc, attempt) or (
+                    tool.idempotent and isinstance(exc, (TimeoutError, ToolOutcomeUnknown))
+                )
+                b.add(
+                    ev.ToolAttemptFailed,
+                    call_id=call.id,
+                    tool=tool.name,
+                    attempt=attempt,
+                    error_type=type(exc).__name__,
+                    error=str(exc),
+                    will_retry=safe,
+                    effect_id=comp.effect_id,
+                )
+                if safe and comp.attempts < attempt_budget:
+                    await b.commit()
+                    continue
+                unknown = isinstance(exc, (TimeoutError, ToolOutcomeUnknown))
+                b.add(
+                    ev.EffectChanged,
+                    effect_id=comp.effect_id,
+                    state=EffectState.OUTCOME_UNKNOWN if unknown else EffectState.FAILED,
+                    receipts=dict(ctx.receipts),
+                    error_code=type(exc).__name__,
+                    output=f"{type(exc).__name__}: {exc}",
+                )
+                await b.commit()
+                if unknown:
+                    await self._resolve(None, tool, None, comp)
+                return
+            r = self.gw.render(result)
+            await self._commit_effect(
+                None,
+                tool,
+                comp,
+                ToolOutcome(output=r.text, receipts={**ctx.receipts, **r.receipts}),
+            )
+            return
+
+    def _compensation_arguments(self, original: Effect, comp_tool: Tool) -> dict[str, Any]:
+        """The original call's arguments and receipts, by the compensation's parameter names."""
+        arguments: dict[str, Any] = {}
+        call = _find_call(self.state, original.call_id)
+        if call is not None:
+            try:
+                arguments = json.loads(call.arguments) or {}
+            except ValueError:
+                arguments = {}
+        pool = {**arguments, **original.receipts}
+        return {k: v for k, v in pool.items() if k in comp_tool.args_model.model_fields}
+
+    # -- shared steps ---------------------------------------------------------------------
+
+    def _context(self, call: ToolCall, effect: Effect | None, attempt: int) -> ToolContext:
+        return ToolContext(
+            run_id=self.state.run_id,
+            call_id=call.id,
+            idempotency_key=(
+                effect.idempotency_key if effect else idempotency_key(self.state.run_id, call.id)
+            ),
+            attempt=attempt,
+            effect_id=effect.effect_id if effect else None,
+            compensates=effect.compensates if effect else None,
+        )
+
+    async def _attempt(self, tool: Tool, args: BaseModel, ctx: ToolContext) -> Any:
+        """One dispatch, cut short if the run is being ended meanwhile."""
+        deadline = self.state.deadline_at
+        remaining = (deadline - _now()).total_seconds() if deadline is not None else None
+        work = asyncio.ensure_future(self.gw.dispatch(tool, args, ctx, timeout_s=remaining))
+        return await self._watched(work)
+
+    async def _watched(self, work: asyncio.Future[T]) -> T:
+        """Await `work`, cancelling it when another process starts ending the run."""
+        try:
+            while True:
+                done, _ = await asyncio.wait({work}, timeout=CANCEL_POLL_S)
+                if done:
+                    return work.result()
+                if await self._ending_requested():
+                    work.cancel()
+                    await asyncio.gather(work, return_exceptions=True)
+                    raise _Ending("the run is being ended; the call was cancelled in flight")
+        finally:
+            if not work.done():
+                work.cancel()
+
+    async def _ending_requested(self) -> bool:
+        s = self.state
+        summary = await self.j.store.get_run(s.run_id)
+        if summary.last_seq <= s.seq:
+            return False
+        tail = await self.j.store.read(s.run_id, after_seq=s.seq)
+        return any(isinstance(e, ev.RunEnding) for e in tail)
+
+    async def _retry_after(
+        self,
+        call: ToolCall,
+        tool: Tool,
+        effect: Effect | None,
+        attempt: int,
+        exc: BaseException,
+    ) -> bool:
+        """Record a failed attempt; wait and return True when the contract allows another."""
+        again = tool.retry.allows(exc, attempt)
+        delay = tool.retry.delay(attempt) if again else 0.0
+        b = self.batch()
+        b.add(
+            ev.ToolAttemptFailed,
+            call_id=call.id,
+            tool=tool.name,
+            attempt=attempt,
+            error_type=type(exc).__name__,
+            error=str(exc) or type(exc).__name__,
+            will_retry=again,
+            delay_s=delay,
+            effect_id=effect.effect_id if effect else None,
+        )
+        await b.commit()
+        if again:
+            await asyncio.sleep(delay)
+        return again
+
+    async def _complete(self, call: ToolCall, outcome: ToolOutcome) -> None:
+        b = self.batch()
+        self._add_completed(b, call, outcome, None)
+        await b.commit()
+
+    async def _complete_from_effect(self, call: ToolCall, effect: Effect) -> None:
+        """The effect settled (maybe by a person's answer) but the model was not told yet."""
+        ok = effect.state.took_effect or effect.state is EffectState.COMPENSATING
+        outcome = ToolOutcome(
+            output=effect.output or (f"{effect.tool} " + ("done" if ok else "did not happen")),
+            is_error=not ok,
+            error_code=None if ok else (effect.error_code or "not_committed"),
+            receipts=dict(effect.receipts),
+        )
+        b = self.batch()
+        self._add_completed(b, call, outcome, effect.effect_id)
+        await b.commit()
+
+    def _add_completed(
+        self, b: _Batch, call: ToolCall, outcome: ToolOutcome, effect_id: str | None
+    ) -> None:
+        b.add(
+            ev.ToolCompleted,
+            call_id=call.id,
+            name=call.name,
+            output=outcome.output,
+            is_error=outcome.is_error,
+            error_code=outcome.error_code,
+            duration_ms=outcome.duration_ms,
+            truncated=outcome.truncated,
+            untrusted=outcome.untrusted,
+            effect_id=effect_id,
+        )
+
+
+def ending_failure(state: RunState) -> tuple[FailureReason, str, dict[str, Any]]:
+    """The failure a RunEnding(outcome=failed) announced."""
+    ending = state.ending
+    assert ending is not None
+    try:
+        reason = FailureReason(ending.reason)
+    except ValueError:
+        reason = FailureReason.TOOL_FAILED
+    return reason, ending.message, dict(ending.error)
+
+
+def _needs_settling(effect: Effect) -> bool:
+    if effect.compensates is not None:
+        return not effect.state.is_final
+    return (
+        effect.state in (EffectState.PROPOSED, EffectState.VALIDATED, EffectState.AUTHORISED)
+        or effect.state.in_flight
+        or effect.state is EffectState.COMPENSATING
+        or _compensable(effect)
+    )
+
+
+def _compensable(effect: Effect) -> bool:
+    return (
+        effect.state.took_effect
+        and effect.compensation is not None
+        and effect.kind == EffectKind.REVERSIBLE_WRITE.value
+    )
+
+
+def needs_settling(state: RunState) -> bool:
+    """For a canceller: must this run settle effects before it can end?"""
+    return any(_needs_settling(e) for e in state.effects.values())
+
+
+def _find_call(state: RunState, call_id: str) -> ToolCall | None:
+    for message in reversed(state.messages):
+        for c in message.tool_calls:
+            if c.id == call_id:
+                return c
+    return None
+
+
+def _decision_fields(
+    call: ToolCall, tool: Tool, decision: PolicyDecision, effect_id: str | None
+) -> dict[str, Any]:
+    return {
+        "call_id": call.id,
+        "tool": tool.name,
+        "decision": decision.decision.value,
+        "rule_ids": tuple(decision.rule_ids),
+        "reasons": tuple(decision.reasons),
+        "constraints": dict(decision.constraints),
+        "approver_role": decision.approver_role,
+        "snapshot_hash": decision.snapshot_hash,
+        "absolute": decision.absolute,
+        "effect_id": effect_id,
+    }
+
+
+def _as_decision(d: ev.PolicyDecided) -> PolicyDecision:
+    return PolicyDecision(
+        decision=Decision(d.decision),
+        rule_ids=d.rule_ids,
+        reasons=d.reasons,
+        constraints=dict(d.constraints),
+        approver_role=d.approver_role,
+        snapshot_hash=d.snapshot_hash,
+        absolute=d.absolute,
+    )
+
+
+def _tool_error(tool: Tool, exc: BaseException) -> ToolOutcome:
+    if isinstance(exc, ValidationError):
+        return error_outcome("tool_error", f"{tool.name} returned data that failed validation.")
+    return error_outcome("tool_error", f"{tool.name} failed: {type(exc).__name__}: {exc}")
+
+
+def _unknown_note(tool: Tool, exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return f"{tool.name} did not answer within {tool.timeout_s:g}s; it may have acted"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _ms_since(started: datetime) -> float:
+    return (_now() - started).total_seconds() * 1000
