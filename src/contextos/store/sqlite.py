@@ -1,8 +1,11 @@
 """The embedded SQLite event store: one file, WAL, IMMEDIATE transactions.
 
-All database work runs on one dedicated thread per store so the event loop never blocks on a
-commit; several processes may share the file (IMMEDIATE transactions and a busy timeout
-serialise their writers, and the expected-seq check fences them).
+Statements run on the event loop's thread: a turn's commit costs one fsync and no thread hop.
+Appends made in the same loop iteration (many runs at once) share one transaction and so one
+fsync (group commit); each caller's future resolves only after that COMMIT. Several processes
+may share the file: when another one holds the write lock, the work moves to the store's own
+thread, which waits out the busy timeout there without stalling the loop, and the expected-seq
+check fences writers either way.
 """
 
 from __future__ import annotations
@@ -11,9 +14,10 @@ import asyncio
 import sqlite3
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from contextos import events as ev
 from contextos.errors import (
@@ -23,15 +27,29 @@ from contextos.errors import (
     RunNotFound,
 )
 from contextos.runs import TERMINAL, RunId, RunStatus
-from contextos.store.base import RunSummary, check_batch, summarize
+from contextos.store.base import RunSummary, SummaryDelta, check_batch, summarize
 from contextos.store.migrations import SQLITE_MIGRATIONS
+from contextos.store.sqlite_queue import SqliteQueue
 
 T = TypeVar("T")
 
 _TERMINAL_SQL = ", ".join(f"'{s.value}'" for s in sorted(TERMINAL))
 
 
-class SqliteStore:
+@dataclass(slots=True)
+class _Append:
+    """One caller's append, waiting for the next group commit."""
+
+    run_id: RunId
+    expected_seq: int
+    rows: list[tuple[Any, ...]]
+    delta: SummaryDelta
+    first: ev.Event
+    last: ev.Event
+    future: asyncio.Future[int]
+
+
+class SqliteStore(SqliteQueue):
     """EventStore on a SQLite file."""
 
     def __init__(self, path: str | Path, *, busy_timeout_s: float = 30.0) -> None:
@@ -41,6 +59,12 @@ class SqliteStore:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="contextos-sqlite")
         self._conn: sqlite3.Connection | None = None
         self._closed = False
+        self._pending: list[_Append] = []
+        self._flush_scheduled = False
+        self._lent: asyncio.Future[None] | None = None
+        """Set while the connection is in use on the store's thread (another process held the
+        lock); everything else waits for it, so the connection is never used by two threads."""
+        self._tasks: set[asyncio.Task[None]] = set()
 
     # -- plumbing -------------------------------------------------------------------------
 
@@ -57,27 +81,133 @@ class SqliteStore:
             conn.execute("PRAGMA synchronous=FULL")
             conn.execute(f"PRAGMA busy_timeout={int(self._busy_timeout_s * 1000)}")
             migrate(conn)
+            # On the loop's thread a locked database must fail at once, never block the loop;
+            # `_patiently` restores the timeout on the store's thread.
+            conn.execute("PRAGMA busy_timeout=0")
             self._conn = conn
         return self._conn
 
+    async def _ready(self) -> sqlite3.Connection:
+        """The connection, free for use on the loop's thread (connecting on first use)."""
+        while True:
+            if self._closed:
+                raise RuntimeError("store is closed")
+            if self._lent is not None:
+                await asyncio.shield(self._lent)
+            elif self._conn is None:
+                await asyncio.get_running_loop().run_in_executor(self._executor, self._connect)
+            else:
+                return self._conn
+
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        if self._closed:
-            raise RuntimeError("store is closed")
+        """Run `fn` with the connection; if the file is locked, again on the store's thread.
+
+        `fn` must leave no trace when it fails (a transaction it opened is rolled back), since
+        a `database is locked` failure runs it a second time.
+        """
+        conn = await self._ready()
+        try:
+            return fn(conn)
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc):
+                raise
+        return await self._lend(fn)
+
+    async def _lend(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, lambda: fn(self._connect()))
+        conn = await self._ready()
+        returned: asyncio.Future[None] = loop.create_future()
+        self._lent = returned
+        try:
+            return await loop.run_in_executor(self._executor, self._patiently, conn, fn)
+        finally:
+            self._lent = None
+            returned.set_result(None)
+
+    def _patiently(self, conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+        conn.execute(f"PRAGMA busy_timeout={int(self._busy_timeout_s * 1000)}")
+        try:
+            return fn(conn)
+        finally:
+            conn.execute("PRAGMA busy_timeout=0")
 
     async def close(self) -> None:
         if self._closed:
             return
-
-        def _close(_: object = None) -> None:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
-
-        await asyncio.get_running_loop().run_in_executor(self._executor, _close)
+        # In-flight appends commit first, and their callers hear so.
+        while self._pending or self._tasks or self._lent is not None:
+            if self._tasks:
+                await asyncio.gather(*self._tasks, return_exceptions=True)
+            elif self._lent is not None:
+                await asyncio.shield(self._lent)
+            else:
+                self._flush()
         self._closed = True
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
         self._executor.shutdown(wait=True)
+
+    # -- group commit ---------------------------------------------------------------------
+
+    def _schedule_flush(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _take(self) -> list[_Append]:
+        self._flush_scheduled = False
+        batch, self._pending = self._pending, []
+        # A caller cancelled before its turn came never reaches the database.
+        return [job for job in batch if not job.future.done()]
+
+    def _flush(self) -> None:
+        """Commit every append waiting, in one transaction (runs as a loop callback)."""
+        if self._closed or self._conn is None or self._lent is not None:
+            self._spawn(self._flush_later())
+            return
+        batch = self._take()
+        if not batch:
+            return
+        try:
+            results = _write_batch(self._conn, batch)
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc):
+                _deliver(batch, exc)
+                return
+            self._pending[:0] = batch  # another process writes: wait for it off the loop
+            self._flush_scheduled = True
+            self._spawn(self._flush_later())
+            return
+        except Exception as exc:
+            _deliver(batch, exc)
+            return
+        _deliver(batch, results)
+
+    async def _flush_later(self) -> None:
+        try:
+            await self._ready()
+        except BaseException as exc:
+            _deliver(self._take(), exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        batch = self._take()
+        if not batch:
+            return
+        try:
+            results = await self._run(lambda conn: _write_batch(conn, batch))
+        except BaseException as exc:
+            _deliver(batch, exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        _deliver(batch, results)
+
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     # -- EventStore -----------------------------------------------------------------------
 
@@ -94,71 +224,24 @@ class SqliteStore:
             )
             for e in events
         ]
-        delta = summarize(events)
-        first, last = events[0], events[-1]
-
-        def _append(conn: sqlite3.Connection) -> int:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                row = conn.execute(
-                    "SELECT last_seq, status FROM runs WHERE run_id = ?", (run_id,)
-                ).fetchone()
-                if expected_seq == 0:
-                    if row is not None:
-                        raise ConcurrencyConflict(run_id, 0, row[0])
-                    assert isinstance(first, ev.RunCreated)
-                    conn.execute(
-                        "INSERT INTO runs (run_id, agent_name, agent_version, status, last_seq,"
-                        " created_at, updated_at) VALUES (?, ?, ?, ?, 0, ?, ?)",
-                        (
-                            run_id,
-                            first.agent_name,
-                            first.agent_version,
-                            RunStatus.QUEUED.value,
-                            first.occurred_at.isoformat(),
-                            first.occurred_at.isoformat(),
-                        ),
-                    )
-                elif row is None:
-                    raise RunNotFound(run_id)
-                else:
-                    last_seq, status = row
-                    if status in _TERMINAL_VALUES:
-                        raise RunIsTerminal(run_id, status)
-                    if last_seq != expected_seq:
-                        raise ConcurrencyConflict(run_id, expected_seq, last_seq)
-                conn.executemany(
-                    "INSERT INTO events (run_id, seq, type, schema_version, occurred_at, payload)"
-                    " VALUES (?, ?, ?, ?, ?, ?)",
-                    rows,
-                )
-                conn.execute(
-                    "UPDATE runs SET last_seq = ?, updated_at = ?, status = COALESCE(?, status),"
-                    " turns = turns + ?, input_tokens = input_tokens + ?,"
-                    " output_tokens = output_tokens + ?, cost_usd = cost_usd + ?"
-                    " WHERE run_id = ?",
-                    (
-                        last.seq,
-                        last.occurred_at.isoformat(),
-                        delta.status.value if delta.status else None,
-                        delta.turns,
-                        delta.input_tokens,
-                        delta.output_tokens,
-                        delta.cost_usd,
-                        run_id,
-                    ),
-                )
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            return last.seq
-
+        if self._closed:
+            raise RuntimeError("store is closed")
+        job = _Append(
+            run_id=run_id,
+            expected_seq=expected_seq,
+            rows=rows,
+            delta=summarize(events),
+            first=events[0],
+            last=events[-1],
+            future=asyncio.get_running_loop().create_future(),
+        )
+        self._pending.append(job)
+        self._schedule_flush()
         try:
-            return await self._run(_append)
+            return await job.future
         except sqlite3.IntegrityError as exc:
             # The database's own guards (terminal triggers, primary key) caught a writer that
-            # raced past the checks above.
+            # raced past the checks.
             if "terminal" in str(exc):
                 summary = await self.get_run(run_id)
                 raise RunIsTerminal(run_id, summary.status) from exc
@@ -225,6 +308,117 @@ class SqliteStore:
 
 
 _TERMINAL_VALUES = frozenset(s.value for s in TERMINAL)
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return bool(code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED))
+    return "locked" in str(exc)
+
+
+_REFUSALS = (sqlite3.IntegrityError, ConcurrencyConflict, RunIsTerminal, RunNotFound)
+"""Why one append is refused without affecting the others in its group."""
+
+
+def _write_batch(conn: sqlite3.Connection, batch: list[_Append]) -> list[int | Exception]:
+    """Write every append in one IMMEDIATE transaction, each in its own savepoint.
+
+    An append that fails its checks leaves no rows and gets its error back; the others commit.
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        out: list[int | Exception] = []
+        if len(batch) == 1:
+            out.append(_write(conn, batch[0]))  # on failure the whole transaction rolls back
+        else:
+            for job in batch:
+                conn.execute("SAVEPOINT append")
+                try:
+                    out.append(_write(conn, job))
+                except _REFUSALS as exc:
+                    conn.execute("ROLLBACK TO append")
+                    out.append(exc)
+                conn.execute("RELEASE append")
+        conn.execute("COMMIT")
+    except BaseException as exc:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        if len(batch) == 1 and isinstance(exc, _REFUSALS):
+            return [exc]
+        raise
+    return out
+
+
+def _write(conn: sqlite3.Connection, job: _Append) -> int:
+    """One append inside an open transaction: the fence checks, the rows, the summary."""
+    run_id, expected_seq, first, last, delta = (
+        job.run_id,
+        job.expected_seq,
+        job.first,
+        job.last,
+        job.delta,
+    )
+    row = conn.execute("SELECT last_seq, status FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+    if expected_seq == 0:
+        if row is not None:
+            raise ConcurrencyConflict(run_id, 0, row[0])
+        assert isinstance(first, ev.RunCreated)
+        conn.execute(
+            "INSERT INTO runs (run_id, agent_name, agent_version, status, last_seq,"
+            " created_at, updated_at) VALUES (?, ?, ?, ?, 0, ?, ?)",
+            (
+                run_id,
+                first.agent_name,
+                first.agent_version,
+                RunStatus.QUEUED.value,
+                first.occurred_at.isoformat(),
+                first.occurred_at.isoformat(),
+            ),
+        )
+    elif row is None:
+        raise RunNotFound(run_id)
+    else:
+        last_seq, status = row
+        if status in _TERMINAL_VALUES:
+            raise RunIsTerminal(run_id, status)
+        if last_seq != expected_seq:
+            raise ConcurrencyConflict(run_id, expected_seq, last_seq)
+    conn.executemany(
+        "INSERT INTO events (run_id, seq, type, schema_version, occurred_at, payload)"
+        " VALUES (?, ?, ?, ?, ?, ?)",
+        job.rows,
+    )
+    conn.execute(
+        "UPDATE runs SET last_seq = ?, updated_at = ?, status = COALESCE(?, status),"
+        " turns = turns + ?, input_tokens = input_tokens + ?,"
+        " output_tokens = output_tokens + ?, cost_usd = cost_usd + ?"
+        " WHERE run_id = ?",
+        (
+            last.seq,
+            last.occurred_at.isoformat(),
+            delta.status.value if delta.status else None,
+            delta.turns,
+            delta.input_tokens,
+            delta.output_tokens,
+            delta.cost_usd,
+            run_id,
+        ),
+    )
+    return last.seq
+
+
+def _deliver(batch: list[_Append], results: list[int | Exception] | BaseException) -> None:
+    """Tell each caller how its append ended (callers that gave up are skipped)."""
+    for i, job in enumerate(batch):
+        if job.future.done():
+            continue
+        outcome = results if isinstance(results, BaseException) else results[i]
+        if isinstance(outcome, BaseException):
+            job.future.set_exception(outcome)
+        else:
+            job.future.set_result(outcome)
+
 
 _SUMMARY_COLUMNS = (
     "run_id, agent_name, agent_version, status, last_seq, created_at, updated_at,"
