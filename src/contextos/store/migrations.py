@@ -45,4 +45,157 @@ CREATE TRIGGER terminal_run_status_is_final BEFORE UPDATE OF status ON runs
 WHEN OLD.status IN {_TERMINAL}
 BEGIN SELECT RAISE(ABORT, 'run is terminal'); END;
 """,
+    # 2: the run queue (priorities, idempotency keys, leases, durable timers), concurrency
+    # limits, the worker registry and cron schedules. Times are UNIX seconds (REAL): one machine
+    # shares one clock.
+    """
+CREATE TABLE run_queue (
+    run_id TEXT PRIMARY KEY,
+    priority INTEGER NOT NULL DEFAULT 0,
+    tenant TEXT NOT NULL DEFAULT '',
+    agent_name TEXT NOT NULL DEFAULT '',
+    idempotency_key TEXT UNIQUE,
+    enqueued_at REAL NOT NULL,
+    not_before REAL,
+    lease_owner TEXT,
+    lease_token INTEGER NOT NULL DEFAULT 0,
+    lease_expires_at REAL,
+    attempts INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX run_queue_by_owner ON run_queue (lease_owner);
+CREATE TABLE concurrency_limits (
+    scope TEXT NOT NULL CHECK (scope IN ('global', 'tenant', 'agent')),
+    name TEXT NOT NULL,
+    max_running INTEGER NOT NULL CHECK (max_running >= 0),
+    PRIMARY KEY (scope, name)
+);
+CREATE TABLE workers (
+    worker_id TEXT PRIMARY KEY,
+    host TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    concurrency INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    started_at REAL NOT NULL,
+    heartbeat_at REAL NOT NULL
+);
+CREATE TABLE schedules (
+    name TEXT PRIMARY KEY,
+    agent_ref TEXT NOT NULL,
+    cron TEXT NOT NULL,
+    input TEXT NOT NULL,
+    timezone TEXT NOT NULL,
+    catch_up TEXT NOT NULL CHECK (catch_up IN ('skip', 'run_once')),
+    misfire_grace_s REAL NOT NULL,
+    priority INTEGER NOT NULL DEFAULT 0,
+    tenant TEXT NOT NULL DEFAULT '',
+    next_tick_at REAL NOT NULL,
+    last_tick_at REAL,
+    last_run_id TEXT,
+    created_at REAL NOT NULL
+);
+""",
+]
+
+
+POSTGRES_MIGRATIONS: list[str] = [
+    # 1: runs and their append-only event logs; terminal runs are frozen by the database itself.
+    f"""
+CREATE TABLE runs (
+    run_id text PRIMARY KEY,
+    agent_name text NOT NULL,
+    agent_version text NOT NULL,
+    status text NOT NULL,
+    last_seq bigint NOT NULL,
+    created_at timestamptz NOT NULL,
+    updated_at timestamptz NOT NULL,
+    turns integer NOT NULL DEFAULT 0,
+    input_tokens bigint NOT NULL DEFAULT 0,
+    output_tokens bigint NOT NULL DEFAULT 0,
+    cost_usd double precision NOT NULL DEFAULT 0
+);
+CREATE INDEX runs_by_status ON runs (status, updated_at);
+CREATE INDEX runs_by_update ON runs (updated_at);
+CREATE TABLE events (
+    run_id text NOT NULL,
+    seq bigint NOT NULL,
+    type text NOT NULL,
+    schema_version integer NOT NULL,
+    occurred_at timestamptz NOT NULL,
+    payload bytea NOT NULL,
+    PRIMARY KEY (run_id, seq)
+);
+CREATE FUNCTION contextos_events_are_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'events are append-only';
+END $$;
+CREATE TRIGGER events_are_append_only BEFORE UPDATE OR DELETE ON events
+    FOR EACH ROW EXECUTE FUNCTION contextos_events_are_append_only();
+CREATE TRIGGER events_are_never_truncated BEFORE TRUNCATE ON events
+    FOR EACH STATEMENT EXECUTE FUNCTION contextos_events_are_append_only();
+CREATE FUNCTION contextos_terminal_run_takes_no_events() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF (SELECT status FROM runs WHERE run_id = NEW.run_id) IN {_TERMINAL} THEN
+        RAISE EXCEPTION 'run % is terminal', NEW.run_id;
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER terminal_run_takes_no_events BEFORE INSERT ON events
+    FOR EACH ROW EXECUTE FUNCTION contextos_terminal_run_takes_no_events();
+CREATE FUNCTION contextos_terminal_run_status_is_final() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'run % is terminal', OLD.run_id;
+END $$;
+CREATE TRIGGER terminal_run_status_is_final BEFORE UPDATE OF status ON runs
+    FOR EACH ROW WHEN (OLD.status IN {_TERMINAL})
+    EXECUTE FUNCTION contextos_terminal_run_status_is_final();
+""",
+    # 2: the run queue (priorities, idempotency keys, leases, durable timers), concurrency
+    # limits, the worker registry and cron schedules. Lease times come from the database's
+    # clock, so workers on many machines agree on when a lease has expired.
+    """
+CREATE TABLE run_queue (
+    run_id text PRIMARY KEY,
+    priority integer NOT NULL DEFAULT 0,
+    tenant text NOT NULL DEFAULT '',
+    agent_name text NOT NULL DEFAULT '',
+    idempotency_key text UNIQUE,
+    enqueued_at timestamptz NOT NULL DEFAULT now(),
+    not_before timestamptz,
+    lease_owner text,
+    lease_token bigint NOT NULL DEFAULT 0,
+    lease_expires_at timestamptz,
+    attempts integer NOT NULL DEFAULT 0
+);
+CREATE INDEX run_queue_by_owner ON run_queue (lease_owner) WHERE lease_owner IS NOT NULL;
+CREATE TABLE concurrency_limits (
+    scope text NOT NULL CHECK (scope IN ('global', 'tenant', 'agent')),
+    name text NOT NULL,
+    max_running integer NOT NULL CHECK (max_running >= 0),
+    PRIMARY KEY (scope, name)
+);
+CREATE TABLE workers (
+    worker_id text PRIMARY KEY,
+    host text NOT NULL,
+    pid integer NOT NULL,
+    concurrency integer NOT NULL,
+    status text NOT NULL,
+    started_at timestamptz NOT NULL DEFAULT now(),
+    heartbeat_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE schedules (
+    name text PRIMARY KEY,
+    agent_ref text NOT NULL,
+    cron text NOT NULL,
+    input text NOT NULL,
+    timezone text NOT NULL,
+    catch_up text NOT NULL CHECK (catch_up IN ('skip', 'run_once')),
+    misfire_grace_s double precision NOT NULL,
+    priority integer NOT NULL DEFAULT 0,
+    tenant text NOT NULL DEFAULT '',
+    next_tick_at timestamptz NOT NULL,
+    last_tick_at timestamptz,
+    last_run_id text,
+    created_at timestamptz NOT NULL DEFAULT now()
+);
+""",
 ]

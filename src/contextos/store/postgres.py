@@ -1,0 +1,345 @@
+"""The PostgreSQL event store, for many workers on many machines (psycopg 3, async pool).
+
+It keeps the same promises as the SQLite store: an append names the seq it expects and fails
+with ConcurrencyConflict when the log moved on (the row lock on the run serialises writers);
+a batch commits whole or not at all; the database's own triggers keep events append-only and
+terminal runs frozen, whatever SQL reaches them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from contextos import events as ev
+from contextos.errors import (
+    ConcurrencyConflict,
+    MigrationError,
+    RunIsTerminal,
+    RunNotFound,
+    StoreError,
+)
+from contextos.runs import TERMINAL, RunId, RunStatus
+from contextos.store.base import RunSummary, check_batch, summarize
+from contextos.store.migrations import POSTGRES_MIGRATIONS
+from contextos.store.postgres_queue import PostgresQueue
+
+_TERMINAL_VALUES = frozenset(s.value for s in TERMINAL)
+
+_SUMMARY_COLUMNS = (
+    "run_id, agent_name, agent_version, status, last_seq, created_at, updated_at,"
+    " turns, input_tokens, output_tokens, cost_usd"
+)
+
+# Serialises migrations of one schema across processes that start together.
+_MIGRATION_LOCK = "SELECT pg_advisory_xact_lock(hashtext('contextos.migrate.' || current_schema()))"
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+class PostgresStore(PostgresQueue):
+    """EventStore (and RunQueue) on a PostgreSQL database.
+
+    The pool opens, and the schema is migrated, on first use. `search_path` in the URL
+    (`?options=-csearch_path%3Dmyschema`) puts ContextOS's tables in a schema of their own.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        connect_timeout_s: float = 10.0,
+    ) -> None:
+        self.url = url
+        self._min_size = min_size
+        self._max_size = max_size
+        self._connect_timeout_s = connect_timeout_s
+        self._pool: AsyncConnectionPool | None = None
+        self._opening: asyncio.Lock | None = None
+        self._closed = False
+
+    # -- plumbing -------------------------------------------------------------------------
+
+    async def _ensure_pool(self) -> AsyncConnectionPool:
+        if self._closed:
+            raise RuntimeError("store is closed")
+        if self._pool is not None:
+            return self._pool
+        if self._opening is None:
+            self._opening = asyncio.Lock()
+        async with self._opening:
+            if self._pool is None:
+                pool = AsyncConnectionPool(
+                    self.url,
+                    min_size=self._min_size,
+                    max_size=self._max_size,
+                    open=False,
+                    kwargs={"autocommit": True},
+                    timeout=max(self._connect_timeout_s, 30.0),
+                    name="contextos",
+                )
+                try:
+                    await pool.open(wait=True, timeout=self._connect_timeout_s)
+                    async with pool.connection() as conn:
+                        await migrate(conn)
+                except PoolTimeout as exc:
+                    await pool.close()
+                    raise StoreError(
+                        f"cannot connect to PostgreSQL at {redact(self.url)} within "
+                        f"{self._connect_timeout_s:g}s",
+                        url=redact(self.url),
+                    ) from exc
+                except BaseException:
+                    await pool.close()
+                    raise
+                self._pool = pool
+        return self._pool
+
+    @asynccontextmanager
+    async def _conn(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        pool = await self._ensure_pool()
+        async with pool.connection() as conn:
+            yield conn
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            await pool.close()
+
+    # -- EventStore -----------------------------------------------------------------------
+
+    async def append(self, run_id: RunId, events: Sequence[ev.Event], *, expected_seq: int) -> int:
+        check_batch(run_id, events, expected_seq)
+        rows = [
+            (run_id, e.seq, e.type, type(e).SCHEMA_VERSION, e.occurred_at, ev.encode(e))
+            for e in events
+        ]
+        delta = summarize(events)
+        first, last = events[0], events[-1]
+        async with self._conn() as conn:
+            try:
+                async with conn.transaction():
+                    if expected_seq == 0:
+                        assert isinstance(first, ev.RunCreated)
+                        cur = await conn.execute(
+                            "INSERT INTO runs (run_id, agent_name, agent_version, status,"
+                            " last_seq, created_at, updated_at) VALUES (%s, %s, %s, %s, 0, %s, %s)"
+                            " ON CONFLICT (run_id) DO NOTHING",
+                            (
+                                run_id,
+                                first.agent_name,
+                                first.agent_version,
+                                RunStatus.QUEUED.value,
+                                first.occurred_at,
+                                first.occurred_at,
+                            ),
+                        )
+                        if cur.rowcount != 1:
+                            raise ConcurrencyConflict(run_id, 0, await _last_seq(conn, run_id))
+                    else:
+                        cur = await conn.execute(
+                            "SELECT last_seq, status FROM runs WHERE run_id = %s FOR UPDATE",
+                            (run_id,),
+                        )
+                        row = await cur.fetchone()
+                        if row is None:
+                            raise RunNotFound(run_id)
+                        last_seq, status = int(row[0]), str(row[1])
+                        if status in _TERMINAL_VALUES:
+                            raise RunIsTerminal(run_id, status)
+                        if last_seq != expected_seq:
+                            raise ConcurrencyConflict(run_id, expected_seq, last_seq)
+                    async with conn.cursor() as cur:
+                        await cur.executemany(
+                            "INSERT INTO events (run_id, seq, type, schema_version, occurred_at,"
+                            " payload) VALUES (%s, %s, %s, %s, %s, %s)",
+                            rows,
+                        )
+                    await conn.execute(
+                        "UPDATE runs SET last_seq = %s, updated_at = %s,"
+                        " status = COALESCE(%s, status), turns = turns + %s,"
+                        " input_tokens = input_tokens + %s, output_tokens = output_tokens + %s,"
+                        " cost_usd = cost_usd + %s WHERE run_id = %s",
+                        (
+                            last.seq,
+                            last.occurred_at,
+                            delta.status.value if delta.status else None,
+                            delta.turns,
+                            delta.input_tokens,
+                            delta.output_tokens,
+                            delta.cost_usd,
+                            run_id,
+                        ),
+                    )
+            except pg_errors.UniqueViolation as exc:
+                # Another writer inserted these seqs first (the row lock makes this rare).
+                raise ConcurrencyConflict(
+                    run_id, expected_seq, await _last_seq(conn, run_id)
+                ) from exc
+            except pg_errors.RaiseException as exc:
+                # The database's own guards: terminal runs take no events.
+                if "terminal" in str(exc):
+                    raise RunIsTerminal(run_id, await _status(conn, run_id)) from exc
+                raise StoreError(str(exc), run_id=run_id) from exc
+        return last.seq
+
+    async def read(self, run_id: RunId, *, after_seq: int = 0) -> list[ev.Event]:
+        async with self._conn() as conn:
+            cur = await conn.execute(
+                "SELECT seq, type, schema_version, payload FROM events"
+                " WHERE run_id = %s AND seq > %s ORDER BY seq",
+                (run_id, after_seq),
+            )
+            rows = await cur.fetchall()
+            if not rows and after_seq == 0:
+                cur = await conn.execute("SELECT 1 FROM runs WHERE run_id = %s", (run_id,))
+                if await cur.fetchone() is None:
+                    raise RunNotFound(run_id)
+        return [
+            ev.decode(run_id, int(seq), str(t), int(v), bytes(payload))
+            for seq, t, v, payload in rows
+        ]
+
+    async def get_run(self, run_id: RunId) -> RunSummary:
+        async with self._conn() as conn:
+            cur = await conn.execute(
+                f"SELECT {_SUMMARY_COLUMNS} FROM runs WHERE run_id = %s", (run_id,)
+            )
+            row = await cur.fetchone()
+        if row is None:
+            raise RunNotFound(run_id)
+        return _summary(row)
+
+    async def list_runs(
+        self, *, status: RunStatus | None = None, limit: int = 50
+    ) -> list[RunSummary]:
+        async with self._conn() as conn:
+            if status is None:
+                cur = await conn.execute(
+                    f"SELECT {_SUMMARY_COLUMNS} FROM runs ORDER BY updated_at DESC LIMIT %s",
+                    (limit,),
+                )
+            else:
+                cur = await conn.execute(
+                    f"SELECT {_SUMMARY_COLUMNS} FROM runs WHERE status = %s"
+                    " ORDER BY updated_at DESC LIMIT %s",
+                    (RunStatus(status).value, limit),
+                )
+            rows = await cur.fetchall()
+        return [_summary(r) for r in rows]
+
+    async def verify(self) -> int:
+        """Check the schema is fully migrated without changing anything; return its version.
+
+        It uses a connection of its own in a read-only transaction, so it neither opens the
+        pool (which would migrate) nor can write.
+        """
+        try:
+            conn = await psycopg.AsyncConnection.connect(
+                self.url, connect_timeout=int(self._connect_timeout_s)
+            )
+        except psycopg.OperationalError as exc:
+            raise StoreError(
+                f"cannot connect to PostgreSQL at {redact(self.url)}: {exc}",
+                url=redact(self.url),
+            ) from exc
+        try:
+            await conn.execute("SET TRANSACTION READ ONLY")
+            current = await schema_version(conn)
+        finally:
+            await conn.rollback()
+            await conn.close()
+        if current != len(POSTGRES_MIGRATIONS):
+            raise MigrationError(
+                f"database schema is at version {current}, this ContextOS expects "
+                f"{len(POSTGRES_MIGRATIONS)}",
+                current=current,
+                expected=len(POSTGRES_MIGRATIONS),
+            )
+        return current
+
+
+async def _last_seq(conn: psycopg.AsyncConnection[Any], run_id: str) -> int:
+    cur = await conn.execute("SELECT last_seq FROM runs WHERE run_id = %s", (run_id,))
+    row = await cur.fetchone()
+    return int(row[0]) if row is not None else 0
+
+
+async def _status(conn: psycopg.AsyncConnection[Any], run_id: str) -> str:
+    cur = await conn.execute("SELECT status FROM runs WHERE run_id = %s", (run_id,))
+    row = await cur.fetchone()
+    return str(row[0]) if row is not None else "unknown"
+
+
+def _utc(value: Any) -> datetime:
+    assert isinstance(value, datetime)
+    return value.astimezone(UTC)
+
+
+def _summary(row: Sequence[Any]) -> RunSummary:
+    (run_id, name, version, status, last_seq, created, updated, turns, tin, tout, cost) = row
+    return RunSummary(
+        run_id=RunId(str(run_id)),
+        agent_name=str(name),
+        agent_version=str(version),
+        status=RunStatus(str(status)),
+        last_seq=int(last_seq),
+        created_at=_utc(created),
+        updated_at=_utc(updated),
+        turns=int(turns),
+        input_tokens=int(tin),
+        output_tokens=int(tout),
+        cost_usd=float(cost),
+    )
+
+
+async def schema_version(conn: psycopg.AsyncConnection[Any]) -> int:
+    cur = await conn.execute("SELECT to_regclass('contextos_migrations') IS NOT NULL")
+    row = await cur.fetchone()
+    if row is None or not row[0]:
+        return 0
+    cur = await conn.execute("SELECT max(version) FROM contextos_migrations")
+    row = await cur.fetchone()
+    return int(row[0] or 0) if row is not None else 0
+
+
+async def migrate(conn: psycopg.AsyncConnection[Any]) -> int:
+    """Apply the migrations this schema lacks, in one transaction, one process at a time."""
+    async with conn.transaction():
+        await conn.execute(_MIGRATION_LOCK)
+        await conn.execute(
+            "CREATE TABLE IF NOT EXISTS contextos_migrations ("
+            " version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        current = await schema_version(conn)
+        if current > len(POSTGRES_MIGRATIONS):
+            raise MigrationError(
+                f"database schema is at version {current} but this ContextOS knows "
+                f"{len(POSTGRES_MIGRATIONS)}; upgrade ContextOS",
+                current=current,
+                expected=len(POSTGRES_MIGRATIONS),
+            )
+        for version, script in enumerate(POSTGRES_MIGRATIONS, start=1):
+            if version <= current:
+                continue
+            await conn.execute(script.encode())
+            await conn.execute("INSERT INTO contextos_migrations (version) VALUES (%s)", (version,))
+    return len(POSTGRES_MIGRATIONS)
