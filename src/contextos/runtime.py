@@ -12,7 +12,7 @@ import socket
 import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from contextos import events as ev
@@ -22,6 +22,7 @@ from contextos.errors import (
     ConcurrencyConflict,
     ConfigError,
     RunIsTerminal,
+    RunNotFound,
 )
 from contextos.events import utcnow
 from contextos.loop import Driver
@@ -30,8 +31,9 @@ from contextos.models import resolve_model
 from contextos.models.base import ModelAdapter
 from contextos.policy.decision import PolicyHook
 from contextos.runs import FailureReason, RunId, RunStatus
-from contextos.state import RunState, fold
+from contextos.state import RunState, apply, fold
 from contextos.store import EventStore, RunSummary, open_store
+from contextos.store.queue import Lease, QueueEntry, queue_of
 from contextos.tools.effects import needs_settling
 from contextos.tools.gateway import Gateway
 
@@ -96,6 +98,7 @@ class Runtime:
         worker_id: str | None = None,
         cancel_poll_s: float = 0.5,
         policy: PolicyHook | None = None,
+        lease_s: float = 30.0,
     ) -> None:
         self.store: EventStore = store if isinstance(store, EventStore) else open_store(store)
         self.policy = policy
@@ -106,6 +109,12 @@ class Runtime:
         self._inflight: dict[RunId, tuple[Driver, asyncio.Task[RunState]]] = {}
         self._cancelled: set[RunId] = set()
         self._watcher: asyncio.Task[None] | None = None
+        self.lease_s = lease_s
+        """How long a lease on a run lasts without a heartbeat (renewed every third of it)."""
+        self._leases: dict[RunId, Lease] = {}
+        self._renewed_at: dict[RunId, float] = {}
+        self._keeper: asyncio.Task[None] | None = None
+        self._draining = False
 
     async def __aenter__(self) -> Runtime:
         return self
@@ -116,6 +125,8 @@ class Runtime:
     async def close(self) -> None:
         if self._watcher is not None:
             self._watcher.cancel()
+        if self._keeper is not None:
+            self._keeper.cancel()
         await self.store.close()
 
     # -- starting and driving -------------------------------------------------------------
@@ -128,9 +139,71 @@ class Runtime:
         run_id: str | None = None,
         agent_ref: str | None = None,
         metadata: dict[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        priority: int = 0,
+        tenant: str | None = None,
+        not_before: datetime | None = None,
     ) -> RunId:
-        """Create a queued run and return its id (nothing is executed yet)."""
+        """Create a queued run and return its id (nothing is executed yet).
+
+        A worker claims it by `priority` (higher first), within the concurrency limits of its
+        `tenant` and agent, not before `not_before`. A second start with the same
+        `idempotency_key` creates nothing and returns the first start's run.
+        """
+        rid, _ = await self._create(
+            agent,
+            input,
+            run_id=run_id,
+            agent_ref=agent_ref,
+            metadata=metadata,
+            entry=QueueEntry(
+                run_id=RunId(""),
+                priority=priority,
+                tenant=tenant or "",
+                agent_name=agent.name,
+                idempotency_key=idempotency_key,
+                not_before=not_before,
+            ),
+        )
+        return rid
+
+    async def _create(
+        self,
+        agent: Agent,
+        input: str,
+        *,
+        run_id: str | None,
+        agent_ref: str | None,
+        metadata: dict[str, Any] | None,
+        entry: QueueEntry,
+        hold: bool = False,
+    ) -> tuple[RunId, Lease | None]:
+        """Queue the run, then record RunCreated; with `hold`, leased to this runtime.
+
+        The queue row comes first so that no worker can see a created run before it is
+        queued, and a start that dies in between is finished by the next start with its key.
+        """
         rid = RunId(run_id) if run_id else new_run_id()
+        lease: Lease | None = None
+        queue = queue_of(self.store)
+        if queue is not None:
+            entry = QueueEntry(
+                run_id=rid,
+                priority=entry.priority,
+                tenant=entry.tenant,
+                agent_name=entry.agent_name,
+                idempotency_key=entry.idempotency_key,
+                not_before=entry.not_before,
+            )
+            owner, lease = await queue.enqueue(
+                entry, lease_owner=self.worker_id if hold else None, lease_s=self.lease_s
+            )
+            if owner != rid:  # the key belongs to an earlier start
+                try:
+                    await self.store.get_run(owner)
+                    return owner, None
+                except RunNotFound:
+                    rid = owner  # that start died before recording its run: record it now
         now = utcnow()
         deadline_s = agent.budget.deadline_s
         created = ev.RunCreated(
@@ -148,8 +221,13 @@ class Runtime:
             tool_manifest_hash=Gateway(agent.tool_list).manifest_hash,
             metadata=metadata or {},
         )
-        await self.store.append(rid, [created], expected_seq=0)
-        return rid
+        try:
+            await self.store.append(rid, [created], expected_seq=0)
+        except ConcurrencyConflict:
+            if entry.idempotency_key is None:
+                raise
+            return rid, None  # a concurrent start with the same key recorded it first
+        return rid, lease
 
     async def run(
         self,
@@ -160,22 +238,41 @@ class Runtime:
         agent_ref: str | None = None,
         metadata: dict[str, Any] | None = None,
     ) -> RunResult:
-        """Start a run and drive it until it ends or waits."""
-        rid = await self.start(agent, input, run_id=run_id, agent_ref=agent_ref, metadata=metadata)
-        return await self.resume(rid, agent)
+        """Start a run and drive it until it ends or waits (leased to this runtime throughout)."""
+        rid, lease = await self._create(
+            agent,
+            input,
+            run_id=run_id,
+            agent_ref=agent_ref,
+            metadata=metadata,
+            entry=QueueEntry(run_id=RunId(""), agent_name=agent.name),
+            hold=True,
+        )
+        return await self.resume(rid, agent, lease=lease)
 
     async def resume(
-        self, run_id: str, agent: Agent | None = None, *, allow_changed_agent: bool = False
+        self,
+        run_id: str,
+        agent: Agent | None = None,
+        *,
+        allow_changed_agent: bool = False,
+        lease: Lease | None = None,
     ) -> RunResult:
         """Fold the run's events and drive it on from its current step.
 
         Without `agent`, the agent is imported from the reference recorded at start. An agent
         whose identity hash differs from the recorded one is refused unless
         `allow_changed_agent`: a run must not silently continue under different behaviour.
+
+        The runtime drives under a lease on the run: `lease` is a worker's claim; without one
+        it takes the lease from whoever holds it (a worker still driving the run notices at
+        its next heartbeat and stops; the expected-seq fence covers the moments in between).
         """
         state = await self.state(run_id)
         waiting = state.status is RunStatus.INPUT_REQUIRED and state.ending is None
         if state.is_terminal or waiting:
+            if lease is not None:
+                await self._release(lease)
             return RunResult.from_state(state)
         if agent is None:
             if not state.agent_ref:
@@ -192,9 +289,14 @@ class Runtime:
                 "change explicitly",
                 run_id=run_id,
             )
-        return await self._drive(state, agent)
+        queue = queue_of(self.store)
+        if lease is None and queue is not None:
+            lease = await queue.acquire(state.run_id, self.worker_id, lease_s=self.lease_s)
+            for event in await self.store.read(state.run_id, after_seq=state.seq):
+                apply(state, event)
+        return await self._drive(state, agent, lease)
 
-    async def _drive(self, state: RunState, agent: Agent) -> RunResult:
+    async def _drive(self, state: RunState, agent: Agent, lease: Lease | None = None) -> RunResult:
         driver = Driver(
             store=self.store,
             agent=agent,
@@ -203,8 +305,14 @@ class Runtime:
             state=state,
             worker_id=self.worker_id,
         )
+        driver.stop_requested = self._draining
         task = asyncio.create_task(driver.drive())
         self._inflight[state.run_id] = (driver, task)
+        if lease is not None:
+            self._leases[state.run_id] = lease
+            self._renewed_at[state.run_id] = time.monotonic()
+            if self._keeper is None or self._keeper.done():
+                self._keeper = asyncio.create_task(self._keep_leases())
         if self._watcher is None or self._watcher.done():
             self._watcher = asyncio.create_task(self._watch_for_cancel())
         try:
@@ -217,7 +325,92 @@ class Runtime:
         finally:
             self._inflight.pop(state.run_id, None)
             self._cancelled.discard(state.run_id)
+            held = self._leases.pop(state.run_id, None)
+            self._renewed_at.pop(state.run_id, None)
+        if held is not None:  # still ours (a lost lease is not ours to give back)
+            if driver.stop_requested and driver.state.status is RunStatus.RUNNING:
+                await self._hand_back(driver.state, "the worker is shutting down")
+            await self._release(held)
         return RunResult.from_state(await self.state(state.run_id))
+
+    # -- leases ---------------------------------------------------------------------------
+
+    async def _keep_leases(self) -> None:
+        """Renew the leases of runs in flight; stop driving a run whose lease was lost.
+
+        A lease is lost when another worker took it (ours had expired: we were too slow or cut
+        off) or when it could not be renewed for a whole lease period. Either way someone else
+        may be driving the run now, so this runtime stops appending to it.
+        """
+        queue = queue_of(self.store)
+        assert queue is not None
+        while self._leases:
+            await asyncio.sleep(self.lease_s / 3)
+            for run_id, lease in list(self._leases.items()):
+                try:
+                    renewed = await queue.renew(lease, lease_s=self.lease_s)
+                except Exception:  # the store is unreachable: keep trying while the lease lasts
+                    since = self._renewed_at.get(run_id, time.monotonic())
+                    if time.monotonic() - since < self.lease_s:
+                        continue
+                    renewed = None
+                if run_id not in self._leases:
+                    continue  # it finished meanwhile
+                if renewed is not None:
+                    self._leases[run_id] = renewed
+                    self._renewed_at[run_id] = time.monotonic()
+                    continue
+                self._leases.pop(run_id, None)
+                inflight = self._inflight.get(run_id)
+                if inflight is not None and not inflight[1].done():
+                    self._cancelled.add(run_id)
+                    inflight[1].cancel()
+
+    async def _release(self, lease: Lease, **kwargs: Any) -> None:
+        queue = queue_of(self.store)
+        if queue is not None:
+            await queue.release(lease, **kwargs)
+
+    async def _hand_back(self, state: RunState, reason: str) -> None:
+        """Record that this worker let go of a running run (the next one does not cry crash)."""
+        event = ev.RunReleased(
+            run_id=state.run_id,
+            seq=state.seq + 1,
+            worker_id=self.worker_id,
+            reason=reason,
+            actor=f"worker:{self.worker_id}",
+        )
+        with contextlib.suppress(ConcurrencyConflict, RunIsTerminal):
+            await self.store.append(state.run_id, [event], expected_seq=state.seq)
+
+    async def release(
+        self,
+        lease: Lease,
+        *,
+        reason: str,
+        not_before: datetime | None = None,
+        failed: bool = False,
+    ) -> None:
+        """Give a leased run back to the queue: RunReleased if it was running, then the lease.
+
+        `not_before` is a durable timer (no worker claims the run before it); `failed` counts
+        an attempt, for runs that keep failing.
+        """
+        state = await self.state(lease.run_id)
+        if state.status is RunStatus.RUNNING:
+            await self._hand_back(state, reason)
+        await self._release(lease, not_before=not_before, failed=failed)
+
+    def drain(self) -> None:
+        """Let every run in flight finish its current step, then hand it back to the queue."""
+        self._draining = True
+        for driver, _ in self._inflight.values():
+            driver.stop_requested = True
+
+    @property
+    def in_flight(self) -> int:
+        """Runs this runtime is driving now."""
+        return len(self._inflight)
 
     async def _watch_for_cancel(self) -> None:
         """Cancel in-flight steps of runs that someone else ended.
