@@ -455,6 +455,45 @@ class RunEnding(_Event):
     """Structured error fields of a failure."""
 
 
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ContextCompiled(_Event):
+    """What one model call's context was made of: the lineage manifest and its hash.
+
+    Recorded in the same transaction as the ModelResponded it precedes.
+    """
+
+    type: Literal["context_compiled"] = "context_compiled"
+    turn: int
+    """The model call it describes."""
+    context_hash: str
+    """Hash of the manifest (also on the ModelResponded)."""
+    manifest: list[dict[str, Any]] = field(default_factory=list)
+    """One row per item: id, type, source, version, trust, why, tokens, volatile, sha256."""
+    stack: list[str] = field(default_factory=list)
+    """The middleware stack the call went through, outermost first."""
+    telemetry: dict[str, int] = field(default_factory=dict)
+    """Counts reported by the layers (never content)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ContextCompacted(_Event):
+    """Older turns were summarized; later calls start their history after `through_seq`."""
+
+    type: Literal["context_compacted"] = "context_compacted"
+    summary: str
+    """The summary (written from redacted text, and redacted again)."""
+    through_seq: int
+    """Seq of the last event the summary covers: the cursor."""
+    usage: Usage = field(default_factory=Usage)
+    """What the summarizing call cost."""
+    model: str = ""
+    """Which model summarized."""
+    messages: int = 0
+    """Messages folded into the summary."""
+    tokens_before: int = 0
+    """Estimated tokens of what was summarized."""
+
 Event = Annotated[
     RunCreated
     | RunStarted
@@ -478,7 +517,9 @@ Event = Annotated[
     | ApprovalGranted
     | ApprovalDenied
     | ApprovalRevoked
-    | InterruptAnswered,
+    | InterruptAnswered
+    | ContextCompiled
+    | ContextCompacted,
     Field(discriminator="type"),
 ]
 
@@ -556,6 +597,8 @@ __all__ = [
     "ApprovalGranted",
     "ApprovalRevoked",
     "ContextBound",
+    "ContextCompacted",
+    "ContextCompiled",
     "InterruptAnswered",
     "Event",
     "EffectChanged",

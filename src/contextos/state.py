@@ -37,6 +37,12 @@ class RunState:
     tool_manifest_hash: str = ""
     metadata: dict[str, Any] = field(default_factory=dict)
     messages: list[Message] = field(default_factory=list)
+    message_seqs: list[int] = field(default_factory=list)
+    """For each message, the seq of the event that added it (context cursors anchor on it)."""
+    context_summary: str | None = None
+    """The latest compaction summary, if the history was compacted."""
+    context_cursor: int = 0
+    """Seq of the last event that summary covers (0: never compacted)."""
     pending_tool_calls: list[ToolCall] = field(default_factory=list)
     """Calls of the last assistant message that have no result yet, in order."""
     turns: int = 0
@@ -187,10 +193,18 @@ def apply(state: RunState, event: ev.Event) -> RunState:
             state.failure_message = event.reason or "cancelled"
         case ev.RunExpired():
             state.failure_message = event.reason or "expired"
+        case ev.ContextCompacted():
+            state.context_summary = event.summary
+            state.context_cursor = event.through_seq
+            state.usage = state.usage + event.usage
+        case ev.ContextCompiled():
+            pass
         case ev.RuntimeCrashDetected() | ev.RunReleased():
             pass
         case _:
             assert_never(event)
+    # Each new message remembers its event, whichever case above added it.
+    state.message_seqs.extend([event.seq] * (len(state.messages) - len(state.message_seqs)))
     if new_status is not None:
         state.status = new_status
     state.seq = event.seq
