@@ -15,6 +15,20 @@ class Decision(StrEnum):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class Check:
+    """What one layer of authority said about a proposed call."""
+
+    layer: str
+    """manifest, containment, allowlist, scopes, classification, policy, limits or approval."""
+    decision: Decision
+    """That layer's outcome on its own."""
+    rule_id: str
+    """The rule or built-in check that spoke."""
+    reason: str = ""
+    """Why, in words."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class PolicyDecision:
     """What policy says about one proposed tool call; recorded before anything is dispatched."""
 
@@ -32,6 +46,41 @@ class PolicyDecision:
     """Hash of the policy snapshot that decided."""
     absolute: bool = False
     """An absolute deny cannot be overridden by any approval."""
+    approver_roles: tuple[str, ...] = ()
+    """Every role an approver must hold, when several rules ask for approval."""
+    exception_role: str | None = None
+    """For a deny that is not absolute: a holder of this role may grant a policy exception."""
+    action_hash: str = ""
+    """Hash of the frozen action (tool, arguments, contract, call) this decision is about."""
+    approval_id: str | None = None
+    """The approval that turned require_approval (or an excepted deny) into allow."""
+    checks: tuple[Check, ...] = ()
+    """What each layer of authority said, in the order they were asked."""
+    interrupt_kind: str | None = None
+    """For require_approval: the kind of interrupt to raise (approval_required, or
+    policy_exception_requested for a deny a role holder may lift)."""
+    interrupt_payload: dict[str, Any] = field(default_factory=dict)
+    """For require_approval: what the interrupt carries (the frozen action, its hash, the roles
+    that may approve, the reasons)."""
+
+    @property
+    def allowed(self) -> bool:
+        return self.decision in (Decision.ALLOW, Decision.CONSTRAIN)
+
+    @property
+    def summary(self) -> str:
+        """One line for timelines: `require_approval by refund-over-100 (role finance)`."""
+        text = self.decision.value
+        if self.rule_ids:
+            text += " by " + ", ".join(self.rule_ids)
+        roles = self.approver_roles or ((self.approver_role,) if self.approver_role else ())
+        if roles and self.decision is Decision.REQUIRE_APPROVAL:
+            text += f" (role {' + '.join(roles)})"
+        if self.absolute:
+            text += " [absolute]"
+        if self.reasons:
+            text += ": " + "; ".join(self.reasons)
+        return text
 
     @classmethod
     def allow(cls, *, snapshot_hash: str = "", rule_ids: tuple[str, ...] = ()) -> PolicyDecision:

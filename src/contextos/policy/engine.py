@@ -1,0 +1,281 @@
+"""How authority is computed: every layer is asked, the most restrictive answer wins.
+
+    manifest ∩ containment ∩ agent tool allowlist ∩ principal scopes ∩ data classification
+      ∩ tenant policy rules ∩ rate and budget limits            -> PolicyDecision
+    (an approval over the frozen action can then lift require_approval, or a deny that the
+     policy marks as open to exceptions; never an absolute deny)
+
+The engine is pure: no I/O, no clock. The gate (`policy/gate.py`) feeds it the run's recorded
+context and history and applies approvals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from contextos.errors import ContainmentViolation
+from contextos.policy.containment import Containment
+from contextos.policy.decision import Check, Decision, PolicyDecision, ProposedCall
+from contextos.policy.identity import RunContext
+from contextos.policy.rules import Policy, Rule, check_constraints, lookup
+from contextos.tools.contract import Tool
+
+_RANK = {Decision.ALLOW: 0, Decision.CONSTRAIN: 1, Decision.REQUIRE_APPROVAL: 2, Decision.DENY: 3}
+
+Confine = Literal["read", "write", "url"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConfinedTool(Tool):
+    """A tool whose arguments name paths or URLs that the run's containment must permit."""
+
+    confine: tuple[tuple[str, Confine], ...] = ()
+    """(argument, read | write | url) pairs checked before dispatch."""
+    containment: Containment | None = None
+    """The tool's own walls; the run's containment, when it has one, applies as well."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CallHistory:
+    """What the run has already done, for rate and budget limits."""
+
+    succeeded: tuple[tuple[str, Mapping[str, Any]], ...] = ()
+    """(tool, arguments) of every call that completed without error, in order."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Finding:
+    check: Check
+    absolute: bool = False
+    approver_role: str | None = None
+    exception_role: str | None = None
+    constraints: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Engine:
+    """Evaluates proposed calls against a policy; one engine serves many runs."""
+
+    def __init__(self, policy: Policy | None = None) -> None:
+        self.policy = policy or Policy()
+
+    @property
+    def snapshot_hash(self) -> str:
+        return self.policy.snapshot_hash
+
+    def evaluate(
+        self,
+        call: ProposedCall,
+        context: RunContext,
+        *,
+        tool: Tool | None,
+        history: CallHistory | None = None,
+    ) -> PolicyDecision:
+        """The decision before any approval is considered."""
+        findings = [
+            *self._manifest(call, tool),
+            *self._containment(call, context, tool),
+            *self._allowlist(call, context),
+            *self._scopes(call, context),
+            *self._classification(call, context),
+            *self._rules(call, context),
+            *self._limits(call, history or CallHistory()),
+        ]
+        return self._combine(call, findings)
+
+    # -- layers -----------------------------------------------------------------------------
+
+    def _manifest(self, call: ProposedCall, tool: Tool | None) -> list[_Finding]:
+        if tool is None or tool.name != call.tool:
+            return [_deny("manifest", "manifest", f"{call.tool} is not in the run's manifest")]
+        return [_ok("manifest", "manifest")]
+
+    def _containment(
+        self, call: ProposedCall, context: RunContext, tool: Tool | None
+    ) -> list[_Finding]:
+        if not isinstance(tool, ConfinedTool) or not tool.confine:
+            return []
+        layers = [c for c in (context.containment, tool.containment) if c is not None]
+        if not layers:
+            return [_deny("containment", "containment", f"{tool.name}: no containment configured")]
+        out: list[_Finding] = []
+        for arg, kind in tool.confine:
+            value = lookup(call.arguments, arg)
+            if not isinstance(value, str):
+                continue  # argument validation already ran; a missing optional path is fine
+            try:
+                if kind == "url":
+                    for c in layers:
+                        c.check_url(value)
+                else:
+                    real = layers[0].resolve(value, kind)
+                    for c in layers[1:]:
+                        c.resolve(real, kind)
+            except ContainmentViolation as exc:
+                out.append(_deny("containment", f"containment:{arg}", exc.message))
+        return out or [_ok("containment", "containment")]
+
+    def _allowlist(self, call: ProposedCall, context: RunContext) -> list[_Finding]:
+        if context.allows_tool(call.tool):
+            return [_ok("allowlist", "allowlist")]
+        return [
+            _deny(
+                "allowlist",
+                "allowlist",
+                f"{call.tool} is not on this run's tool allowlist "
+                f"({', '.join(context.tools or ())})",
+            )
+        ]
+
+    def _scopes(self, call: ProposedCall, context: RunContext) -> list[_Finding]:
+        missing = [s for s in call.scopes if not context.has_scope(s)]
+        if missing:
+            return [
+                _deny(
+                    "scopes",
+                    f"scope:{s}",
+                    f"{context.principal.ref} has not delegated scope {s} to this run",
+                )
+                for s in missing
+            ]
+        return [_ok("scopes", "scopes")]
+
+    def _classification(self, call: ProposedCall, context: RunContext) -> list[_Finding]:
+        if context.clears(call.data_classification):
+            return [_ok("classification", "classification")]
+        return [
+            _deny(
+                "classification",
+                "classification",
+                f"{call.tool} handles {call.data_classification} data; this run is cleared "
+                f"up to {context.clearance}",
+            )
+        ]
+
+    def _rules(self, call: ProposedCall, context: RunContext) -> list[_Finding]:
+        matched = [r for r in self.policy.rules if r.matches(call, context)]
+        if not matched:
+            default = self.policy.default
+            reason = "" if default is Decision.ALLOW else "no rule allows this call"
+            check = Check(layer="policy", decision=default, rule_id="policy:default", reason=reason)
+            return [_Finding(check=check)]
+        return [_rule_finding(r, call) for r in matched]
+
+    def _limits(self, call: ProposedCall, history: CallHistory) -> list[_Finding]:
+        out: list[_Finding] = []
+        for lim in self.policy.limits:
+            if not lim.covers(call.tool):
+                continue
+            done = [args for name, args in history.succeeded if lim.covers(name)]
+            if lim.max_calls is not None and len(done) >= lim.max_calls:
+                why = lim.reason or f"rate limit: {len(done)} of {lim.max_calls} calls used"
+                out.append(_deny("limits", lim.id, why))
+                continue
+            if lim.sum_of is not None and lim.max_total is not None:
+                spent = sum(_number(lookup(a, lim.sum_of)) for a in done)
+                this = _number(lookup(call.arguments, lim.sum_of))
+                if spent + this > lim.max_total:
+                    why = lim.reason or (
+                        f"budget: {lim.sum_of} {spent:g} already used, {this:g} more would pass "
+                        f"the limit of {lim.max_total:g}"
+                    )
+                    out.append(_deny("limits", lim.id, why))
+                    continue
+            out.append(_ok("limits", lim.id))
+        return out
+
+    # -- combining --------------------------------------------------------------------------
+
+    def _combine(self, call: ProposedCall, findings: list[_Finding]) -> PolicyDecision:
+        worst = max((f.check.decision for f in findings), key=_RANK.__getitem__)
+        constraints = _merge_constraints([f.constraints for f in findings if f.constraints])
+        broken = check_constraints(constraints, call.arguments) if constraints else []
+        if broken and _RANK[worst] < _RANK[Decision.DENY]:
+            findings.append(
+                _deny(
+                    "policy", "constraints", "the arguments break constraints: " + "; ".join(broken)
+                )
+            )
+            worst = Decision.DENY
+        deciding = [f for f in findings if f.check.decision is worst]
+        absolute = worst is Decision.DENY and any(f.absolute for f in deciding)
+        exception_roles: list[str] = []
+        if worst is Decision.DENY and not absolute and all(f.exception_role for f in deciding):
+            exception_roles = _unique(f.exception_role for f in deciding)
+        approval_roles = _unique(f.approver_role for f in findings)
+        roles: list[str] = []
+        if worst is Decision.REQUIRE_APPROVAL:
+            roles = approval_roles
+        elif exception_roles:
+            roles = _unique([*exception_roles, *approval_roles])
+        return PolicyDecision(
+            decision=worst,
+            rule_ids=tuple(_unique(f.check.rule_id for f in deciding)),
+            reasons=tuple(_unique(f.check.reason for f in deciding if f.check.reason)),
+            constraints=dict(constraints),
+            approver_role=roles[0] if roles else None,
+            approver_roles=tuple(roles),
+            exception_role=exception_roles[0] if exception_roles else None,
+            snapshot_hash=self.snapshot_hash,
+            absolute=absolute,
+            checks=tuple(f.check for f in findings),
+        )
+
+
+def _ok(layer: str, rule_id: str) -> _Finding:
+    return _Finding(check=Check(layer=layer, decision=Decision.ALLOW, rule_id=rule_id))
+
+
+def _deny(layer: str, rule_id: str, reason: str) -> _Finding:
+    # Built-in layers deny absolutely: no approval may widen containment, scopes, the allowlist,
+    # the manifest or the data clearance. Limits and constraints deny this action only.
+    absolute = layer not in ("limits", "policy")
+    return _Finding(
+        check=Check(layer=layer, decision=Decision.DENY, rule_id=rule_id, reason=reason),
+        absolute=absolute,
+    )
+
+
+def _rule_finding(rule: Rule, call: ProposedCall) -> _Finding:
+    reason = rule.reason or f"rule {rule.id}"
+    return _Finding(
+        check=Check(layer="policy", decision=rule.decision, rule_id=rule.id, reason=reason),
+        absolute=rule.absolute,
+        approver_role=rule.approver_role if rule.decision is Decision.REQUIRE_APPROVAL else None,
+        exception_role=rule.exception_role if rule.decision is Decision.DENY else None,
+        constraints=rule.constraints if rule.decision is Decision.CONSTRAIN else {},
+    )
+
+
+def _merge_constraints(items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Several constrain rules: the tightest of each limit wins."""
+    out: dict[str, Any] = {}
+    for item in items:
+        for key, value in item.items():
+            if key not in out:
+                out[key] = value
+            elif key.startswith("max_"):
+                out[key] = min(out[key], value)
+            elif key.startswith("min_"):
+                out[key] = max(out[key], value)
+            elif key.endswith("_in"):
+                out[key] = [v for v in out[key] if v in value]
+            elif out[key] != value:
+                out[key] = value  # an unknown constraint: the later rule's word stands
+    return out
+
+
+def _number(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def _unique(items: Any) -> list[str]:
+    seen: list[str] = []
+    for item in items:
+        if item and item not in seen:
+            seen.append(item)
+    return seen

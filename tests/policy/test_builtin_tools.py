@@ -1,0 +1,138 @@
+"""Built-in file tools confined to roots, HTTP tools confined by the network setting.
+
+The tools check again at the moment they act, whatever the policy engine said before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from contextos.errors import ContainmentViolation
+from contextos.policy import Containment, NetworkPolicy, file_tools, http_tools
+from contextos.policy.containment import activate
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    r = tmp_path / "root"
+    r.mkdir()
+    (r / "hello.txt").write_text("hello")
+    (tmp_path / "secret.txt").write_text("secret")
+    return r
+
+
+def test_read_write_list_inside_the_root(root: Path) -> None:
+    read_file, write_file, list_files = file_tools([str(root)])
+    assert read_file.fn(path="hello.txt") == "hello"
+    assert "wrote 5 bytes" in str(write_file.fn(path="out/new.txt", content="12345"))
+    assert (root / "out" / "new.txt").read_text() == "12345"
+    assert list_files.fn(path=".") == ["hello.txt", "out/"]
+    assert read_file.scopes == ("files:read",) and write_file.effect.value == "write"
+
+
+def test_traversal_absolute_and_symlink_escape_refused_at_the_tool(
+    root: Path, tmp_path: Path
+) -> None:
+    read_file, write_file, list_files = file_tools([str(root)])
+    with pytest.raises(ContainmentViolation, match="climbs out"):
+        read_file.fn(path="../secret.txt")
+    with pytest.raises(ContainmentViolation, match="absolute path is outside"):
+        read_file.fn(path=str(tmp_path / "secret.txt"))
+    os.symlink(tmp_path / "secret.txt", root / "innocent.txt")
+    with pytest.raises(ContainmentViolation, match="symlink"):
+        read_file.fn(path="innocent.txt")
+    with pytest.raises(ContainmentViolation, match="symlink"):
+        write_file.fn(path="innocent.txt", content="overwrite the secret")
+    assert (tmp_path / "secret.txt").read_text() == "secret"
+    os.symlink(tmp_path, root / "up")
+    with pytest.raises(ContainmentViolation):
+        list_files.fn(path="up")
+
+
+def test_the_runs_containment_narrows_the_tools_roots(root: Path) -> None:
+    (root / "a").mkdir()
+    (root / "b").mkdir()
+    (root / "b" / "x.txt").write_text("b")
+    read_file, _, _ = file_tools([str(root)])
+
+    def in_run() -> Any:
+        activate(Containment(roots=(str(root / "a"),)))
+        return read_file.fn(path=str(root / "b" / "x.txt"))
+
+    # a fresh context, as each run's task has
+    import contextvars
+
+    with pytest.raises(ContainmentViolation):
+        contextvars.copy_context().run(in_run)
+    assert read_file.fn(path=str(root / "b" / "x.txt")) == "b"
+
+
+def test_tools_without_any_roots_refuse_everything(root: Path) -> None:
+    read_file, _, _ = file_tools()
+    with pytest.raises(ContainmentViolation, match="no filesystem roots"):
+        read_file.fn(path=str(root / "hello.txt"))
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        if self.path.startswith("/redirect"):
+            target = self.path.split("to=", 1)[1]
+            self.send_response(302)
+            self.send_header("Location", target)
+            self.end_headers()
+            return
+        body = f"hello from {self.path}".encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def servers() -> Iterator[tuple[int, int]]:
+    made = [ThreadingHTTPServer(("127.0.0.1", 0), _Handler) for _ in range(2)]
+    threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in made]
+    for t in threads:
+        t.start()
+    yield made[0].server_address[1], made[1].server_address[1]
+    for s in made:
+        s.shutdown()
+        s.server_close()
+
+
+def test_http_reaches_only_allowed_hosts_and_checks_every_redirect(
+    servers: tuple[int, int],
+) -> None:
+    good, bad = servers
+    http_get, _ = http_tools(NetworkPolicy(allow=(f"127.0.0.1:{good}",)))
+
+    async def main() -> None:
+        ok = await http_get.fn(url=f"http://127.0.0.1:{good}/x")
+        assert ok["status"] == 200 and ok["body"] == "hello from /x"
+        with pytest.raises(ContainmentViolation, match="not on the network allow list"):
+            await http_get.fn(url=f"http://127.0.0.1:{bad}/x")
+        with pytest.raises(ContainmentViolation, match=str(bad)):
+            await http_get.fn(url=f"http://127.0.0.1:{good}/redirect?to=http://127.0.0.1:{bad}/y")
+        followed = await http_get.fn(url=f"http://127.0.0.1:{good}/redirect?to=/z")
+        assert followed["body"] == "hello from /z"
+
+    asyncio.run(main())
+
+
+def test_http_deny_wins(servers: tuple[int, int]) -> None:
+    good, _ = servers
+    http_get, _ = http_tools(NetworkPolicy(allow=("127.0.0.1",), deny=(f"127.0.0.1:{good}",)))
+    with pytest.raises(ContainmentViolation, match="deny list"):
+        asyncio.run(http_get.fn(url=f"http://127.0.0.1:{good}/x"))  # type: ignore[arg-type]
