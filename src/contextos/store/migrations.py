@@ -94,6 +94,53 @@ CREATE TABLE schedules (
     created_at REAL NOT NULL
 );
 """,
+    # 3: daily model usage per principal, derived from the event log by a trigger so it is
+    # written in the same transaction as the events and can never drift from them. The
+    # principal key mirrors contextos.middleware.base.principal_of; existing events backfill it.
+    """
+CREATE TABLE principal_usage (
+    principal TEXT NOT NULL,
+    day TEXT NOT NULL,
+    input_tokens INTEGER NOT NULL DEFAULT 0,
+    output_tokens INTEGER NOT NULL DEFAULT 0,
+    cost_usd REAL NOT NULL DEFAULT 0,
+    calls INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (principal, day)
+) WITHOUT ROWID;
+CREATE TRIGGER principal_usage_from_events AFTER INSERT ON events
+WHEN NEW.type IN ('model_responded', 'context_compacted')
+BEGIN
+    INSERT INTO principal_usage (principal, day, input_tokens, output_tokens, cost_usd, calls)
+    SELECT
+        coalesce(json_extract(CAST(c.payload AS TEXT), '$.metadata.principal'),
+            coalesce(json_extract(CAST(c.payload AS TEXT), '$.metadata.tenant_id'), '-') || '/'
+            || coalesce(json_extract(CAST(c.payload AS TEXT), '$.metadata.user_id'), '-')),
+        substr(NEW.occurred_at, 1, 10),
+        coalesce(json_extract(CAST(NEW.payload AS TEXT), '$.usage.input_tokens'), 0),
+        coalesce(json_extract(CAST(NEW.payload AS TEXT), '$.usage.output_tokens'), 0),
+        coalesce(json_extract(CAST(NEW.payload AS TEXT), '$.usage.cost_usd'), 0),
+        1
+    FROM events c WHERE c.run_id = NEW.run_id AND c.seq = 1
+    ON CONFLICT (principal, day) DO UPDATE SET
+        input_tokens = input_tokens + excluded.input_tokens,
+        output_tokens = output_tokens + excluded.output_tokens,
+        cost_usd = cost_usd + excluded.cost_usd,
+        calls = calls + excluded.calls;
+END;
+INSERT INTO principal_usage (principal, day, input_tokens, output_tokens, cost_usd, calls)
+SELECT
+    coalesce(json_extract(CAST(c.payload AS TEXT), '$.metadata.principal'),
+        coalesce(json_extract(CAST(c.payload AS TEXT), '$.metadata.tenant_id'), '-') || '/'
+        || coalesce(json_extract(CAST(c.payload AS TEXT), '$.metadata.user_id'), '-')),
+    substr(e.occurred_at, 1, 10),
+    sum(coalesce(json_extract(CAST(e.payload AS TEXT), '$.usage.input_tokens'), 0)),
+    sum(coalesce(json_extract(CAST(e.payload AS TEXT), '$.usage.output_tokens'), 0)),
+    sum(coalesce(json_extract(CAST(e.payload AS TEXT), '$.usage.cost_usd'), 0)),
+    count(*)
+FROM events e JOIN events c ON c.run_id = e.run_id AND c.seq = 1
+WHERE e.type IN ('model_responded', 'context_compacted')
+GROUP BY 1, 2;
+""",
 ]
 
 
