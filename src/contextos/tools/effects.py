@@ -164,6 +164,12 @@ class ToolRunner:
             started = _now()
             try:
                 result = await self._attempt(tool, args, ctx)
+            except _Ending:
+                await self._complete(
+                    call,
+                    error_outcome("cancelled", f"{tool.name} was cancelled: the run is ending."),
+                )
+                return
             except TimeoutError as exc:
                 if await self._retry_after(call, tool, None, attempt, exc):
                     attempt += 1

@@ -1,0 +1,411 @@
+"""The effect ledger against a real payments service on loopback.
+
+A "crash" here is a BaseException raised by the tool right after the service charged: the
+driver dies mid-call exactly as a killed worker would (the log ends at `dispatched`), and a fresh
+Runtime resumes the run. The SIGKILL version of this runs in test_fault_injection.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+from payments_service import PaymentsService
+from payments_tools import ALL, ChargeCard
+
+from contextos import Agent, Budget, FailureReason, RunStatus, Runtime
+from contextos import events as ev
+from contextos.ledger import EffectState
+from contextos.store import SqliteStore
+from contextos.testing import ScriptedModel, call_tool, reply
+from contextos.tools import Tool, ToolContext, as_tool, tool
+
+ORDER = {"customer": "cus_1", "amount": 1250, "order_id": "order-1"}
+
+
+class Crash(BaseException):
+    """Stands in for the worker process dying."""
+
+
+def crashing(t: Tool) -> Tool:
+    """The same contract, but the process 'dies' right after the real call returned."""
+
+    async def fn(**kwargs: Any) -> Any:
+        result = t.fn(**kwargs)
+        if asyncio.iscoroutine(result):
+            await result
+        raise Crash()
+
+    return dataclasses.replace(t, fn=fn)
+
+
+def tools(crash: str | None = None, extra: list[Any] | None = None) -> list[Tool]:
+    out = [as_tool(t) for t in [*ALL, *(extra or [])]]
+    return [crashing(t) if t.name == crash else t for t in out]
+
+
+def agent(model: ScriptedModel, crash: str | None = None, **kw: Any) -> Agent:
+    return Agent(name="shop", model=model, tools=tools(crash, kw.pop("extra", None)), **kw)
+
+
+def effect_states(events: list[ev.Event]) -> list[str]:
+    return [e.state.value for e in events if isinstance(e, ev.EffectChanged)]
+
+
+def script(name: str, args: dict[str, Any] = ORDER) -> list[Any]:
+    return [call_tool(name, args), reply("done")]
+
+
+async def test_write_goes_through_the_ledger_with_receipts(
+    runtime: Runtime, payments: PaymentsService
+) -> None:
+    model = ScriptedModel(script("charge_card"))
+    result = await runtime.run(agent(model), "charge it")
+    assert result.status is RunStatus.COMPLETED
+    events = await runtime.events(result.run_id)
+    proposed = next(e for e in events if isinstance(e, ev.EffectProposed))
+    assert proposed.kind == "irreversible"
+    assert proposed.idempotency_key == f"{result.run_id}/{proposed.call_id}"
+    assert proposed.arguments["customer"] == "[redacted]"  # redact_fields
+    assert effect_states(events) == ["validated", "authorised", "dispatched", "committed"]
+    decided = next(e for e in events if isinstance(e, ev.PolicyDecided))
+    dispatched = next(
+        e for e in events if isinstance(e, ev.EffectChanged) and e.state == "dispatched"
+    )
+    assert decided.seq < dispatched.seq
+    state = await runtime.state(result.run_id)
+    effect = state.effects[proposed.effect_id]
+    assert effect.state is EffectState.COMMITTED
+    (charge_id,) = payments.query("SELECT charge_id FROM charges")[0]
+    assert effect.receipts["charge_id"] == charge_id
+    assert effect.receipts["provider_request_id"].startswith("req_")
+    done = next(e for e in events if isinstance(e, ev.ToolCompleted))
+    assert done.effect_id == proposed.effect_id and done.untrusted
+
+
+async def test_dispatched_is_durable_before_the_tool_runs(runtime: Runtime, tmp_path: Path) -> None:
+    seen: list[str] = []
+
+    @tool(effect="write")
+    async def send_email(to: str, ctx: ToolContext) -> str:
+        """Send an email."""
+        store = SqliteStore(tmp_path / "runs.db")  # a second connection: only committed rows
+        try:
+            events = await store.read(ctx.run_id)  # type: ignore[arg-type]
+        finally:
+            await store.close()
+        last = events[-1]
+        assert isinstance(last, ev.EffectChanged)
+        seen.append(last.state.value)
+        return "sent"
+
+    model = ScriptedModel(script("send_email", {"to": "a@example.org"}))
+    result = await runtime.run(Agent(name="mail", model=model, tools=[send_email]), "go")
+    assert result.status is RunStatus.COMPLETED
+    assert seen == ["dispatched"]
+
+
+async def test_unsafe_error_is_not_retried(runtime: Runtime, payments: PaymentsService) -> None:
+    model = ScriptedModel(script("charge_card", {**ORDER, "customer": "declined"}))
+    result = await runtime.run(agent(model), "charge it")
+    events = await runtime.events(result.run_id)
+    assert effect_states(events) == ["validated", "authorised", "dispatched", "failed"]
+    failed = [e for e in events if isinstance(e, ev.ToolAttemptFailed)]
+    assert [(f.error_type, f.will_retry) for f in failed] == [("CardDeclined", False)]
+    assert payments.query("SELECT outcome FROM attempts") == [("declined",)]
+    done = next(e for e in events if isinstance(e, ev.ToolCompleted))
+    assert done.is_error and "CardDeclined" in done.output
+    assert model.requests[1].messages[-1].content == done.output
+
+
+async def test_safe_error_is_retried_with_the_same_key(
+    runtime: Runtime, payments: PaymentsService
+) -> None:
+    model = ScriptedModel(script("charge_card", {**ORDER, "unavailable_first": 2}))
+    result = await runtime.run(agent(model), "charge it")
+    assert result.status is RunStatus.COMPLETED
+    events = await runtime.events(result.run_id)
+    attempts = [e for e in events if isinstance(e, ev.ToolAttemptFailed)]
+    assert [(a.attempt, a.error_type, a.will_retry) for a in attempts] == [
+        (1, "ServiceUnavailable", True),
+        (2, "ServiceUnavailable", True),
+    ]
+    dispatches = [
+        e.attempt for e in events if isinstance(e, ev.EffectChanged) and e.state == "dispatched"
+    ]
+    assert dispatches == [1, 2, 3]
+    rows = payments.query("SELECT idempotency_key, outcome FROM attempts ORDER BY n")
+    key = next(e for e in events if isinstance(e, ev.EffectProposed)).idempotency_key
+    assert rows == [(key, "unavailable"), (key, "unavailable"), (key, "charged")]
+    assert payments.stats()["charges"] == 1
+
+
+async def test_dropped_response_is_reconciled_not_resent(
+    runtime: Runtime, payments: PaymentsService
+) -> None:
+    model = ScriptedModel(script("charge_card", {**ORDER}))
+    # the service charges, then drops the connection before answering
+    t = as_tool(ChargeCard)
+
+    async def drop(**kw: Any) -> Any:
+        from payments_tools import _charge
+
+        return await _charge(
+            kw["customer"], kw["amount"], kw["order_id"], kw["ctx"], drop_response=True
+        )
+
+    a = Agent(name="shop", model=model, tools=[dataclasses.replace(t, fn=drop), *tools()[2:]])
+    result = await runtime.run(a, "charge it")
+    assert result.status is RunStatus.COMPLETED
+    events = await runtime.events(result.run_id)
+    assert effect_states(events) == [
+        "validated",
+        "authorised",
+        "dispatched",
+        "outcome_unknown",
+        "reconciling",
+        "committed",
+    ]
+    assert payments.query("SELECT COUNT(*) FROM attempts")[0][0] == 1
+    assert payments.stats()["charges"] == 1
+
+
+async def test_crash_after_dispatch_is_reconciled(
+    tmp_path: Path, payments: PaymentsService
+) -> None:
+    db = str(tmp_path / "runs.db")
+    async with Runtime(db) as rt:
+        with pytest.raises(Crash):
+            await rt.run(agent(ScriptedModel(script("charge_card")), crash="charge_card"), "go")
+        (summary,) = await rt.runs()
+        state = await rt.state(summary.run_id)
+        (effect,) = state.effects.values()
+        assert effect.state is EffectState.DISPATCHED
+    assert payments.stats()["charges"] == 1
+    async with Runtime(db) as rt:
+        model = ScriptedModel(script("charge_card"), by_turn=True)
+        result = await rt.resume(summary.run_id, agent(model))
+        assert result.status is RunStatus.COMPLETED
+        events = await rt.events(summary.run_id)
+    assert effect_states(events) == [
+        "validated",
+        "authorised",
+        "dispatched",
+        "outcome_unknown",
+        "reconciling",
+        "committed",
+    ]
+    assert payments.query("SELECT COUNT(*) FROM attempts")[0][0] == 1  # never re-sent
+    assert payments.stats()["charges"] == 1
+    done = next(e for e in events if isinstance(e, ev.ToolCompleted))
+    assert "charge_id" in done.output and not done.is_error
+
+
+async def test_crash_before_the_service_acted_reconciles_to_failed(
+    tmp_path: Path, payments: PaymentsService
+) -> None:
+    @tool(
+        effect="irreversible",
+        name="charge_card",
+        description=as_tool(ChargeCard).description,
+        reconcile=as_tool(ChargeCard).reconcile,
+    )
+    async def never_sent(
+        customer: str, amount: int, order_id: str, ctx: ToolContext, unavailable_first: int = 0
+    ) -> Any:
+        raise Crash()
+
+    db = str(tmp_path / "runs.db")
+    base = as_tool(ChargeCard)
+    dying = dataclasses.replace(base, fn=never_sent.fn)
+    async with Runtime(db) as rt:
+        with pytest.raises(Crash):
+            await rt.run(
+                Agent(name="shop", model=ScriptedModel(script("charge_card")), tools=[dying]), "go"
+            )
+        (summary,) = await rt.runs()
+    async with Runtime(db) as rt:
+        model = ScriptedModel(script("charge_card"), by_turn=True)
+        result = await rt.resume(summary.run_id, Agent(name="shop", model=model, tools=[base]))
+        events = await rt.events(summary.run_id)
+    assert result.status is RunStatus.COMPLETED
+    assert effect_states(events)[-3:] == ["outcome_unknown", "reconciling", "failed"]
+    done = next(e for e in events if isinstance(e, ev.ToolCompleted))
+    assert done.is_error and done.error_code == "not_committed"
+    assert payments.stats()["charges"] == 0
+
+
+async def test_crash_with_idempotent_contract_is_resent_with_the_same_key(
+    tmp_path: Path, payments: PaymentsService
+) -> None:
+    db = str(tmp_path / "runs.db")
+    async with Runtime(db) as rt:
+        with pytest.raises(Crash):
+            await rt.run(
+                agent(ScriptedModel(script("charge_card_keyed")), crash="charge_card_keyed"), "go"
+            )
+        (summary,) = await rt.runs()
+    async with Runtime(db) as rt:
+        model = ScriptedModel(script("charge_card_keyed"), by_turn=True)
+        result = await rt.resume(summary.run_id, agent(model))
+        events = await rt.events(summary.run_id)
+    assert result.status is RunStatus.COMPLETED
+    assert effect_states(events) == [
+        "validated",
+        "authorised",
+        "dispatched",
+        "outcome_unknown",
+        "dispatched",
+        "committed",
+    ]
+    rows = payments.query("SELECT idempotency_key, outcome FROM attempts ORDER BY n")
+    assert [r[1] for r in rows] == ["charged", "replayed"]
+    assert rows[0][0] == rows[1][0]
+    assert payments.stats()["charges"] == 1
+
+
+async def test_crash_without_reconcile_or_safe_retry_asks_a_person(
+    tmp_path: Path, payments: PaymentsService
+) -> None:
+    db = str(tmp_path / "runs.db")
+    name = "charge_card_unchecked"
+    async with Runtime(db) as rt:
+        with pytest.raises(Crash):
+            await rt.run(agent(ScriptedModel(script(name)), crash=name), "go")
+        (summary,) = await rt.runs()
+    rid = summary.run_id
+    async with Runtime(db) as rt:
+        model = ScriptedModel(script(name), by_turn=True)
+        result = await rt.resume(rid, agent(model))
+        assert result.status is RunStatus.INPUT_REQUIRED
+        state = await rt.state(rid)
+        (interrupt,) = state.pending_interrupts.values()
+        assert interrupt.kind == "external_confirmation_required"
+        (effect,) = state.effects.values()
+        assert interrupt.effect_id == effect.effect_id
+        assert effect.state is EffectState.OUTCOME_UNKNOWN
+        assert interrupt.payload["idempotency_key"] == effect.idempotency_key
+        assert interrupt.payload["tool"] == name
+        # resuming again neither re-sends nor asks twice
+        again = await rt.resume(rid, agent(model))
+        assert again.status is RunStatus.INPUT_REQUIRED
+        assert len((await rt.state(rid)).pending_interrupts) == 1
+    assert payments.query("SELECT COUNT(*) FROM attempts")[0][0] == 1
+
+    # The answer path (built on this seam): a person says it went through; the run goes on and
+    # the model is told the confirmed outcome.
+    async with Runtime(db) as rt:
+        state = await rt.state(rid)
+        await rt.store.append(
+            state.run_id,
+            [
+                ev.EffectChanged(
+                    run_id=state.run_id,
+                    seq=state.seq + 1,
+                    actor="user:ops",
+                    effect_id=effect.effect_id,
+                    state=EffectState.COMMITTED,
+                    output="confirmed by ops: charged",
+                    receipts={"ticket": "T-1"},
+                ),
+                ev.RunReleased(
+                    run_id=state.run_id, seq=state.seq + 2, worker_id="user:ops", reason="answered"
+                ),
+            ],
+            expected_seq=state.seq,
+        )
+        result = await rt.resume(rid, agent(ScriptedModel(script(name), by_turn=True)))
+        assert result.status is RunStatus.COMPLETED
+        events = await rt.events(rid)
+    done = next(e for e in events if isinstance(e, ev.ToolCompleted))
+    assert done.output == "confirmed by ops: charged" and not done.is_error
+    assert payments.query("SELECT COUNT(*) FROM attempts")[0][0] == 1
+
+
+async def test_compensation_on_cancel_reaches_the_call_in_flight(
+    runtime: Runtime, payments: PaymentsService
+) -> None:
+    started = asyncio.Event()
+
+    @tool
+    async def wait_for_bank(reference: str) -> str:
+        """Wait for the bank (slow)."""
+        started.set()
+        await asyncio.sleep(60)
+        return "never"
+
+    model = ScriptedModel(
+        [
+            call_tool("charge_refundable", ORDER),
+            call_tool("wait_for_bank", {"reference": "r"}),
+            reply("unreachable"),
+        ]
+    )
+    a = agent(model, extra=[wait_for_bank])
+    rid = await runtime.start(a, "charge then wait")
+    driving = asyncio.create_task(runtime.resume(rid, a))
+    await asyncio.wait_for(started.wait(), 10)
+    await runtime.cancel(rid, reason="customer changed their mind")
+    result = await asyncio.wait_for(driving, 20)
+    assert result.status is RunStatus.CANCELLED
+    events = await runtime.events(rid)
+    state = await runtime.state(rid)
+    charge, refund = state.effects.values()
+    assert charge.tool == "charge_refundable" and charge.state is EffectState.COMPENSATED
+    assert refund.tool == "refund_charge" and refund.compensates == charge.effect_id
+    assert refund.state is EffectState.COMMITTED
+    (charge_id,) = payments.query("SELECT charge_id FROM charges")[0]
+    assert payments.query("SELECT charge_id FROM refunds") == [(charge_id,)]
+    assert refund.receipts["refund_id"] == payments.query("SELECT refund_id FROM refunds")[0][0]
+    # the slow call was cancelled in flight and recorded, then the saga, then the end
+    waited = next(
+        e for e in events if isinstance(e, ev.ToolCompleted) and e.name == "wait_for_bank"
+    )
+    ending = next(e for e in events if isinstance(e, ev.RunEnding))
+    assert ending.seq < waited.seq and waited.is_error and waited.error_code == "cancelled"
+    compensating = next(
+        e for e in events if isinstance(e, ev.EffectChanged) and e.state == "compensating"
+    )
+    assert waited.seq < compensating.seq
+    assert isinstance(events[-1], ev.RunCancelled)
+    assert events[-1].reason == "customer changed their mind"
+
+
+async def test_compensation_when_the_run_fails(runtime: Runtime, payments: PaymentsService) -> None:
+    model = ScriptedModel([call_tool("charge_refundable", ORDER), reply("x")])
+    a = agent(model, budget=Budget(max_turns=1))
+    result = await runtime.run(a, "charge")
+    assert result.status is RunStatus.FAILED
+    assert result.failure_reason is FailureReason.BUDGET_EXHAUSTED
+    state = await runtime.state(result.run_id)
+    charge, refund = state.effects.values()
+    assert charge.state is EffectState.COMPENSATED and refund.state is EffectState.COMMITTED
+    assert payments.stats()["refunds"] == 1
+
+
+async def test_cancel_of_a_run_nobody_drives_runs_its_saga(
+    tmp_path: Path, payments: PaymentsService
+) -> None:
+    db = str(tmp_path / "runs.db")
+    model = ScriptedModel(
+        [
+            call_tool("charge_refundable", ORDER),
+            call_tool("charge_card_unchecked", {**ORDER, "order_id": "o2"}),
+            reply("x"),
+        ]
+    )
+    async with Runtime(db) as rt:
+        with pytest.raises(Crash):
+            await rt.run(agent(model, crash="charge_card_unchecked"), "go")
+        (summary,) = await rt.runs()
+    async with Runtime(db) as rt:
+        waiting = await rt.resume(summary.run_id, agent(ScriptedModel([], by_turn=True)))
+        assert waiting.status is RunStatus.INPUT_REQUIRED
+        result = await rt.cancel(summary.run_id, agent=agent(ScriptedModel([])))
+        # the unknown charge still needs a person; the refundable one is not undone before that
+        assert result.status is RunStatus.INPUT_REQUIRED
+        state = await rt.state(summary.run_id)
+        assert state.ending is not None and state.ending.outcome == "cancelled"
