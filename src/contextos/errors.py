@@ -17,7 +17,8 @@
         ├── ToolTimeout
         ├── ToolArgumentsInvalid      the model's arguments did not match the tool's schema
         ├── ToolOutcomeUnknown        a tool cannot tell whether its call took effect
-        └── ToolManifestChanged       a run's tools changed while it was in flight
+        ├── ToolManifestChanged       a run's tools changed while it was in flight
+        └── ContentBlocked            a read tool's output held data the PII policy blocks
     PolicyError (ContextOSError)      authority: policies, run contexts, containment, interrupts
     ├── PolicyLoadError               a policy file or rule is malformed
     ├── ContainmentViolation          a path or URL outside the run's containment
@@ -153,6 +154,10 @@ class ToolOutcomeUnknown(ToolError):
 
 class ToolManifestChanged(ToolError):
     code = "tool_manifest_changed"
+
+
+class ContentBlocked(ToolError):
+    code = "content_blocked"
 
 
 class PolicyError(ContextOSError):
