@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from contextos.errors import ConfigError
+from contextos.middleware.base import Middleware, stack_identity, stack_tools, validate_stack
 from contextos.models.base import ModelAdapter
 from contextos.runs import Budget
 from contextos.tools.contract import Tool, as_tool, manifest_hash
@@ -41,14 +42,19 @@ class Agent:
     """Decides when an answer is done; failures become the next instruction."""
     output_type: type[BaseModel] | None = None
     """Structured answer type; the final answer must parse into it."""
+    middleware: Sequence[Middleware] = ()
+    """The context stack, outermost first: platform layers in their order, then domain ones."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tools", tuple(as_tool(t) for t in self.tools))
         object.__setattr__(self, "verifier", as_verifier(self.verifier))
+        object.__setattr__(self, "middleware", tuple(self.middleware))
+        validate_stack(self.middleware)
 
     @property
     def tool_list(self) -> tuple[Tool, ...]:
-        return tuple(self.tools)  # type: ignore[arg-type]
+        """The agent's tools and those its middleware adds (e.g. reading a skill)."""
+        return (*self.tools, *stack_tools(self.middleware))  # type: ignore[arg-type]
 
     @property
     def verifiers(self) -> list[Verifier]:
@@ -76,6 +82,9 @@ class Agent:
             "output_schema": (
                 self.output_type.model_json_schema() if self.output_type is not None else None
             ),
+            # The stack's order is part of the behaviour; left out when empty so agents without
+            # middleware keep the hash they had.
+            **({"middleware": stack_identity(self.middleware)} if self.middleware else {}),
         }
 
     def identity_hash(self) -> str:

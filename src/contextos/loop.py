@@ -17,9 +17,11 @@ from typing import Any, TypeVar
 
 from contextos import events as ev
 from contextos.agents import Agent
+from contextos.context.compiled import compile_context
 from contextos.errors import ConcurrencyConflict, ModelError, ToolManifestChanged
 from contextos.events import utcnow
 from contextos.messages import FinishReason, Message, ToolCall
+from contextos.middleware.base import Chain, ModelCall, RunEnd, RunView
 from contextos.models.base import ModelAdapter, ModelRequest, ModelResponse
 from contextos.runs import FailureReason, RunStatus
 from contextos.state import RunState, apply
@@ -160,18 +162,58 @@ class Driver:
             return f"the run spent ${s.usage.cost_usd:.4f} of ${b.max_cost_usd:.4f}"
         return None
 
-    def build_request(self) -> ModelRequest:
+    # -- context compilation ------------------------------------------------------------
+
+    @property
+    def chain(self) -> Chain:
+        """The agent's middleware stack bound to this run (the runtime's, or built here)."""
+        chain = getattr(self.gateway, "chain", None)
+        if isinstance(chain, Chain):
+            return chain
+        own: Chain | None = getattr(self, "_context_chain", None)
+        if own is None:
+            own = Chain(self.agent.middleware, model=self.model)
+            self._context_chain = own
+        return own
+
+    def run_view(self) -> RunView:
         s = self.state
-        messages: tuple[Message, ...] = tuple(s.messages)
-        if self.agent.instructions:
-            messages = (Message(role="system", content=self.agent.instructions), *messages)
-        output_type = self.agent.output_type
-        return ModelRequest(
-            messages=messages,
-            tools=self.gateway.specs(),
-            output_schema=output_type.model_json_schema() if output_type is not None else None,
+        return RunView(
             run_id=s.run_id,
             turn=s.turns + 1,
+            turns=s.turns,
+            usage=s.usage,
+            budget=s.budget,
+            metadata=dict(s.metadata),
+        )
+
+    def build_call(self) -> ModelCall:
+        """The next model call's context from the folded state, before any middleware."""
+        s = self.state
+        output_type = self.agent.output_type
+        context = compile_context(
+            run_id=s.run_id,
+            agent=f"{self.agent.name}@{self.agent.version}",
+            instructions=self.agent.instructions,
+            messages=s.messages,
+            message_seqs=s.message_seqs,
+            tools=self.gateway.specs(),
+            output_schema=output_type.model_json_schema() if output_type is not None else None,
+            summary=s.context_summary,
+            cursor=s.context_cursor,
+            trusted_tools=self.chain.trusted_tools,
+        )
+        return ModelCall(run=self.run_view(), context=context)
+
+    def build_request(self) -> ModelRequest:
+        """The request the model would get with no middleware at all."""
+        call = self.build_call()
+        return ModelRequest(
+            messages=call.context.render(),
+            tools=call.context.tools,
+            output_schema=call.context.output_schema,
+            run_id=call.run.run_id,
+            turn=call.run.turn,
         )
 
     async def call_model(self) -> None:
@@ -179,44 +221,90 @@ class Driver:
         if exhausted:
             await self.fail(FailureReason.BUDGET_EXHAUSTED, exhausted)
             return
-        request = self.build_request()
-        started = time.perf_counter()
+        chain = self.chain
+        call = self.build_call()
         try:
-            response = await self.within_deadline(self.model.complete(request))
+            result = await self.within_deadline(chain.model_call(call))
         except DeadlinePassed:
             await self.fail(FailureReason.TIMEOUT, "the run's deadline passed during a model call")
             return
         except ModelError as exc:
             await self.fail(FailureReason.MODEL_ERROR, exc.message, **exc.fields, code=exc.code)
             return
-        except Exception as exc:  # an adapter bug still ends the run with a reason
+        except Exception as exc:  # an adapter (or middleware) bug still ends the run with a reason
             await self.fail(
                 FailureReason.MODEL_ERROR, f"{type(exc).__name__}: {exc}", code="model_error"
             )
             return
-        latency_ms = (time.perf_counter() - started) * 1000
-        message = _with_unique_call_ids(response, request.turn)
-        responded = self.event(
-            ev.ModelResponded,
-            message=message,
-            finish_reason=response.finish_reason,
-            usage=response.usage,
-            model=response.model or self.model.name,
-            latency_ms=latency_ms,
-            request_id=response.request_id,
-        )
-        if response.finish_reason is FinishReason.REFUSED:
-            await self.commit(
-                responded,
-                self.event(
-                    ev.RunFailed,
-                    offset=2,
-                    reason=FailureReason.MODEL_REFUSED,
-                    message=message.content or "the model refused",
-                ),
+        events: list[ev.Event] = [
+            self.event(
+                ev.ContextCompacted,
+                offset=i,
+                summary=r.summary,
+                through_seq=r.through_seq,
+                usage=r.usage,
+                model=r.model,
+                messages=r.messages,
+                tokens_before=r.tokens_before,
+            )
+            for i, r in enumerate(result.records, start=1)
+        ]
+        if result.stop is not None or result.response is None:
+            if events:
+                await self.commit(*events)
+            stop = result.stop
+            await self.fail(
+                stop.reason if stop else FailureReason.MODEL_ERROR,
+                stop.message if stop else "the middleware returned neither an answer nor a stop",
+                code=stop.reason.value if stop else "model_error",
+                layer=stop.layer if stop else None,
             )
             return
-        await self.commit(responded)
+        response = result.response
+        compiled = self.event(
+            ev.ContextCompiled,
+            offset=len(events) + 1,
+            turn=call.run.turn,
+            context_hash=result.context_hash or "",
+            manifest=list(result.manifest),
+            stack=list(chain.names),
+            telemetry=dict(result.telemetry),
+        )
+        events.append(compiled)
+        message = _with_unique_call_ids(response, call.run.turn)
+        events.append(
+            self.event(
+                ev.ModelResponded,
+                offset=len(events) + 1,
+                message=message,
+                finish_reason=response.finish_reason,
+                usage=response.usage,
+                model=response.model or self.model.name,
+                latency_ms=result.latency_ms,
+                request_id=response.request_id,
+                context_hash=result.context_hash,
+                causation_id=compiled.seq,
+            )
+        )
+        if response.finish_reason is FinishReason.REFUSED:
+            events.append(
+                self.event(
+                    ev.RunFailed,
+                    offset=len(events) + 1,
+                    reason=FailureReason.MODEL_REFUSED,
+                    message=message.content or "the model refused",
+                )
+            )
+        await self.commit(*events)
+
+    async def after_run(self) -> None:
+        """Let the stack act on a run that stopped being driven (e.g. write memory)."""
+        chain = self.chain
+        if not chain.layers:
+            return
+        s = self.state
+        events = await self.store.read(s.run_id)
+        await chain.after_run(RunEnd(run=self.run_view(), status=s.status, events=tuple(events)))
 
     @property
     def tools(self) -> ToolRunner:

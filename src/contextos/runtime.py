@@ -27,6 +27,8 @@ from contextos.errors import (
 from contextos.events import utcnow
 from contextos.loop import Driver
 from contextos.messages import Usage
+from contextos.middleware.base import ChainGateway, Services
+from contextos.middleware.budget import ledger_for
 from contextos.models import resolve_model
 from contextos.models.base import ModelAdapter
 from contextos.policy.decision import PolicyHook
@@ -297,11 +299,19 @@ class Runtime:
         return await self._drive(state, agent, lease)
 
     async def _drive(self, state: RunState, agent: Agent, lease: Lease | None = None) -> RunResult:
+        model = self.model_for(agent)
         driver = Driver(
             store=self.store,
             agent=agent,
-            model=self.model_for(agent),
-            gateway=Gateway(agent.tool_list, policy=self.policy),
+            model=model,
+            gateway=ChainGateway(
+                agent.tool_list,
+                chain_layers=agent.middleware,
+                model=model,
+                services=Services(model=model, ledger=ledger_for(self.store)),
+                metadata=state.metadata,
+                policy=self.policy,
+            ),
             state=state,
             worker_id=self.worker_id,
         )
@@ -317,6 +327,7 @@ class Runtime:
             self._watcher = asyncio.create_task(self._watch_for_cancel())
         try:
             await task
+            await driver.after_run()
         except asyncio.CancelledError:
             if state.run_id not in self._cancelled:
                 raise  # we were cancelled from outside: pass it on

@@ -1,0 +1,74 @@
+"""Middleware: the ordered stack every model call and tool call goes through.
+
+Platform layers, outermost first: budget gate → PII redaction → untrusted-output sanitizer →
+compaction → skills → profile; domain layers only after them.
+"""
+
+from contextos.middleware.base import (
+    PLATFORM_LAYERS,
+    BaseMiddleware,
+    Chain,
+    Compacted,
+    ContentGuard,
+    Middleware,
+    ModelCall,
+    ModelHandler,
+    ModelResult,
+    RunEnd,
+    RunView,
+    Services,
+    Spend,
+    Stop,
+    ToolCallInput,
+    ToolHandler,
+    UsageLedger,
+    principal_of,
+    stack_identity,
+    validate_stack,
+)
+from contextos.middleware.budget import BudgetGate, SqliteUsageLedger, ledger_for
+from contextos.middleware.compaction import Compaction
+from contextos.middleware.pii import Detection, Detector, PiiRedaction, Strategy, custom, detect
+from contextos.middleware.profile import Profile
+from contextos.middleware.retrieval import Retrieval
+from contextos.middleware.sanitize import Sanitizer, spotlight
+from contextos.middleware.skills import Skill, Skills
+
+__all__ = [
+    "PLATFORM_LAYERS",
+    "BaseMiddleware",
+    "BudgetGate",
+    "Chain",
+    "Compacted",
+    "Compaction",
+    "ContentGuard",
+    "Detection",
+    "Detector",
+    "Middleware",
+    "ModelCall",
+    "ModelHandler",
+    "ModelResult",
+    "PiiRedaction",
+    "Profile",
+    "Retrieval",
+    "RunEnd",
+    "RunView",
+    "Sanitizer",
+    "Services",
+    "Skill",
+    "Skills",
+    "Spend",
+    "SqliteUsageLedger",
+    "Stop",
+    "Strategy",
+    "ToolCallInput",
+    "ToolHandler",
+    "UsageLedger",
+    "custom",
+    "detect",
+    "ledger_for",
+    "principal_of",
+    "spotlight",
+    "stack_identity",
+    "validate_stack",
+]

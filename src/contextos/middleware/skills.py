@@ -1,0 +1,185 @@
+"""Skills, disclosed progressively: only the catalog is in the prompt, bodies on request.
+
+A skill is a directory with a `SKILL.md` whose frontmatter names it and says when to use it
+(`name` up to 64 characters, `description` up to 1024). The catalog (name, description, path)
+goes into the stable prefix of every call; a skill's body enters the conversation only when
+the model calls the `read_skill` tool, and is then trusted as the agent author's text.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from contextos.context.compiled import ContextItem, ItemType, TrustClass, sha
+from contextos.errors import ConfigError
+from contextos.middleware.base import BaseMiddleware, ModelCall, ModelHandler, ModelResult
+from contextos.tools.contract import Tool, tool
+
+_NAME = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Skill:
+    """One skill: its frontmatter, where it lives, and its body."""
+
+    name: str
+    """Lowercase letters, digits and hyphens, at most 64 characters."""
+    description: str
+    """What it does and when to use it, at most 1024 characters."""
+    path: Path
+    """The SKILL.md file."""
+    body: str
+    """Everything after the frontmatter."""
+    version: str
+    """Hash of the whole file."""
+    metadata: dict[str, str] = field(default_factory=dict)
+    """Other frontmatter keys, as written."""
+
+
+def parse_frontmatter(text: str, *, origin: str = "SKILL.md") -> tuple[dict[str, str], str]:
+    """Split `---`-fenced frontmatter (simple `key: value` YAML) from the body."""
+    lines = text.splitlines()
+    if not lines or lines[0].strip() != "---":
+        raise ConfigError(f"{origin}: a skill starts with a `---` frontmatter block", path=origin)
+    try:
+        end = next(i for i in range(1, len(lines)) if lines[i].strip() == "---")
+    except StopIteration:
+        raise ConfigError(f"{origin}: the frontmatter block is not closed", path=origin) from None
+    data: dict[str, str] = {}
+    i = 1
+    while i < end:
+        line = lines[i]
+        i += 1
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        key, sep, value = line.partition(":")
+        if not sep or line[0].isspace():
+            raise ConfigError(f"{origin}: cannot read frontmatter line {line!r}", path=origin)
+        value = value.strip()
+        if value in ("|", ">", "|-", ">-"):
+            block: list[str] = []
+            while i < end and (not lines[i].strip() or lines[i][0].isspace()):
+                block.append(lines[i].strip())
+                i += 1
+            value = ("\n" if value.startswith("|") else " ").join(block).strip()
+        elif len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            value = value[1:-1]
+        data[key.strip()] = value
+    return data, "\n".join(lines[end + 1 :]).strip()
+
+
+def load_skill(path: str | Path) -> Skill:
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    meta, body = parse_frontmatter(text, origin=str(path))
+    name = meta.pop("name", "")
+    description = meta.pop("description", "")
+    if not _NAME.match(name) or len(name) > 64:
+        raise ConfigError(
+            f"{path}: skill name {name!r} must be 1-64 lowercase letters, digits or hyphens",
+            path=str(path),
+        )
+    if not description or len(description) > 1024:
+        raise ConfigError(
+            f"{path}: a skill needs a description of at most 1024 characters", path=str(path)
+        )
+    return Skill(
+        name=name,
+        description=description,
+        path=path,
+        body=body,
+        version=sha(text)[:12],
+        metadata=meta,
+    )
+
+
+def discover(roots: Sequence[str | Path]) -> list[Skill]:
+    """Every `SKILL.md` under the roots (a root may also be one SKILL.md file)."""
+    found: list[Skill] = []
+    for root in map(Path, roots):
+        if root.is_file():
+            files = [root]
+        elif root.is_dir():
+            files = sorted(root.rglob("SKILL.md"))
+        else:
+            raise ConfigError(f"no skills directory at {root}", path=str(root))
+        found.extend(load_skill(f) for f in files)
+    names = [s.name for s in found]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ConfigError(f"two skills share the name {dupes[0]!r}", name=dupes[0])
+    return sorted(found, key=lambda s: s.name)
+
+
+class Skills(BaseMiddleware):
+    """Puts the skill catalog in the prompt and serves bodies through a tool."""
+
+    name = "skills"
+    platform_slot = 5
+
+    def __init__(self, *roots: str | Path, tool_name: str = "read_skill") -> None:
+        self.skills = {s.name: s for s in discover(roots)}
+        self.tool_name = tool_name
+        self._tool = self._make_tool()
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {
+            "tool": self.tool_name,
+            "skills": [[s.name, s.version] for s in self.skills.values()],
+        }
+
+    def tools(self) -> tuple[Tool, ...]:
+        return (self._tool,) if self.skills else ()
+
+    @property
+    def trusted_tools(self) -> frozenset[str]:
+        """Tool results written by the agent's author, not by the outside world."""
+        return frozenset({self.tool_name}) if self.skills else frozenset()
+
+    def catalog(self) -> ContextItem | None:
+        if not self.skills:
+            return None
+        lines = [
+            f"Skills you can use. Before following one, read its full text with the "
+            f"`{self.tool_name}` tool:"
+        ]
+        lines += [
+            f"- {s.name}: {s.description} ({s.path.parent.name}/{s.path.name})"
+            for s in self.skills.values()
+        ]
+        content = "\n".join(lines)
+        return ContextItem(
+            id="skill_catalog",
+            type=ItemType.SKILL_CATALOG,
+            content=content,
+            source="skills:" + ",".join(self.skills),
+            version=sha("".join(s.version for s in self.skills.values()))[:12],
+            trust=TrustClass.DEVELOPER,
+            why=f"{len(self.skills)} skills; bodies are read on demand",
+        )
+
+    async def wrap_model_call(self, call: ModelCall, call_next: ModelHandler) -> ModelResult:
+        item = self.catalog()
+        if item is None:
+            return await call_next(call)
+        result = await call_next(call.with_context(call.context.add(item)))
+        return result.with_telemetry(**{"skills.catalog": len(self.skills)})
+
+    def _make_tool(self) -> Tool:
+        skills = self.skills
+
+        def read_skill(name: str) -> str:
+            skill = skills.get(name)
+            if skill is None:
+                known = ", ".join(skills) or "none"
+                raise ValueError(f"there is no skill named {name!r}; skills: {known}")
+            return f"# Skill: {skill.name} ({skill.version})\n\n{skill.body}"
+
+        return tool(
+            name=self.tool_name,
+            description="Read the full instructions of one skill from the catalog, by name.",
+        )(read_skill)
