@@ -1,0 +1,260 @@
+"""Cron schedules and retry timers: when runs start and when a failed attempt may try again.
+
+A schedule fires a tick by starting a run whose idempotency key is derived from the schedule's
+name and the tick's time, then moving the schedule on with a compare-and-set. Every worker may
+try to fire the same tick: the key makes all but the first start return the same run, and a
+worker that dies between the two steps leaves the tick due, so the next worker (or the same one
+after a restart) fires it again into the same run. Each tick therefore starts exactly one run.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from contextos.agents import Agent, load_agent
+from contextos.errors import ConfigError, ContextOSError
+from contextos.events import utcnow
+from contextos.runs import RunId
+from contextos.store.queue import CatchUp, RunQueue, Schedule, queue_of, tick_key
+
+if TYPE_CHECKING:
+    from contextos.runtime import Runtime
+
+log = logging.getLogger("contextos.scheduler")
+
+
+def _croniter() -> Any:
+    try:
+        from croniter import croniter
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise ConfigError("cron schedules need croniter: pip install 'contextos[cron]'") from exc
+    return croniter
+
+
+def _zone(name: str) -> ZoneInfo:
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise ConfigError(f"unknown time zone {name!r}", timezone=name) from exc
+
+
+def check_cron(expr: str) -> None:
+    """Raise ConfigError unless `expr` is a cron expression croniter understands."""
+    if not _croniter().is_valid(expr):
+        raise ConfigError(
+            f"bad cron expression {expr!r}: use 5 fields (minute hour day month weekday), "
+            "or 6 with seconds last",
+            cron=expr,
+        )
+
+
+def next_tick(expr: str, after: datetime, *, timezone: str = "UTC") -> datetime:
+    """The first tick strictly after `after` (UTC)."""
+    local = after.astimezone(_zone(timezone))
+    tick: datetime = _croniter()(expr, local).get_next(datetime)
+    return tick.astimezone(UTC)
+
+
+def latest_tick(expr: str, at: datetime, *, timezone: str = "UTC") -> datetime:
+    """The last tick at or before `at` (UTC)."""
+    local = at.astimezone(_zone(timezone)) + timedelta(microseconds=1)
+    tick: datetime = _croniter()(expr, local).get_prev(datetime)
+    return tick.astimezone(UTC)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Plan:
+    """What to do about a due schedule."""
+
+    tick: datetime
+    """The latest due tick: the one that fires, or the last one skipped."""
+    fire: bool
+    """True to start a run for `tick`."""
+    missed: int
+    """Due ticks that will never fire (earlier ones, or `tick` too when skipped)."""
+    next_tick_at: datetime
+    """Where the schedule moves on to: the first tick after now."""
+
+
+def plan(schedule: Schedule, now: datetime) -> Plan | None:
+    """Decide about a schedule at `now`; None when its next tick is still ahead.
+
+    Only the latest due tick can fire. It fires when it is on time (at most
+    `misfire_grace_s` late) or when the catch-up policy is `run_once`; ticks before it were
+    missed (no worker was there) and never fire, whatever the policy.
+    """
+    if schedule.next_tick_at > now:
+        return None
+    tz = schedule.timezone
+    tick = max(schedule.next_tick_at, latest_tick(schedule.cron, now, timezone=tz))
+    on_time = (now - tick).total_seconds() <= schedule.misfire_grace_s
+    fire = on_time or schedule.catch_up is CatchUp.RUN_ONCE
+    missed = _count_ticks(schedule, tick) + (0 if fire else 1)
+    return Plan(
+        tick=tick,
+        fire=fire,
+        missed=missed,
+        next_tick_at=next_tick(schedule.cron, max(now, tick), timezone=tz),
+    )
+
+
+def _count_ticks(schedule: Schedule, tick: datetime, cap: int = 10_000) -> int:
+    """Ticks from the schedule's next tick up to (not including) `tick`, for the log."""
+    count, t = 0, schedule.next_tick_at
+    while t < tick and count < cap:
+        count += 1
+        t = next_tick(schedule.cron, t, timezone=schedule.timezone)
+    return count
+
+
+async def add_schedule(
+    queue: RunQueue,
+    name: str,
+    agent_ref: str,
+    cron: str,
+    *,
+    input: str = "",
+    timezone: str = "UTC",
+    catch_up: CatchUp | str = CatchUp.SKIP,
+    misfire_grace_s: float = 60.0,
+    priority: int = 0,
+    tenant: str = "",
+    now: datetime | None = None,
+) -> Schedule:
+    """Store a new schedule whose first tick is the first one after `now`."""
+    if not name:
+        raise ConfigError("a schedule needs a name")
+    check_cron(cron)
+    _zone(timezone)
+    load_agent(agent_ref)  # a bad reference fails now, not at every tick
+    start = now or utcnow()
+    schedule = Schedule(
+        name=name,
+        agent_ref=agent_ref,
+        cron=cron,
+        input=input,
+        timezone=timezone,
+        catch_up=CatchUp(catch_up),
+        misfire_grace_s=misfire_grace_s,
+        priority=priority,
+        tenant=tenant,
+        next_tick_at=next_tick(cron, start, timezone=timezone),
+        created_at=start,
+    )
+    await queue.add_schedule(schedule)
+    return schedule
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Fired:
+    """What one worker did about one due schedule."""
+
+    schedule: str
+    """The schedule's name."""
+    tick: datetime
+    """The tick handled."""
+    run_id: RunId | None
+    """The run that tick started (an existing one when another worker fired it first)."""
+    missed: int = 0
+    """Ticks that will never fire."""
+    advanced: bool = True
+    """False when another worker moved the schedule on first."""
+
+
+async def fire_due(
+    runtime: Runtime,
+    *,
+    now: datetime | None = None,
+    agents: dict[str, Agent] | None = None,
+) -> list[Fired]:
+    """Fire every schedule that is due at `now`; safe to call from every worker at once.
+
+    `agents` caches loaded agents by reference between calls.
+    """
+    queue = queue_of(runtime.store)
+    if queue is None:
+        return []
+    at = now or utcnow()
+    cache = agents if agents is not None else {}
+    out: list[Fired] = []
+    for schedule in await queue.list_schedules(due_at=at):
+        decision = plan(schedule, at)
+        if decision is None:
+            continue
+        run_id: RunId | None = None
+        if decision.fire:
+            try:
+                agent = cache.get(schedule.agent_ref)
+                if agent is None:
+                    agent = cache[schedule.agent_ref] = load_agent(schedule.agent_ref)
+                run_id = await runtime.start(
+                    agent,
+                    schedule.input,
+                    agent_ref=schedule.agent_ref,
+                    idempotency_key=tick_key(schedule.name, decision.tick),
+                    priority=schedule.priority,
+                    tenant=schedule.tenant or None,
+                    metadata={"schedule": schedule.name, "tick": decision.tick.isoformat()},
+                )
+            except ContextOSError as exc:
+                # The tick stays due: it fires once the agent loads again (or is skipped then,
+                # by the catch-up policy, if that takes too long).
+                log.error(
+                    "schedule %s: cannot start tick %s: %s", schedule.name, decision.tick, exc
+                )
+                continue
+        advanced = await queue.advance_schedule(
+            schedule.name,
+            expected_next=schedule.next_tick_at,
+            next_tick_at=decision.next_tick_at,
+            last_tick_at=decision.tick,
+            last_run_id=run_id,
+        )
+        if decision.missed:
+            log.warning(
+                "schedule %s: %d missed tick(s) skipped (catch-up %s)",
+                schedule.name,
+                decision.missed,
+                schedule.catch_up.value,
+            )
+        out.append(
+            Fired(
+                schedule=schedule.name,
+                tick=decision.tick,
+                run_id=run_id,
+                missed=decision.missed,
+                advanced=advanced,
+            )
+        )
+    return out
+
+
+def retry_delay(attempt: int, *, base_s: float = 1.0, cap_s: float = 300.0) -> float:
+    """Back-off before retry number `attempt` (from 1): doubling, capped, with full jitter
+    over its upper half so that runs failing together do not retry together."""
+    ceiling = min(cap_s, base_s * 2 ** max(attempt - 1, 0))
+    return float(ceiling / 2 + random.random() * ceiling / 2)
+
+
+def retry_at(attempt: int, *, base_s: float = 1.0, cap_s: float = 300.0) -> datetime:
+    """When retry number `attempt` may start: a durable timer for the run's queue row."""
+    return utcnow() + timedelta(seconds=retry_delay(attempt, base_s=base_s, cap_s=cap_s))
+
+
+__all__ = [
+    "Fired",
+    "Plan",
+    "add_schedule",
+    "check_cron",
+    "fire_due",
+    "latest_tick",
+    "next_tick",
+    "plan",
+    "retry_at",
+    "retry_delay",
+]

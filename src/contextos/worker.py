@@ -1,0 +1,430 @@
+"""The worker process: claim runs from the queue, drive them under leases, fire schedules.
+
+Run many per machine and on many machines against one PostgreSQL store (or several on one
+SQLite file). A worker that dies stops renewing its leases; when they expire another worker
+claims the runs and resumes them from their events. SIGTERM drains: every run in flight
+finishes its current step, is recorded as released, and goes back to the queue.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib.util
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from contextos import events as ev
+from contextos.agents import Agent
+from contextos.errors import ConcurrencyConflict, ConfigError, ContextOSError, RunIsTerminal
+from contextos.runs import FailureReason, RunId
+from contextos.runtime import Runtime
+from contextos.scheduler import fire_due, retry_at
+from contextos.store import EventStore, open_store
+from contextos.store.queue import Lease, RunQueue, WorkerInfo, WorkerStatus, queue_of
+
+log = logging.getLogger("contextos.worker")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WorkerConfig:
+    """How one worker process behaves."""
+
+    concurrency: int = 4
+    """Runs it drives at once."""
+    lease_s: float = 30.0
+    """Lease length; renewed every third of it. A dead worker's runs wait this long."""
+    poll_s: float = 1.0
+    """How often an idle worker asks the queue for work."""
+    heartbeat_s: float = 5.0
+    """How often it tells the registry it is alive."""
+    agents: tuple[str, ...] | None = None
+    """Claim only runs of these agent names (None: any)."""
+    schedules: bool = True
+    """Fire due cron schedules (safe on every worker: each tick fires once)."""
+    schedule_poll_s: float = 1.0
+    """How often it looks for due schedules."""
+    max_attempts: int = 10
+    """A run whose worker died or failed this many times is failed with runtime_crashed."""
+    retry_base_s: float = 1.0
+    """First back-off after a failed attempt; doubles each time."""
+    retry_cap_s: float = 300.0
+    """Longest back-off."""
+
+
+class Worker:
+    """One worker process's loop. `run()` until `stop()` (SIGTERM) and the drain finish."""
+
+    def __init__(
+        self,
+        store: EventStore | str | None = None,
+        *,
+        config: WorkerConfig | None = None,
+        worker_id: str | None = None,
+    ) -> None:
+        self.config = config or WorkerConfig()
+        self.runtime = Runtime(store, worker_id=worker_id, lease_s=self.config.lease_s)
+        self.worker_id = self.runtime.worker_id
+        queue = queue_of(self.runtime.store)
+        if queue is None:
+            raise ConfigError(f"the store {self.runtime.store.url!r} keeps no run queue")
+        self.queue: RunQueue = queue
+        self.driven = 0
+        """Runs driven to a stop (finished, waiting or handed back) by this worker."""
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._agents: dict[str, Agent] = {}
+
+    # -- control --------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Drain: claim nothing more, let runs in flight finish their step, hand them back.
+
+        A second call stops at once: runs in flight are abandoned to their leases.
+        """
+        if self._stopping:
+            for task in list(self._tasks):
+                task.cancel()
+            return
+        self._stopping = True
+        self.runtime.drain()
+        self._wake.set()
+
+    @property
+    def status(self) -> WorkerStatus:
+        return WorkerStatus.DRAINING if self._stopping else WorkerStatus.RUNNING
+
+    # -- the loop -------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        await self.queue.register_worker(
+            WorkerInfo(
+                worker_id=self.worker_id,
+                host=socket.gethostname(),
+                pid=os.getpid(),
+                concurrency=self.config.concurrency,
+            )
+        )
+        log.info("worker %s started (concurrency %d)", self.worker_id, self.config.concurrency)
+        background = [asyncio.create_task(self._heartbeats())]
+        if self.config.schedules:
+            background.append(asyncio.create_task(self._schedules()))
+        try:
+            while not self._stopping:
+                self._wake.clear()
+                await self._fill()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.config.poll_s):
+                        await self._wake.wait()
+        finally:
+            self.runtime.drain()
+            if self._tasks:
+                await asyncio.gather(*self._tasks, return_exceptions=True)
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+            with contextlib.suppress(Exception):
+                await self.queue.worker_heartbeat(self.worker_id, WorkerStatus.STOPPED)
+            await self.runtime.close()
+            log.info("worker %s stopped after driving %d runs", self.worker_id, self.driven)
+
+    async def _fill(self) -> None:
+        """Claim runs until every slot is busy or the queue has nothing claimable."""
+        while not self._stopping and len(self._tasks) < self.config.concurrency:
+            try:
+                lease = await self.queue.claim(
+                    self.worker_id, lease_s=self.config.lease_s, agents=self.config.agents
+                )
+            except Exception:
+                log.exception("claiming a run failed; trying again at the next poll")
+                return
+            if lease is None:
+                return
+            task = asyncio.create_task(self._execute(lease))
+            self._tasks.add(task)
+            task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._wake.set()
+
+    async def _execute(self, lease: Lease) -> None:
+        """Drive one claimed run; on an error give it back with a back-off timer."""
+        try:
+            if lease.attempts >= self.config.max_attempts:
+                await self._give_up(lease)
+                return
+            if lease.recovered:
+                log.warning("run %s: took over from a worker that stopped renewing", lease.run_id)
+            result = await self.runtime.resume(lease.run_id, lease=lease)
+            self.driven += 1
+            log.info("run %s: %s", lease.run_id, result.status.value)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            attempt = lease.attempts + 1
+            delay_at = retry_at(
+                attempt, base_s=self.config.retry_base_s, cap_s=self.config.retry_cap_s
+            )
+            log.warning(
+                "run %s: attempt %d failed (%s: %s); retrying after %s",
+                lease.run_id,
+                attempt,
+                type(exc).__name__,
+                exc,
+                delay_at.isoformat(),
+            )
+            try:
+                await self.runtime.release(
+                    lease,
+                    reason=f"attempt {attempt} failed: {type(exc).__name__}: {exc}",
+                    not_before=delay_at,
+                    failed=True,
+                )
+            except Exception:
+                log.exception("run %s: could not hand it back; its lease will expire", lease.run_id)
+
+    async def _give_up(self, lease: Lease) -> None:
+        state = await self.runtime.state(lease.run_id)
+        if not state.is_terminal:
+            failed = ev.RunFailed(
+                run_id=RunId(lease.run_id),
+                seq=state.seq + 1,
+                reason=FailureReason.RUNTIME_CRASHED,
+                message=(
+                    f"gave up after {lease.attempts} failed attempts "
+                    "(workers died holding the run, or it kept failing)"
+                ),
+                error={"code": "too_many_attempts", "attempts": lease.attempts},
+                actor=f"worker:{self.worker_id}",
+            )
+            with contextlib.suppress(ConcurrencyConflict, RunIsTerminal):
+                await self.runtime.store.append(lease.run_id, [failed], expected_seq=state.seq)
+            log.error("run %s: failed after %d attempts", lease.run_id, lease.attempts)
+        await self.queue.release(lease)
+
+    async def _heartbeats(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.heartbeat_s)
+            try:
+                await self.queue.worker_heartbeat(self.worker_id, self.status)
+            except Exception:
+                log.exception("worker heartbeat failed")
+
+    async def _schedules(self) -> None:
+        while not self._stopping:
+            try:
+                for fired in await fire_due(self.runtime, agents=self._agents):
+                    if fired.run_id is not None and fired.advanced:
+                        log.info(
+                            "schedule %s: tick %s started run %s",
+                            fired.schedule,
+                            fired.tick.isoformat(),
+                            fired.run_id,
+                        )
+                        self._wake.set()
+            except Exception:
+                log.exception("firing schedules failed")
+            await asyncio.sleep(self.config.schedule_poll_s)
+
+
+def run_worker(
+    store: str | None = None,
+    *,
+    config: WorkerConfig | None = None,
+    worker_id: str | None = None,
+) -> None:
+    """Run a worker in this process until SIGTERM or SIGINT (twice: stop without draining)."""
+
+    async def main() -> None:
+        worker = Worker(store, config=config, worker_id=worker_id)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, worker.stop)
+        await worker.run()
+
+    asyncio.run(main())
+
+
+# -- operations ---------------------------------------------------------------------------
+
+
+async def list_workers(
+    store: EventStore | str | None = None, *, live_within_s: float | None = 60.0
+) -> list[WorkerInfo]:
+    """Workers that sent a heartbeat recently, with the leases they hold."""
+    opened = store if isinstance(store, EventStore) else open_store(store)
+    try:
+        queue = queue_of(opened)
+        if queue is None:
+            raise ConfigError(f"the store {opened.url!r} keeps no run queue")
+        return await queue.list_workers(live_within_s=live_within_s)
+    finally:
+        if opened is not store:
+            await opened.close()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Check:
+    """One line of `contextos doctor`."""
+
+    name: str
+    """What was checked."""
+    ok: bool
+    """Whether it passed."""
+    detail: str
+    """What was found, or what to do about it."""
+
+
+async def doctor(store: str | None = None, *, model: str | None = None) -> list[Check]:
+    """Check the store (reachable, schema fully migrated) and the model configuration.
+
+    Nothing is created or changed: the store is only read, the model is not loaded or called.
+    `model` defaults to $CONTEXTOS_MODEL, else `local`.
+    """
+    checks: list[Check] = []
+    url = store
+    try:
+        opened = open_store(url)
+    except ContextOSError as exc:
+        return [Check(name="store", ok=False, detail=exc.message)]
+    try:
+        verify = getattr(opened, "verify", None)
+        if verify is None:
+            checks.append(Check(name="store", ok=True, detail=f"{opened.url} (cannot verify)"))
+        else:
+            try:
+                version = await verify()
+                checks.append(
+                    Check(name="store", ok=True, detail=f"{_redact(opened.url)} reachable")
+                )
+                checks.append(
+                    Check(name="migrations", ok=True, detail=f"schema at version {version}")
+                )
+            except ContextOSError as exc:
+                reachable = exc.code == "migration_error"
+                checks.append(
+                    Check(
+                        name="store",
+                        ok=reachable,
+                        detail=_redact(opened.url) if reachable else exc.message,
+                    )
+                )
+                checks.append(
+                    Check(
+                        name="migrations",
+                        ok=False,
+                        detail=exc.message + " (the first run or worker applies migrations)",
+                    )
+                )
+            except Exception as exc:  # sqlite3 / driver errors: the store is not usable
+                checks.append(
+                    Check(
+                        name="store",
+                        ok=False,
+                        detail=f"{_redact(opened.url)}: {type(exc).__name__}: {exc}",
+                    )
+                )
+    finally:
+        await opened.close()
+    checks.append(check_model(model or os.environ.get("CONTEXTOS_MODEL") or "local"))
+    return checks
+
+
+def check_model(spec: str) -> Check:
+    """Whether a model string names a provider that is installed and configured."""
+    provider, _, rest = spec.partition(":")
+    needs: dict[str, tuple[str | None, str | None]] = {
+        # provider: (python module it needs, environment variable it needs)
+        "local": ("llama_cpp", None),
+        "openai": ("httpx", "OPENAI_API_KEY"),
+        "openai-compatible": ("httpx", None),
+        "anthropic": ("httpx", "ANTHROPIC_API_KEY"),
+    }
+    if provider not in needs or (provider != "local" and not rest):
+        return Check(
+            name="model",
+            ok=False,
+            detail=f"unknown model {spec!r}: use local, openai:MODEL, "
+            "openai-compatible:URL#MODEL or anthropic:MODEL",
+        )
+    module, env = needs[provider]
+    if module is not None and importlib.util.find_spec(module) is None:
+        extra = " (pip install 'contextos[local]')" if provider == "local" else ""
+        return Check(name="model", ok=False, detail=f"{spec}: {module} is not installed{extra}")
+    if env is not None and not os.environ.get(env):
+        return Check(name="model", ok=False, detail=f"{spec}: {env} is not set")
+    return Check(name="model", ok=True, detail=spec)
+
+
+def _redact(url: str) -> str:
+    if url.startswith(("postgresql://", "postgres://")):
+        from contextos.store.postgres import redact
+
+        return redact(url)
+    return url
+
+
+# -- `python -m contextos.worker` ---------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point: `python -m contextos.worker --store URL [--concurrency N] …`."""
+    defaults = WorkerConfig()
+    parser = argparse.ArgumentParser(prog="contextos worker", description=__doc__)
+    parser.add_argument("--store", default=None, help="store URL (default: $CONTEXTOS_STORE)")
+    parser.add_argument("--concurrency", type=int, default=defaults.concurrency)
+    parser.add_argument("--lease", type=float, default=defaults.lease_s, help="seconds")
+    parser.add_argument("--poll", type=float, default=defaults.poll_s, help="seconds")
+    parser.add_argument("--heartbeat", type=float, default=defaults.heartbeat_s)
+    parser.add_argument("--agent", action="append", default=None, help="only this agent name")
+    parser.add_argument("--no-schedules", action="store_true", help="do not fire schedules")
+    parser.add_argument("--max-attempts", type=int, default=defaults.max_attempts)
+    parser.add_argument("--retry-base", type=float, default=defaults.retry_base_s)
+    parser.add_argument("--worker-id", default=None)
+    parser.add_argument("--log-level", default="INFO")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    config = WorkerConfig(
+        concurrency=args.concurrency,
+        lease_s=args.lease,
+        poll_s=args.poll,
+        heartbeat_s=args.heartbeat,
+        agents=tuple(args.agent) if args.agent else None,
+        schedules=not args.no_schedules,
+        max_attempts=args.max_attempts,
+        retry_base_s=args.retry_base,
+    )
+    try:
+        run_worker(args.store, config=config, worker_id=args.worker_id)
+    except ContextOSError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 1
+    return 0
+
+
+__all__ = [
+    "Check",
+    "Worker",
+    "WorkerConfig",
+    "check_model",
+    "doctor",
+    "list_workers",
+    "main",
+    "run_worker",
+]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

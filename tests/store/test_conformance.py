@@ -1,0 +1,427 @@
+"""The store conformance suite: every EventStore backend keeps the same promises.
+
+Each test runs on a fresh SQLite file and on a fresh PostgreSQL schema (`backend_url`). Some
+tests go around the store with plain SQL (`Raw`) to attack or corrupt the database the way a
+bug, an operator or a half-finished write could.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from contextos import events as ev
+from contextos.errors import (
+    ConcurrencyConflict,
+    EventDecodeError,
+    MigrationError,
+    RunIsTerminal,
+    RunNotFound,
+)
+from contextos.messages import FinishReason, Message, Usage
+from contextos.runs import RunId, RunStatus
+from contextos.store import EventStore, open_store
+from contextos.store.migrations import POSTGRES_MIGRATIONS, SQLITE_MIGRATIONS
+
+T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
+
+
+# -- events ---------------------------------------------------------------------------------
+
+
+def created(run_id: str, *, at: datetime = T0, agent: str = "clerk") -> ev.RunCreated:
+    return ev.RunCreated(
+        run_id=RunId(run_id),
+        seq=1,
+        occurred_at=at,
+        agent_name=agent,
+        agent_version="3",
+        agent_hash="h",
+        input="file the report",
+    )
+
+
+def note(run_id: str, seq: int, text: str = "more", *, at: datetime = T0) -> ev.UserMessageAdded:
+    return ev.UserMessageAdded(run_id=RunId(run_id), seq=seq, content=text, occurred_at=at)
+
+
+def started(run_id: str, seq: int, *, worker: str = "w1", at: datetime = T0) -> ev.RunStarted:
+    return ev.RunStarted(run_id=RunId(run_id), seq=seq, worker_id=worker, occurred_at=at)
+
+
+def responded(run_id: str, seq: int, *, tokens: tuple[int, int] = (7, 3)) -> ev.ModelResponded:
+    return ev.ModelResponded(
+        run_id=RunId(run_id),
+        seq=seq,
+        message=Message(role="assistant", content="done"),
+        finish_reason=FinishReason.STOP,
+        usage=Usage(input_tokens=tokens[0], output_tokens=tokens[1], cost_usd=0.25, requests=1),
+        model="scripted",
+    )
+
+
+def completed(run_id: str, seq: int, *, at: datetime = T0) -> ev.RunCompleted:
+    return ev.RunCompleted(run_id=RunId(run_id), seq=seq, output="done", occurred_at=at)
+
+
+# -- plain SQL around the store -------------------------------------------------------------
+
+
+class Raw:
+    """A connection of its own to the store's database; `?` placeholders on both backends."""
+
+    def __init__(self, url: str) -> None:
+        self.postgres = url.startswith("postgresql://")
+        if self.postgres:
+            import psycopg
+
+            self.conn: Any = psycopg.connect(url, autocommit=True)
+            self.errors: tuple[type[BaseException], ...] = (psycopg.Error,)
+        else:
+            self.conn = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
+            self.errors = (sqlite3.DatabaseError,)
+
+    def execute(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        if self.postgres:
+            sql = sql.replace("?", "%s")
+        cur = self.conn.execute(sql, params)
+        return list(cur.fetchall()) if cur.description else []
+
+    def ts(self, at: datetime) -> Any:
+        return at if self.postgres else at.isoformat()
+
+    def insert_event(
+        self, run_id: str, seq: int, payload: bytes, *, type: str, version: int = 1
+    ) -> None:
+        self.execute(
+            "INSERT INTO events (run_id, seq, type, schema_version, occurred_at, payload)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (run_id, seq, type, version, self.ts(T0), payload),
+        )
+
+    def tables(self) -> list[str]:
+        if self.postgres:
+            rows = self.execute(
+                "SELECT table_name FROM information_schema.tables"
+                " WHERE table_schema = current_schema() ORDER BY table_name"
+            )
+        else:
+            rows = self.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+        return [str(r[0]) for r in rows]
+
+    def snapshot(self) -> dict[str, Any]:
+        """Schema objects and every row of every table, to compare before and after."""
+        if self.postgres:
+            schema: list[tuple[Any, ...]] = self.execute(
+                "SELECT table_name, column_name, data_type FROM information_schema.columns"
+                " WHERE table_schema = current_schema() ORDER BY 1, 2"
+            )
+            schema += self.execute(
+                "SELECT tgname, tgenabled FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid"
+                " JOIN pg_namespace n ON n.oid = c.relnamespace"
+                " WHERE n.nspname = current_schema() ORDER BY 1"
+            )
+        else:
+            schema = self.execute("SELECT type, name, sql FROM sqlite_master ORDER BY 1, 2")
+        rows = {t: sorted(map(repr, self.execute(f"SELECT * FROM {t}"))) for t in self.tables()}
+        return {"schema": schema, "rows": rows}
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def migrations_for(url: str) -> list[str]:
+    return POSTGRES_MIGRATIONS if url.startswith("postgresql://") else SQLITE_MIGRATIONS
+
+
+@pytest.fixture
+async def store(backend_url: str) -> AsyncIterator[EventStore]:
+    s = open_store(backend_url)
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+@pytest.fixture
+def raw(backend_url: str) -> Iterator[Raw]:
+    r = Raw(backend_url)
+    try:
+        yield r
+    finally:
+        r.close()
+
+
+# -- create, append, read ---------------------------------------------------------------------
+
+
+async def test_create_append_and_read_back(store: EventStore) -> None:
+    first = [created("r1"), started("r1", 2)]
+    assert await store.append(RunId("r1"), first, expected_seq=0) == 2
+    more = [responded("r1", 3), note("r1", 4, "and again"), responded("r1", 5, tokens=(11, 2))]
+    assert await store.append(RunId("r1"), more, expected_seq=2) == 5
+
+    events = await store.read(RunId("r1"))
+    assert events == [*first, *more]
+    assert await store.read(RunId("r1"), after_seq=3) == more[1:]
+    assert await store.read(RunId("r1"), after_seq=5) == []
+
+    summary = await store.get_run(RunId("r1"))
+    assert (summary.run_id, summary.agent_name, summary.agent_version) == ("r1", "clerk", "3")
+    assert summary.status is RunStatus.RUNNING
+    assert summary.last_seq == 5
+    assert (summary.turns, summary.input_tokens, summary.output_tokens) == (2, 18, 5)
+    assert summary.cost_usd == pytest.approx(0.5)
+    assert summary.created_at == T0
+
+
+async def test_creating_a_run_that_exists_conflicts(store: EventStore) -> None:
+    await store.append(RunId("r1"), [created("r1")], expected_seq=0)
+    with pytest.raises(ConcurrencyConflict) as caught:
+        await store.append(RunId("r1"), [created("r1")], expected_seq=0)
+    assert (caught.value.expected_seq, caught.value.actual_seq) == (0, 1)
+
+
+async def test_a_stale_expected_seq_conflicts_and_changes_nothing(store: EventStore) -> None:
+    await store.append(RunId("r1"), [created("r1"), started("r1", 2)], expected_seq=0)
+    await store.append(RunId("r1"), [note("r1", 3, "first")], expected_seq=2)
+    with pytest.raises(ConcurrencyConflict) as caught:
+        await store.append(RunId("r1"), [note("r1", 3, "stale")], expected_seq=2)
+    assert caught.value.run_id == "r1"
+    assert (caught.value.expected_seq, caught.value.actual_seq) == (2, 3)
+    events = await store.read(RunId("r1"))
+    assert [e.seq for e in events] == [1, 2, 3]
+    assert isinstance(events[-1], ev.UserMessageAdded) and events[-1].content == "first"
+
+
+async def test_of_concurrent_writers_at_one_seq_exactly_one_wins(backend_url: str) -> None:
+    writers = [open_store(backend_url) for _ in range(4)]
+    try:
+        await writers[0].append(RunId("r1"), [created("r1")], expected_seq=0)
+        for seq in range(2, 12):
+
+            async def write(i: int, seq: int = seq) -> str:
+                store = writers[i]
+                try:
+                    await store.append(
+                        RunId("r1"), [note("r1", seq, f"w{i}")], expected_seq=seq - 1
+                    )
+                except ConcurrencyConflict:
+                    return "lost"
+                return f"w{i}"
+
+            outcomes = await asyncio.gather(*(write(i) for i in range(len(writers))))
+            winners = [o for o in outcomes if o != "lost"]
+            assert len(winners) == 1, outcomes
+            last = (await writers[1].read(RunId("r1"), after_seq=seq - 1))[0]
+            assert isinstance(last, ev.UserMessageAdded) and last.content == winners[0]
+        assert [e.seq for e in await writers[2].read(RunId("r1"))] == list(range(1, 12))
+    finally:
+        for w in writers:
+            await w.close()
+
+
+# -- terminal runs ----------------------------------------------------------------------------
+
+
+async def test_a_terminal_run_takes_no_more_events(store: EventStore) -> None:
+    await store.append(RunId("r1"), [created("r1"), started("r1", 2)], expected_seq=0)
+    await store.append(RunId("r1"), [responded("r1", 3), completed("r1", 4)], expected_seq=2)
+    with pytest.raises(RunIsTerminal) as caught:
+        await store.append(RunId("r1"), [note("r1", 5)], expected_seq=4)
+    assert caught.value.status == "completed"
+    assert (await store.get_run(RunId("r1"))).status is RunStatus.COMPLETED
+
+
+async def test_a_terminal_run_is_frozen_by_the_database_itself(store: EventStore, raw: Raw) -> None:
+    await store.append(RunId("r1"), [created("r1"), started("r1", 2)], expected_seq=0)
+    await store.append(RunId("r1"), [completed("r1", 3)], expected_seq=2)
+    before = await store.read(RunId("r1"))
+
+    attacks = [
+        ("UPDATE runs SET status = 'running' WHERE run_id = ?", ("r1",)),
+        ("UPDATE runs SET status = 'queued', last_seq = 2 WHERE run_id = ?", ("r1",)),
+        ("UPDATE events SET payload = ? WHERE run_id = ? AND seq = 3", (b"{}", "r1")),
+        ("DELETE FROM events WHERE run_id = ? AND seq = 3", ("r1",)),
+        ("DELETE FROM events WHERE run_id = ?", ("r1",)),
+    ]
+    for sql, params in attacks:
+        with pytest.raises(raw.errors):
+            raw.execute(sql, params)
+    with pytest.raises(raw.errors, match="terminal"):
+        raw.insert_event("r1", 4, ev.encode(note("r1", 4)), type="user_message_added")
+
+    assert (await store.get_run(RunId("r1"))).status is RunStatus.COMPLETED
+    assert await store.read(RunId("r1")) == before
+
+
+async def test_events_of_a_live_run_are_append_only_too(store: EventStore, raw: Raw) -> None:
+    await store.append(RunId("r1"), [created("r1"), note("r1", 2)], expected_seq=0)
+    with pytest.raises(raw.errors, match="append-only"):
+        raw.execute("UPDATE events SET type = 'x' WHERE run_id = ?", ("r1",))
+    with pytest.raises(raw.errors, match="append-only"):
+        raw.execute("DELETE FROM events WHERE run_id = ?", ("r1",))
+    assert len(await store.read(RunId("r1"))) == 2
+
+
+# -- atomic batches ---------------------------------------------------------------------------
+
+
+async def test_a_batch_that_fails_half_way_leaves_nothing_behind(
+    store: EventStore, raw: Raw
+) -> None:
+    await store.append(RunId("r1"), [created("r1"), started("r1", 2)], expected_seq=0)
+    # A row appears at seq 4 behind the store's back; the batch 3, 4, 5 hits it on its second
+    # insert, after its first one went in.
+    raw.insert_event("r1", 4, ev.encode(note("r1", 4, "intruder")), type="user_message_added")
+    batch = [responded("r1", 3), note("r1", 4, "mine"), completed("r1", 5)]
+    with pytest.raises(ConcurrencyConflict):
+        await store.append(RunId("r1"), batch, expected_seq=2)
+
+    assert [
+        r[0] for r in raw.execute("SELECT seq FROM events WHERE run_id = ? ORDER BY seq", ("r1",))
+    ] == [1, 2, 4]
+    summary = await store.get_run(RunId("r1"))
+    assert (summary.status, summary.last_seq, summary.turns) == (RunStatus.RUNNING, 2, 0)
+
+
+async def test_a_batch_commits_whole(store: EventStore) -> None:
+    await store.append(RunId("r1"), [created("r1"), started("r1", 2)], expected_seq=0)
+    await store.append(
+        RunId("r1"), [responded("r1", 3), note("r1", 4), completed("r1", 5)], expected_seq=2
+    )
+    assert [e.seq for e in await store.read(RunId("r1"))] == [1, 2, 3, 4, 5]
+    summary = await store.get_run(RunId("r1"))
+    assert (summary.status, summary.last_seq, summary.turns) == (RunStatus.COMPLETED, 5, 1)
+
+
+# -- unknown runs, bad rows -------------------------------------------------------------------
+
+
+async def test_an_unknown_run_is_reported_as_such(store: EventStore) -> None:
+    await store.append(RunId("r1"), [created("r1")], expected_seq=0)
+    with pytest.raises(RunNotFound) as caught:
+        await store.read(RunId("nope"))
+    assert caught.value.run_id == "nope"
+    with pytest.raises(RunNotFound):
+        await store.get_run(RunId("nope"))
+    with pytest.raises(RunNotFound):
+        await store.append(RunId("nope"), [note("nope", 2)], expected_seq=1)
+
+
+async def test_a_corrupt_payload_fails_loudly_with_run_and_seq(store: EventStore, raw: Raw) -> None:
+    await store.append(RunId("r1"), [created("r1"), note("r1", 2)], expected_seq=0)
+    raw.insert_event(
+        "r1", 3, b'{"type": "user_message_added", "run_id": ', type="user_message_added"
+    )
+    with pytest.raises(EventDecodeError, match=r"run r1 event #3: corrupt") as caught:
+        await store.read(RunId("r1"))
+    assert (caught.value.run_id, caught.value.seq) == ("r1", 3)
+
+
+async def test_a_payload_of_another_shape_fails_loudly(store: EventStore, raw: Raw) -> None:
+    await store.append(RunId("r1"), [created("r1")], expected_seq=0)
+    raw.insert_event("r1", 2, ev.encode(note("other", 2)), type="user_message_added")
+    with pytest.raises(EventDecodeError, match=r"run r1 event #2") as caught:
+        await store.read(RunId("r1"))
+    assert caught.value.seq == 2
+
+
+async def test_an_unknown_schema_version_fails_loudly(store: EventStore, raw: Raw) -> None:
+    await store.append(RunId("r1"), [created("r1")], expected_seq=0)
+    raw.insert_event("r1", 2, ev.encode(note("r1", 2)), type="user_message_added", version=99)
+    with pytest.raises(EventDecodeError, match=r"run r1 event #2: .*schema version 99") as caught:
+        await store.read(RunId("r1"))
+    assert (caught.value.run_id, caught.value.seq) == ("r1", 2)
+
+
+async def test_an_unknown_event_type_fails_loudly(store: EventStore, raw: Raw) -> None:
+    await store.append(RunId("r1"), [created("r1")], expected_seq=0)
+    raw.insert_event("r1", 2, b"{}", type="meteor_strike")
+    with pytest.raises(EventDecodeError, match=r"event #2: unknown event type 'meteor_strike'"):
+        await store.read(RunId("r1"))
+
+
+# -- migrations -------------------------------------------------------------------------------
+
+
+async def test_verify_checks_the_schema_and_changes_nothing(
+    backend_url: str, store: EventStore, raw: Raw
+) -> None:
+    await store.append(RunId("r1"), [created("r1"), started("r1", 2)], expected_seq=0)
+    await store.append(RunId("r2"), [created("r2"), completed("r2", 2)], expected_seq=0)
+    before = raw.snapshot()
+    assert await store.verify() == len(migrations_for(backend_url))  # type: ignore[attr-defined]
+    assert raw.snapshot() == before
+
+
+async def test_verify_on_an_empty_database_fails_and_creates_nothing(
+    backend_url: str, raw: Raw
+) -> None:
+    assert raw.tables() == []
+    fresh = open_store(backend_url)
+    try:
+        with pytest.raises(MigrationError, match="version 0"):
+            await fresh.verify()  # type: ignore[attr-defined]
+    finally:
+        await fresh.close()
+    assert raw.tables() == []
+
+
+async def test_migrations_apply_once_in_order(backend_url: str, raw: Raw) -> None:
+    for _ in range(2):
+        s = open_store(backend_url)
+        await s.list_runs()
+        await s.close()
+    versions = [r[0] for r in raw.execute("SELECT version FROM contextos_migrations ORDER BY 1")]
+    assert versions == list(range(1, len(migrations_for(backend_url)) + 1))
+
+
+async def test_a_schema_newer_than_the_code_is_refused(backend_url: str, raw: Raw) -> None:
+    s = open_store(backend_url)
+    await s.append(RunId("r1"), [created("r1")], expected_seq=0)
+    await s.close()
+    ahead = len(migrations_for(backend_url)) + 1
+    raw.execute("INSERT INTO contextos_migrations (version) VALUES (?)", (ahead,))
+    s = open_store(backend_url)
+    try:
+        with pytest.raises(MigrationError, match="upgrade ContextOS"):
+            await s.read(RunId("r1"))
+    finally:
+        await s.close()
+    s = open_store(backend_url)
+    try:
+        with pytest.raises(MigrationError, match=f"version {ahead}"):
+            await s.verify()  # type: ignore[attr-defined]
+    finally:
+        await s.close()
+
+
+# -- listing ----------------------------------------------------------------------------------
+
+
+async def test_list_runs_filters_by_status_and_orders_by_last_update(store: EventStore) -> None:
+    at = [T0 + timedelta(seconds=i) for i in range(6)]
+    await store.append(RunId("r1"), [created("r1", at=at[0])], expected_seq=0)
+    await store.append(RunId("r2"), [created("r2", at=at[1], agent="other")], expected_seq=0)
+    await store.append(RunId("r3"), [created("r3", at=at[2])], expected_seq=0)
+    await store.append(RunId("r1"), [started("r1", 2, at=at[3])], expected_seq=1)
+    await store.append(RunId("r2"), [started("r2", 2, at=at[4])], expected_seq=1)
+    await store.append(RunId("r2"), [completed("r2", 3, at=at[5])], expected_seq=2)
+
+    everything = await store.list_runs()
+    assert [r.run_id for r in everything] == ["r2", "r1", "r3"]
+    assert [r.updated_at for r in everything] == [at[5], at[3], at[2]]
+    assert [r.run_id for r in await store.list_runs(status=RunStatus.QUEUED)] == ["r3"]
+    assert [r.run_id for r in await store.list_runs(status=RunStatus.RUNNING)] == ["r1"]
+    done = await store.list_runs(status=RunStatus.COMPLETED)
+    assert [(r.run_id, r.agent_name, r.status) for r in done] == [
+        ("r2", "other", RunStatus.COMPLETED)
+    ]
+    assert await store.list_runs(status=RunStatus.FAILED) == []
+    assert [r.run_id for r in await store.list_runs(limit=2)] == ["r2", "r1"]
