@@ -257,6 +257,20 @@ class PolicyDecided(_Event):
     """An absolute deny cannot be overridden by an approval."""
     effect_id: str | None = None
     """The effect the call would have, for tools whose effect is not `read`."""
+    approver_roles: tuple[str, ...] = ()
+    """Every role an approver must hold (require_approval, or a deny open to an exception)."""
+    exception_role: str | None = None
+    """For a deny that is not absolute: the role that may grant a policy exception."""
+    action_hash: str = ""
+    """Hash of the frozen action decided on (tool, arguments, contract, call)."""
+    approval_id: str | None = None
+    """The approval that allowed the call, when one did."""
+    interrupt_kind: str | None = None
+    """For require_approval: the kind of interrupt to raise."""
+    interrupt_payload: dict[str, Any] = field(default_factory=dict)
+    """For require_approval: what the interrupt carries (the frozen action, roles, reasons)."""
+    checks: tuple[dict[str, str], ...] = ()
+    """What each layer of authority said: {layer, decision, rule_id, reason}."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

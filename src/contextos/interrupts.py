@@ -559,3 +559,31 @@ def _revoked(approval: Approval, e: ev.ApprovalRevoked) -> Approval:
 
 def fmt_roles(roles: Sequence[str]) -> str:
     return " + ".join(roles) if roles else "(any)"
+
+
+def interrupt_id_for(run_id: str, seq: int) -> str:
+    """Interrupt ids start with their run's id, so an id alone finds its run."""
+    return f"{run_id}.i{seq}"
+
+
+def approval_interrupt(run_id: str, seq: int, decided: ev.PolicyDecided) -> dict[str, Any]:
+    """The fields of the InterruptRaised (numbered `seq`) that asks a person about a decided
+    call: the frozen action and roles the policy gate put in the decision, or, from a policy
+    hook that gives none, what the recorded decision says."""
+    payload = dict(decided.interrupt_payload) or {
+        "tool": decided.tool,
+        "action_hash": decided.action_hash,
+        "approver_roles": list(decided.approver_roles)
+        or ([decided.approver_role] if decided.approver_role else []),
+        "rule_ids": list(decided.rule_ids),
+        "reasons": list(decided.reasons),
+        "snapshot_hash": decided.snapshot_hash,
+    }
+    payload["decided_seq"] = decided.seq
+    return {
+        "interrupt_id": interrupt_id_for(run_id, seq),
+        "kind": decided.interrupt_kind or InterruptKind.APPROVAL_REQUIRED.value,
+        "payload": payload,
+        "call_id": decided.call_id,
+        "effect_id": decided.effect_id,
+    }

@@ -68,6 +68,8 @@ class RunState:
         str, ev.ApprovalGranted | ev.ApprovalDenied | ev.InterruptAnswered
     ] = field(default_factory=dict)
     """How each answered interrupt was resolved, by interrupt id."""
+    interrupt_by_call: dict[str, ev.InterruptRaised] = field(default_factory=dict)
+    """The latest interrupt raised about each tool call (answered or not)."""
     context: ev.ContextBound | None = None
     """The authority bound at start (principal, scopes, containment, policy snapshot)."""
     ending: ev.RunEnding | None = None
@@ -168,6 +170,8 @@ def apply(state: RunState, event: ev.Event) -> RunState:
             pass
         case ev.InterruptRaised():
             state.pending_interrupts[event.interrupt_id] = event
+            if event.call_id is not None:
+                state.interrupt_by_call[event.call_id] = event
         case ev.RunEnding():
             state.ending = event
         case ev.ContextBound():

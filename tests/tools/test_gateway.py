@@ -279,14 +279,16 @@ async def test_deny_goes_back_to_the_model_and_nothing_runs(tmp_path: Path) -> N
     assert model.requests[1].messages[-1].content == done.output
 
 
-async def test_require_approval_ends_the_call_clearly_for_now(tmp_path: Path) -> None:
+async def test_require_approval_makes_the_run_wait_on_an_interrupt(tmp_path: Path) -> None:
     ask = PolicyDecision(
         decision=Decision.REQUIRE_APPROVAL, reasons=("high risk",), approver_role="finance"
     )
     events, _, _ = await run_with_policy(tmp_path, ask)
     assert calls == []
-    done = next(e for e in events if isinstance(e, ev.ToolCompleted))
-    assert done.error_code == "approval_required"
+    assert not any(isinstance(e, ev.ToolCompleted) for e in events)
+    raised = events[-1]
+    assert isinstance(raised, ev.InterruptRaised) and raised.kind == "approval_required"
+    assert raised.payload["approver_roles"] == ["finance"]
 
 
 async def test_a_broken_policy_fails_closed(tmp_path: Path) -> None:

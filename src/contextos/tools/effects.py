@@ -24,6 +24,7 @@ from pydantic import BaseModel, ValidationError
 
 from contextos import events as ev
 from contextos.errors import ToolManifestChanged, ToolOutcomeUnknown
+from contextos.interrupts import approval_interrupt
 from contextos.ledger import Effect, EffectState
 from contextos.messages import ToolCall
 from contextos.policy.decision import Decision, PolicyDecision
@@ -284,17 +285,34 @@ class ToolRunner:
     async def approval_required(
         self, call: ToolCall, tool: Tool, effect: Effect | None, decided: ev.PolicyDecided
     ) -> None:
-        """The seam where human approval plugs in.
-
-        Policy asked for a person's approval. Until approvals exist this ends the call with a
-        clear `approval_required` error (the call is not made); the approvals module replaces
-        this method with one that raises an `approval_required` interrupt and, once approved,
-        moves the effect to `authorised` and dispatches it.
-        """
-        if effect is None:
-            await self._complete(call, refusal_outcome(tool.name, _as_decision(decided)))
+        """Policy asked for a person: raise the interrupt once per decision (the run waits,
+        holding nothing); once it has been answered, ask policy again, which revalidates the
+        approval (or applies the denial), and carry on with that decision."""
+        raised = self.state.interrupt_by_call.get(call.id)
+        if raised is None or raised.seq < decided.seq:
+            b = self.batch()
+            b.add(
+                ev.InterruptRaised,
+                **approval_interrupt(self.state.run_id, self.state.seq + 1, decided),
+            )
+            await b.commit()
+            return
+        parsed = self.gw.parse(call)
+        if isinstance(parsed, ToolOutcome):  # the call validated when it was decided on
+            await self._complete(call, parsed)
+            return
+        _, args = parsed
+        decision = await self.gw.decide(self.gw.propose(self.state.run_id, call, tool, args))
+        eid = effect.effect_id if effect is not None else None
+        b = self.batch()
+        b.add(ev.PolicyDecided, **_decision_fields(call, tool, decision, eid))
+        if eid is not None and decision.allowed:
+            b.add(ev.EffectChanged, effect_id=eid, state=EffectState.AUTHORISED)
+        await b.commit()
+        if eid is not None:
+            await self._continue(call, self.state.effects[eid])
         else:
-            await self._settle_refused(call, tool, effect, decided)
+            await self._run_read(call, tool, args)
 
     async def _dispatch(self, call: ToolCall, tool: Tool, args: BaseModel, effect: Effect) -> None:
         """Send the call (again, with the same key), each attempt recorded before it is made."""
@@ -846,6 +864,21 @@ def _decision_fields(
         "snapshot_hash": decision.snapshot_hash,
         "absolute": decision.absolute,
         "effect_id": effect_id,
+        "approver_roles": tuple(decision.approver_roles),
+        "exception_role": decision.exception_role,
+        "action_hash": decision.action_hash,
+        "approval_id": decision.approval_id,
+        "interrupt_kind": decision.interrupt_kind,
+        "interrupt_payload": dict(decision.interrupt_payload),
+        "checks": tuple(
+            {
+                "layer": c.layer,
+                "decision": c.decision.value,
+                "rule_id": c.rule_id,
+                "reason": c.reason,
+            }
+            for c in decision.checks
+        ),
     }
 
 
