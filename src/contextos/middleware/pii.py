@@ -145,9 +145,27 @@ def iban_ok(candidate: str) -> bool:
     return int(number) % 97 == 1
 
 
+_IBAN_CANDIDATE = re.compile(r"\b[A-Z]{2}\d{2}(?:[A-Z0-9]{11,30}|(?: [A-Z0-9]{1,4}){3,8})\b")
+
+
+def _iban_spans(text: str) -> Iterable[tuple[int, int]]:
+    """IBAN candidates, trimming trailing words (`… 1332 BIC`) until the checksum holds."""
+    for m in _IBAN_CANDIDATE.finditer(text):
+        value = m.group(0)
+        while True:
+            if iban_ok(value):
+                yield m.start(), m.start() + len(value)
+                break
+            if " " not in value:
+                break
+            value = value.rsplit(" ", 1)[0]
+
+
 def _phone_ok(candidate: str) -> bool:
+    if re.fullmatch(r"\d+\.\d+", candidate):  # a decimal number
+        return False
     digits = re.sub(r"\D", "", candidate)
-    if candidate.startswith("+"):
+    if candidate.startswith(("+", "00")):
         return 8 <= len(digits) <= 15
     if re.fullmatch(r"(19|20)\d\d[-./ ]\d\d[-./ ]\d\d", candidate):  # a date, not a number
         return False
@@ -202,20 +220,16 @@ DEFAULT_DETECTORS: tuple[Detector, ...] = (
     ),
     Detector(
         name="credit_card",
-        pattern=re.compile(r"(?<![\d-])\d(?:[ -]?\d){12,18}(?![\d-])"),
+        pattern=re.compile(r"(?<![\w-])\d(?:[ -]?\d){12,18}(?![\w-])"),
         validate=_card_ok,
     ),
-    Detector(
-        name="iban",
-        pattern=re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}\b"),
-        validate=iban_ok,
-    ),
+    Detector(name="iban", finder=lambda text: _iban_spans(text)),
     Detector(name="ip", finder=_ip_finder),
     Detector(
         name="phone",
         pattern=re.compile(
-            r"(?<![\w+])(?:\+\d{1,3}[ .-]?)?(?:\(\d{1,5}\)[ .-]?)?\d{2,5}(?:[ .-]\d{2,5}){1,4}"
-            r"(?![\w])|(?<![\w+])\+\d{8,15}(?!\w)"
+            r"(?<![\w+#/.-])(?:\+\d{1,3}[ .-]?)?(?:\(\d{1,5}\)[ .-]?)?\d{1,8}(?:[ .-]\d{1,8}){1,5}"
+            r"(?![\w-])|(?<![\w+])\+\d{8,15}(?!\w)"
         ),
         validate=_phone_ok,
     ),

@@ -57,8 +57,8 @@ INJECTION_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         (
             "ignore_previous",
             r"\b(?:ignore|disregard|forget|override|skip)\b[^.\n]{0,30}?\b(?:previous|prior|above|"
-            r"earlier|preceding|original|all|your|the|any)\b[^.\n]{0,30}?\b(?:instructions?|"
-            r"directions?|prompts?|rules|guidelines|tasks?|context)\b",
+            r"earlier|preceding|original|all|your|the|any)\b[^.\n]{0,30}?\b\w{0,3}(?:nstruct|"
+            r"direction|prompt|rule|guideline|task|context)\w*",
         ),
         ("new_instructions", r"\b(?:new|updated|real|actual|important)\s+instructions?\s*:"),
         ("role_override", r"\byou\s+are\s+now\b|\bfrom\s+now\s+on\b[^.\n]{0,40}\byou\b"),
