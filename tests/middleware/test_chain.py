@@ -83,9 +83,12 @@ async def test_layers_compose_as_an_onion(tmp_path: Path) -> None:
         "wrap-out:outer",
         "after:outer",
     ]
-    assert [
-        x for x in log if x.startswith("tool")
-    ] == ["tool-in:outer", "tool-in:inner", "tool-out:inner", "tool-out:outer"]
+    assert [x for x in log if x.startswith("tool")] == [
+        "tool-in:outer",
+        "tool-in:inner",
+        "tool-out:inner",
+        "tool-out:outer",
+    ]
 
 
 class Answerer(BaseMiddleware):

@@ -92,9 +92,8 @@ def templates(root: Path) -> list[str]:
         for node in ast.walk(tree):
             if isinstance(node, ast.Assign) and any(
                 isinstance(t, ast.Name) and t.id.endswith("_STRING") for t in node.targets
-            ):
-                if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
-                    found[node.value.value] = None
+            ) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+                found[node.value.value] = None
             if (
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Attribute)
@@ -184,7 +183,7 @@ async def run_through_sanitizer(payloads: list[tuple[str, str]]) -> list[str]:
     for start in range(0, len(payloads), 50):
         batch = payloads[start : start + 50]
         messages = [Message(role="user", content="Summarize my inbox.")]
-        for i, (label, text) in enumerate(batch):
+        for i, (_label, text) in enumerate(batch):
             messages.append(
                 Message(
                     role="assistant",
@@ -229,7 +228,7 @@ async def test_an_agentdojo_payload_in_a_real_run_reaches_the_model_spotlighted(
     tmp_path: Path,
 ) -> None:
     root = agentdojo_root()
-    label, payload = build_corpus(root).payloads[0]
+    _label, payload = build_corpus(root).payloads[0]
 
     def read_inbox() -> str:
         """Read the inbox."""

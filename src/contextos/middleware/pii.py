@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from contextos.context.compiled import GUARD_PII, CompiledContext, TrustClass
+from contextos.context.compiled import GUARD_PII, CompiledContext, Entry, TrustClass
 from contextos.errors import ContentBlocked
 from contextos.middleware.base import (
     Compacted,
@@ -364,11 +364,16 @@ class PiiRedaction(ContentGuard):
             counts.update(d.type for d in found)
             return new
 
-        context = context.map_history(
-            lambda e: (
-                e if GUARD_PII in e.guards else e.with_content(text(e.message.content), GUARD_PII)
-            )
-        )
+        def entry(e: Entry) -> Entry:
+            if GUARD_PII in e.guards:
+                return e
+            m = e.message
+            # The model's tool-call arguments are context too: they may quote what it was told.
+            calls = tuple(replace(c, arguments=text(c.arguments)) for c in m.tool_calls)
+            message = replace(m, content=text(m.content), tool_calls=calls)
+            return replace(e, message=message, guards=e.guards | {GUARD_PII})
+
+        context = context.map_history(entry)
         return context.map_items(
             lambda i: i if GUARD_PII in i.guards else i.with_content(text(i.content), GUARD_PII)
         )
