@@ -129,7 +129,7 @@ def parse_answer(
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}" for e in exc.errors()
         )
-        raise AnswerInvalid(f"a {kind} answer must match its schema: {problems}") from exc
+        raise AnswerInvalid(f"an answer to {kind} must match its schema: {problems}") from exc
     options = (payload or {}).get("options")
     if isinstance(answer, ChoiceAnswer) and options and answer.choice not in options:
         raise AnswerInvalid(

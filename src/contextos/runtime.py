@@ -25,13 +25,17 @@ from contextos.errors import (
     RunNotFound,
 )
 from contextos.events import utcnow
+from contextos.interrupts import Approval, Interrupt
 from contextos.loop import Driver
 from contextos.messages import Usage
 from contextos.middleware.base import ChainGateway, Services
 from contextos.middleware.budget import ledger_for
 from contextos.models import resolve_model
 from contextos.models.base import ModelAdapter
+from contextos.policy.authority import Authority
 from contextos.policy.decision import PolicyHook
+from contextos.policy.identity import Principal, RunContext
+from contextos.policy.rules import Policy
 from contextos.runs import FailureReason, RunId, RunStatus
 from contextos.state import RunState, apply, fold
 from contextos.store import EventStore, RunSummary, open_store
@@ -99,12 +103,16 @@ class Runtime:
         *,
         worker_id: str | None = None,
         cancel_poll_s: float = 0.5,
-        policy: PolicyHook | None = None,
+        policy: PolicyHook | Authority | Policy | str | os.PathLike[str] | None = None,
         lease_s: float = 30.0,
     ) -> None:
         self.store: EventStore = store if isinstance(store, EventStore) else open_store(store)
-        self.policy = policy
-        """Asked before every tool dispatch; None allows every call."""
+        self.authority: Authority | None = _authority_from(policy)
+        """Policy, approver roles and clock: decides every tool call of governed runs and
+        checks approvals (a policy file, a Policy, an Authority, or `CONTEXTOS_POLICY`)."""
+        self.policy: PolicyHook | None = policy if isinstance(policy, PolicyHook) else None
+        """A bare hook asked before every tool dispatch, when no authority is configured."""
+        self._allow_all: Authority | None = None
         self.worker_id = worker_id or default_worker_id()
         self.cancel_poll_s = cancel_poll_s
         self._models: dict[str, ModelAdapter] = {}
@@ -145,13 +153,20 @@ class Runtime:
         priority: int = 0,
         tenant: str | None = None,
         not_before: datetime | None = None,
+        principal: Principal | None = None,
+        context: RunContext | None = None,
     ) -> RunId:
         """Create a queued run and return its id (nothing is executed yet).
 
         A worker claims it by `priority` (higher first), within the concurrency limits of its
         `tenant` and agent, not before `not_before`. A second start with the same
         `idempotency_key` creates nothing and returns the first start's run.
+
+        `principal` (or a whole `context`: scopes, tool allowlist, clearance, containment) is
+        the authority the run acts under, bound and recorded now; a child run's context must
+        be within its parent's.
         """
+        bound = await self._context_for(principal, context)
         rid, _ = await self._create(
             agent,
             input,
@@ -161,11 +176,12 @@ class Runtime:
             entry=QueueEntry(
                 run_id=RunId(""),
                 priority=priority,
-                tenant=tenant or "",
+                tenant=tenant or (bound.tenant if bound else ""),
                 agent_name=agent.name,
                 idempotency_key=idempotency_key,
                 not_before=not_before,
             ),
+            context=bound,
         )
         return rid
 
@@ -179,6 +195,7 @@ class Runtime:
         metadata: dict[str, Any] | None,
         entry: QueueEntry,
         hold: bool = False,
+        context: RunContext | None = None,
     ) -> tuple[RunId, Lease | None]:
         """Queue the run, then record RunCreated; with `hold`, leased to this runtime.
 
@@ -224,7 +241,7 @@ class Runtime:
             metadata=metadata or {},
         )
         try:
-            await self.store.append(rid, [created], expected_seq=0)
+            await self.store.append(rid, [created, *self._bind(rid, context)], expected_seq=0)
         except ConcurrencyConflict:
             if entry.idempotency_key is None:
                 raise
@@ -239,16 +256,22 @@ class Runtime:
         run_id: str | None = None,
         agent_ref: str | None = None,
         metadata: dict[str, Any] | None = None,
+        principal: Principal | None = None,
+        context: RunContext | None = None,
     ) -> RunResult:
         """Start a run and drive it until it ends or waits (leased to this runtime throughout)."""
+        bound = await self._context_for(principal, context)
         rid, lease = await self._create(
             agent,
             input,
             run_id=run_id,
             agent_ref=agent_ref,
             metadata=metadata,
-            entry=QueueEntry(run_id=RunId(""), agent_name=agent.name),
+            entry=QueueEntry(
+                run_id=RunId(""), agent_name=agent.name, tenant=bound.tenant if bound else ""
+            ),
             hold=True,
+            context=bound,
         )
         return await self.resume(rid, agent, lease=lease)
 
@@ -310,7 +333,7 @@ class Runtime:
                 model=model,
                 services=Services(model=model, ledger=ledger_for(self.store)),
                 metadata=state.metadata,
-                policy=self.policy,
+                policy=self._gate_for(state, agent),
             ),
             state=state,
             worker_id=self.worker_id,
@@ -485,6 +508,84 @@ class Runtime:
                 break
         return RunResult.from_state(await self.state(rid))
 
+    # -- authority: contexts, the policy gate, people answering interrupts ---------------
+
+    @property
+    def governance(self) -> Authority:
+        """The configured authority, or an allow-all one for runs that only bound a context."""
+        if self.authority is not None:
+            return self.authority
+        if self._allow_all is None:
+            self._allow_all = Authority(Policy())
+        return self._allow_all
+
+    async def _context_for(
+        self, principal: Principal | None, context: RunContext | None
+    ) -> RunContext | None:
+        """The context to bind at start: given, derived from a principal, or (when a policy is
+        configured) the local operator's. None leaves an ungoverned run unbound."""
+        if principal is None and context is None and self.authority is None:
+            return None
+        bound = self.governance.context_for(principal, context)
+        await self.governance.check_child(self.store, bound)
+        return bound
+
+    def _bind(self, run_id: RunId, context: RunContext | None) -> list[ev.Event]:
+        return [] if context is None else [self.governance.bound(run_id, 2, context)]
+
+    def _gate_for(self, state: RunState, agent: Agent) -> PolicyHook | None:
+        """Governed runs (a policy configured, or a context bound) pass the policy gate."""
+        if self.authority is None and state.context is None:
+            return self.policy
+        return self.governance.gate(self.store, agent.tool_list)
+
+    async def inbox(self, *, limit: int = 200) -> list[Interrupt]:
+        """Interrupts waiting for a person, across runs, oldest first (with previews)."""
+        return await self.governance.inbox(self.store, limit=limit)
+
+    async def interrupt(self, interrupt_id: str) -> Interrupt:
+        """One interrupt, pending or resolved."""
+        return (await self.governance.find(self.store, interrupt_id))[1]
+
+    async def approve(
+        self,
+        interrupt_id: str,
+        *,
+        approver: str,
+        expires_in: timedelta | float | None = None,
+        conditions: dict[str, Any] | None = None,
+        action_hash: str | None = None,
+    ) -> Approval:
+        """Approve an interrupt's frozen action (idempotent); the run can then be resumed.
+
+        Refused (ApprovalRefused) when `action_hash` is not the frozen action's, the approver
+        lacks the role, started the run, or the conditions are already broken.
+        """
+        return await self.governance.approve(
+            self.store,
+            interrupt_id,
+            approver=approver,
+            expires_in=expires_in,
+            conditions=conditions,
+            action_hash=action_hash,
+        )
+
+    async def deny(self, interrupt_id: str, *, approver: str, reason: str = "") -> None:
+        """Refuse an interrupt's action: the model is told, the run goes on without it."""
+        await self.governance.deny(self.store, interrupt_id, approver=approver, reason=reason)
+
+    async def answer(self, interrupt_id: str, value: Any, *, answered_by: str) -> dict[str, Any]:
+        """Answer an interrupt with a value matching its kind's schema."""
+        return await self.governance.answer(
+            self.store, interrupt_id, value, answered_by=answered_by
+        )
+
+    async def revoke(self, approval_id: str, *, revoked_by: str, reason: str = "") -> Approval:
+        """Withdraw an approval; an action that has not run yet will not run on it."""
+        return await self.governance.revoke(
+            self.store, approval_id, revoked_by=revoked_by, reason=reason
+        )
+
     # -- reading --------------------------------------------------------------------------
 
     async def events(self, run_id: str) -> list[ev.Event]:
@@ -498,6 +599,18 @@ class Runtime:
 
     async def runs(self, *, status: RunStatus | None = None, limit: int = 50) -> list[RunSummary]:
         return await self.store.list_runs(status=status, limit=limit)
+
+
+def _authority_from(
+    policy: PolicyHook | Authority | Policy | str | os.PathLike[str] | None,
+) -> Authority | None:
+    if isinstance(policy, Authority):
+        return policy
+    if isinstance(policy, Policy | str | os.PathLike):
+        return Authority(policy)
+    if policy is None and os.environ.get("CONTEXTOS_POLICY"):
+        return Authority()
+    return None
 
 
 def run(agent: Agent, input: str, *, store: EventStore | str | None = None) -> RunResult:
