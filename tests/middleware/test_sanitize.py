@@ -44,11 +44,14 @@ class _Blank(dict[str, str]):
 def _strings(tree: ast.AST) -> dict[str, str]:
     out: dict[str, str] = {}
     for node in getattr(tree, "body", []):
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
-            if isinstance(node.value.value, str):
-                for target in node.targets:
-                    if isinstance(target, ast.Name):
-                        out[target.id] = node.value.value
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+        ):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    out[target.id] = node.value.value
     return out
 
 
@@ -90,9 +93,12 @@ def templates(root: Path) -> list[str]:
     for path in sorted((root / "attacks").glob("*.py")):
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
-            if isinstance(node, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id.endswith("_STRING") for t in node.targets
-            ) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            if (
+                isinstance(node, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id.endswith("_STRING") for t in node.targets)
+                and isinstance(node.value, ast.Constant)
+                and isinstance(node.value.value, str)
+            ):
                 found[node.value.value] = None
             if (
                 isinstance(node, ast.Call)
