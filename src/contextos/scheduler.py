@@ -67,48 +67,63 @@ def latest_tick(expr: str, at: datetime, *, timezone: str = "UTC") -> datetime:
     return tick.astimezone(UTC)
 
 
+_MAX_TICKS_PER_PASS = 1000
+"""More on-time ticks than this in one pass (a cron every second with an hour of grace) are
+fired over several passes."""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Plan:
     """What to do about a due schedule."""
 
-    tick: datetime
-    """The latest due tick: the one that fires, or the last one skipped."""
-    fire: bool
-    """True to start a run for `tick`."""
+    fire: tuple[datetime, ...]
+    """Ticks to start a run for, oldest first."""
     missed: int
-    """Due ticks that will never fire (earlier ones, or `tick` too when skipped)."""
+    """Ticks more than the grace late that will never fire (one of them may stand for all)."""
+    last_tick: datetime
+    """The latest tick handled."""
     next_tick_at: datetime
-    """Where the schedule moves on to: the first tick after now."""
+    """Where the schedule moves on to."""
 
 
 def plan(schedule: Schedule, now: datetime) -> Plan | None:
     """Decide about a schedule at `now`; None when its next tick is still ahead.
 
-    Only the latest due tick can fire. It fires when it is on time (at most
-    `misfire_grace_s` late) or when the catch-up policy is `run_once`; ticks before it were
-    missed (no worker was there) and never fire, whatever the policy.
+    A due tick at most `misfire_grace_s` late is on time and fires. Older ticks were missed
+    (no worker was there): with catch-up `skip` they start nothing; with `run_once` the latest
+    of them starts one run that stands for all of them.
     """
     if schedule.next_tick_at > now:
         return None
-    tz = schedule.timezone
-    tick = max(schedule.next_tick_at, latest_tick(schedule.cron, now, timezone=tz))
-    on_time = (now - tick).total_seconds() <= schedule.misfire_grace_s
-    fire = on_time or schedule.catch_up is CatchUp.RUN_ONCE
-    missed = _count_ticks(schedule, tick) + (0 if fire else 1)
-    return Plan(
-        tick=tick,
-        fire=fire,
-        missed=missed,
-        next_tick_at=next_tick(schedule.cron, max(now, tick), timezone=tz),
-    )
+    cron, tz = schedule.cron, schedule.timezone
+    grace_start = now - timedelta(seconds=schedule.misfire_grace_s)
+    fire: list[datetime] = []
+    missed = 0
+    tick = schedule.next_tick_at
+    if tick < grace_start:
+        latest_missed = max(tick, latest_tick(cron, grace_start - _EPSILON, timezone=tz))
+        missed = _count_ticks(cron, tz, tick, latest_missed) + 1
+        if schedule.catch_up is CatchUp.RUN_ONCE:
+            fire.append(latest_missed)
+        tick = next_tick(cron, latest_missed, timezone=tz)
+    while tick <= now and len(fire) < _MAX_TICKS_PER_PASS:
+        fire.append(tick)
+        tick = next_tick(cron, tick, timezone=tz)
+    last = fire[-1] if fire else latest_tick(cron, min(now, tick - _EPSILON), timezone=tz)
+    return Plan(fire=tuple(fire), missed=missed, last_tick=last, next_tick_at=tick)
 
 
-def _count_ticks(schedule: Schedule, tick: datetime, cap: int = 10_000) -> int:
-    """Ticks from the schedule's next tick up to (not including) `tick`, for the log."""
-    count, t = 0, schedule.next_tick_at
-    while t < tick and count < cap:
+_EPSILON = timedelta(microseconds=1)
+
+
+def _count_ticks(cron: str, tz: str, first: datetime, last: datetime, cap: int = 10_000) -> int:
+    """Ticks after `first` up to `last` (for the log; stops counting at `cap`)."""
+    count, t = 0, first
+    while count < cap:
+        t = next_tick(cron, t, timezone=tz)
+        if t > last:
+            break
         count += 1
-        t = next_tick(schedule.cron, t, timezone=schedule.timezone)
     return count
 
 
@@ -156,10 +171,9 @@ class Fired:
 
     schedule: str
     """The schedule's name."""
-    tick: datetime
-    """The tick handled."""
-    run_id: RunId | None
-    """The run that tick started (an existing one when another worker fired it first)."""
+    runs: tuple[tuple[datetime, RunId], ...]
+    """Each tick fired and the run it started (an existing run when another worker fired the
+    tick first)."""
     missed: int = 0
     """Ticks that will never fire."""
     advanced: bool = True
@@ -186,9 +200,9 @@ async def fire_due(
         decision = plan(schedule, at)
         if decision is None:
             continue
-        run_id: RunId | None = None
-        if decision.fire:
-            try:
+        runs: list[tuple[datetime, RunId]] = []
+        try:
+            for tick in decision.fire:
                 agent = cache.get(schedule.agent_ref)
                 if agent is None:
                     agent = cache[schedule.agent_ref] = load_agent(schedule.agent_ref)
@@ -196,37 +210,37 @@ async def fire_due(
                     agent,
                     schedule.input,
                     agent_ref=schedule.agent_ref,
-                    idempotency_key=tick_key(schedule.name, decision.tick),
+                    idempotency_key=tick_key(schedule.name, tick),
                     priority=schedule.priority,
                     tenant=schedule.tenant or None,
-                    metadata={"schedule": schedule.name, "tick": decision.tick.isoformat()},
+                    metadata={"schedule": schedule.name, "tick": tick.isoformat()},
                 )
-            except ContextOSError as exc:
-                # The tick stays due: it fires once the agent loads again (or is skipped then,
-                # by the catch-up policy, if that takes too long).
-                log.error(
-                    "schedule %s: cannot start tick %s: %s", schedule.name, decision.tick, exc
-                )
-                continue
+                runs.append((tick, run_id))
+        except ContextOSError as exc:
+            # The schedule stays where it is: its ticks fire once the agent loads again (or
+            # count as missed by then). Ticks already started keep their runs: their keys
+            # make firing them again a no-op.
+            log.error("schedule %s: cannot start a run: %s", schedule.name, exc)
+            continue
         advanced = await queue.advance_schedule(
             schedule.name,
             expected_next=schedule.next_tick_at,
             next_tick_at=decision.next_tick_at,
-            last_tick_at=decision.tick,
-            last_run_id=run_id,
+            last_tick_at=decision.last_tick,
+            last_run_id=runs[-1][1] if runs else None,
         )
-        if decision.missed:
+        if decision.missed and advanced:
             log.warning(
-                "schedule %s: %d missed tick(s) skipped (catch-up %s)",
+                "schedule %s: %d tick(s) missed by more than %gs (catch-up %s)",
                 schedule.name,
                 decision.missed,
+                schedule.misfire_grace_s,
                 schedule.catch_up.value,
             )
         out.append(
             Fired(
                 schedule=schedule.name,
-                tick=decision.tick,
-                run_id=run_id,
+                runs=tuple(runs),
                 missed=decision.missed,
                 advanced=advanced,
             )

@@ -222,13 +222,14 @@ class Worker:
         while not self._stopping:
             try:
                 for fired in await fire_due(self.runtime, agents=self._agents):
-                    if fired.run_id is not None and fired.advanced:
+                    for tick, run_id in fired.runs:
                         log.info(
-                            "schedule %s: tick %s started run %s",
+                            "schedule %s: tick %s -> run %s",
                             fired.schedule,
-                            fired.tick.isoformat(),
-                            fired.run_id,
+                            tick.isoformat(),
+                            run_id,
                         )
+                    if fired.runs:
                         self._wake.set()
             except Exception:
                 log.exception("firing schedules failed")

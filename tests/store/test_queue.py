@@ -1,0 +1,416 @@
+"""The run queue, on both backends: priorities, idempotency keys, leases, timers, limits,
+the worker registry and schedule rows."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from contextos import Agent, Runtime
+from contextos import events as ev
+from contextos.errors import ConfigError
+from contextos.runs import RunId, RunStatus
+from contextos.store import EventStore, open_store
+from contextos.store.queue import (
+    CatchUp,
+    Lease,
+    LimitScope,
+    QueueEntry,
+    RunQueue,
+    Schedule,
+    WorkerInfo,
+    WorkerStatus,
+    queue_of,
+)
+from contextos.testing import ScriptedModel, reply
+
+
+def created(run_id: str, agent: str) -> ev.RunCreated:
+    return ev.RunCreated(
+        run_id=RunId(run_id), seq=1, agent_name=agent, agent_version="1", agent_hash="h", input="x"
+    )
+
+
+@pytest.fixture
+async def store(backend_url: str) -> AsyncIterator[EventStore]:
+    s = open_store(backend_url)
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+def q(store: EventStore) -> RunQueue:
+    queue = queue_of(store)
+    assert queue is not None
+    return queue
+
+
+async def new_run(
+    store: EventStore,
+    run_id: str,
+    *,
+    priority: int = 0,
+    tenant: str = "",
+    agent: str = "clerk",
+    key: str | None = None,
+    not_before: datetime | None = None,
+) -> RunId:
+    owner, _ = await q(store).enqueue(
+        QueueEntry(
+            run_id=RunId(run_id),
+            priority=priority,
+            tenant=tenant,
+            agent_name=agent,
+            idempotency_key=key,
+            not_before=not_before,
+        )
+    )
+    if owner == run_id:
+        await store.append(owner, [created(run_id, agent)], expected_seq=0)
+    return owner
+
+
+async def claim_all(queue: RunQueue, worker: str = "w1", **kw: object) -> list[Lease]:
+    out = []
+    while (lease := await queue.claim(worker, lease_s=30, **kw)) is not None:  # type: ignore[arg-type]
+        out.append(lease)
+    return out
+
+
+async def claim_eventually(queue: RunQueue, worker: str, lease_s: float = 30) -> Lease:
+    while (lease := await queue.claim(worker, lease_s=lease_s)) is None:
+        await asyncio.sleep(0.05)
+    return lease
+
+
+async def to_status(store: EventStore, run_id: str, event_cls: type, **fields: object) -> None:
+    summary = await store.get_run(RunId(run_id))
+    event = event_cls(run_id=RunId(run_id), seq=summary.last_seq + 1, **fields)
+    await store.append(RunId(run_id), [event], expected_seq=summary.last_seq)
+
+
+# -- order ------------------------------------------------------------------------------------
+
+
+async def test_claims_go_by_priority_then_start_order(store: EventStore) -> None:
+    for rid, prio in [("a", 0), ("b", 5), ("c", 1), ("d", 0), ("e", 5)]:
+        await new_run(store, rid, priority=prio)
+    leases = await claim_all(q(store))
+    assert [lease.run_id for lease in leases] == ["b", "e", "c", "a", "d"]
+    assert all(lease.worker_id == "w1" and not lease.recovered for lease in leases)
+
+
+async def test_only_created_queued_or_running_runs_are_claimed(store: EventStore) -> None:
+    await new_run(store, "queued")
+    await new_run(store, "done")
+    await to_status(store, "done", ev.RunCompleted, output="ok")
+    await new_run(store, "waiting")
+    await to_status(store, "waiting", ev.RunStarted, worker_id="w0")
+    await to_status(store, "waiting", ev.InterruptRaised, interrupt_id="i1", kind="approval")
+    # Queued, but its RunCreated was never recorded (its start died): nothing to drive yet.
+    await q(store).enqueue(QueueEntry(run_id=RunId("half"), agent_name="clerk"))
+    # Created without the queue (a plain append): driven by whoever created it.
+    await store.append(RunId("unqueued"), [created("unqueued", "clerk")], expected_seq=0)
+
+    assert [lease.run_id for lease in await claim_all(q(store))] == ["queued"]
+
+
+# -- idempotency ------------------------------------------------------------------------------
+
+
+async def test_an_idempotency_key_belongs_to_the_first_run(store: EventStore) -> None:
+    first = await new_run(store, "r1", key="order-17")
+    second = await new_run(store, "r2", key="order-17")
+    assert first == second == "r1"
+    assert [r.run_id for r in await store.list_runs()] == ["r1"]
+    entry = await q(store).queue_entry(RunId("r1"))
+    assert entry is not None and entry.idempotency_key == "order-17"
+    assert await q(store).queue_entry(RunId("r2")) is None
+
+
+async def test_a_duplicate_start_returns_the_existing_run(backend_url: str) -> None:
+    agent = Agent(name="clerk", model=ScriptedModel([reply("ok")]))
+    async with Runtime(backend_url) as rt:
+        first = await rt.start(agent, "x", idempotency_key="invoice-9", priority=3, tenant="acme")
+        again = await rt.start(agent, "something else", idempotency_key="invoice-9")
+        other = await rt.start(agent, "x", idempotency_key="invoice-10")
+        assert again == first != other
+        assert len(await rt.runs()) == 2
+        assert (await rt.state(first)).input == "x"
+        entry = await q(rt.store).queue_entry(first)
+        assert entry is not None
+        assert (entry.priority, entry.tenant, entry.agent_name) == (3, "acme", "clerk")
+
+
+async def test_a_start_that_died_before_recording_its_run_is_finished_by_the_next(
+    backend_url: str,
+) -> None:
+    agent = Agent(name="clerk", model=ScriptedModel([reply("ok")]))
+    async with Runtime(backend_url) as rt:
+        # The first start queued the run under its key, then its process died.
+        await q(rt.store).enqueue(
+            QueueEntry(run_id=RunId("run_reserved"), agent_name="clerk", idempotency_key="k1")
+        )
+        rid = await rt.start(agent, "x", idempotency_key="k1")
+        assert rid == "run_reserved"
+        assert (await rt.state(rid)).status is RunStatus.QUEUED
+
+
+async def test_concurrent_duplicate_starts_create_one_run(backend_url: str) -> None:
+    agent = Agent(name="clerk", model=ScriptedModel([reply("ok")]))
+    runtimes = [Runtime(backend_url) for _ in range(3)]
+    try:
+        ids = await asyncio.gather(
+            *(rt.start(agent, "x", idempotency_key="same") for rt in runtimes for _ in range(3))
+        )
+        assert len(set(ids)) == 1
+        assert len(await runtimes[0].runs()) == 1
+    finally:
+        for rt in runtimes:
+            await rt.close()
+
+
+# -- leases -----------------------------------------------------------------------------------
+
+
+async def test_a_leased_run_is_claimed_again_only_after_its_lease_expires(
+    store: EventStore,
+) -> None:
+    queue = q(store)
+    await new_run(store, "r1")
+    first = await queue.claim("w1", lease_s=0.3)
+    assert first is not None and first.run_id == "r1"
+    assert await queue.claim("w2", lease_s=30) is None  # held
+
+    second = await claim_eventually(queue, "w2")  # w1 stopped renewing
+    assert second.run_id == "r1" and second.recovered and second.attempts == 1
+    assert second.token > first.token
+    # The old holder can neither renew nor give back what is no longer its own.
+    assert await queue.renew(first, lease_s=30) is None
+    assert await queue.release(first) is False
+    entry = await queue.queue_entry(RunId("r1"))
+    assert entry is not None and entry.lease_owner == "w2"
+
+
+async def test_renewing_keeps_the_run_and_releasing_gives_it_back(store: EventStore) -> None:
+    queue = q(store)
+    await new_run(store, "r1")
+    lease = await queue.claim("w1", lease_s=0.5)
+    assert lease is not None
+    for _ in range(4):
+        await asyncio.sleep(0.2)
+        renewed = await queue.renew(lease, lease_s=0.5)
+        assert renewed is not None and renewed.token == lease.token
+        assert await queue.claim("w2", lease_s=30) is None
+    assert await queue.release(lease) is True
+    again = await queue.claim("w2", lease_s=30)
+    assert again is not None and not again.recovered and again.attempts == 0
+
+
+async def test_acquire_takes_the_lease_from_its_holder(store: EventStore) -> None:
+    queue = q(store)
+    await new_run(store, "r1")
+    held = await queue.claim("w1", lease_s=30)
+    assert held is not None
+    taken = await queue.acquire(RunId("r1"), "cli", lease_s=30)
+    assert taken.worker_id == "cli" and taken.token > held.token
+    assert await queue.renew(held, lease_s=30) is None
+    assert await queue.release(held) is False
+    assert await queue.claim("w2", lease_s=30) is None
+
+
+async def test_a_release_with_a_timer_is_a_durable_not_before(
+    backend_url: str, store: EventStore
+) -> None:
+    queue = q(store)
+    await new_run(store, "r1")
+    lease = await queue.claim("w1", lease_s=30)
+    assert lease is not None
+    later = datetime.now(UTC) + timedelta(hours=1)
+    assert await queue.release(lease, not_before=later, failed=True)
+    entry = await queue.queue_entry(RunId("r1"))
+    assert entry is not None and entry.attempts == 1 and entry.lease_owner is None
+    assert entry.not_before is not None and abs((entry.not_before - later).total_seconds()) < 0.01
+    # Another process (a restarted worker) sees the same timer.
+    other = open_store(backend_url)
+    try:
+        assert await q(other).claim("w2", lease_s=30) is None
+    finally:
+        await other.close()
+
+    lease2 = await queue.acquire(RunId("r1"), "w1", lease_s=30)
+    await queue.release(lease2, not_before=datetime.now(UTC) - timedelta(seconds=1))
+    again = await queue.claim("w2", lease_s=30)
+    assert again is not None and again.attempts == 1
+
+
+async def test_a_delayed_start_waits_for_its_time(store: EventStore) -> None:
+    await new_run(store, "later", not_before=datetime.now(UTC) + timedelta(hours=1))
+    await new_run(store, "now", not_before=datetime.now(UTC) - timedelta(seconds=1))
+    assert [lease.run_id for lease in await claim_all(q(store))] == ["now"]
+
+
+async def test_concurrent_claimers_never_get_the_same_run(backend_url: str) -> None:
+    stores = [open_store(backend_url) for _ in range(4)]
+    try:
+        for i in range(40):
+            await new_run(stores[0], f"r{i:02d}")
+
+        async def claimer(n: int) -> list[str]:
+            return [lease.run_id for lease in await claim_all(q(stores[n]), f"w{n}")]
+
+        got = await asyncio.gather(*(claimer(n) for n in range(4)))
+        everything = [rid for part in got for rid in part]
+        assert sorted(everything) == [f"r{i:02d}" for i in range(40)]
+        assert len(set(everything)) == 40
+    finally:
+        for s in stores:
+            await s.close()
+
+
+async def test_a_worker_may_serve_some_agents_only(store: EventStore) -> None:
+    await new_run(store, "r1", agent="clerk")
+    await new_run(store, "r2", agent="auditor")
+    assert await claim_all(q(store), agents=[]) == []
+    assert [lease.run_id for lease in await claim_all(q(store), agents=["auditor"])] == ["r2"]
+    assert [lease.run_id for lease in await claim_all(q(store), agents=["x", "clerk"])] == ["r1"]
+
+
+# -- concurrency limits -----------------------------------------------------------------------
+
+
+async def test_a_global_limit_caps_leased_runs_across_workers(store: EventStore) -> None:
+    queue = q(store)
+    await queue.set_limit(LimitScope.GLOBAL, "", 2)
+    for i in range(4):
+        await new_run(store, f"r{i}")
+    a = await queue.claim("w1", lease_s=30)
+    b = await queue.claim("w2", lease_s=30)
+    assert a is not None and b is not None
+    assert await queue.claim("w3", lease_s=30) is None
+    await queue.release(a)
+    c = await queue.claim("w3", lease_s=30)
+    assert c is not None  # the released slot is free again
+    assert await queue.claim("w1", lease_s=30) is None
+    await queue.set_limit(LimitScope.GLOBAL, "", None)
+    assert await queue.claim("w1", lease_s=30) is not None
+    assert await queue.limits() == []
+
+
+async def test_tenant_and_agent_limits(store: EventStore) -> None:
+    queue = q(store)
+    await queue.set_limit(LimitScope.TENANT, "acme", 1)
+    await queue.set_limit(LimitScope.TENANT, "*", 2)
+    await queue.set_limit(LimitScope.AGENT, "auditor", 1)
+    runs = [
+        ("a1", "acme", "clerk"),
+        ("a2", "acme", "clerk"),
+        ("b1", "blue", "clerk"),
+        ("b2", "blue", "clerk"),
+        ("b3", "blue", "clerk"),
+        ("c1", "cyan", "auditor"),
+        ("c2", "cyan", "auditor"),
+    ]
+    for rid, tenant, agent in runs:
+        await new_run(store, rid, tenant=tenant, agent=agent)
+    leases = await claim_all(queue)
+    tenant_of = {rid: tenant for rid, tenant, _ in runs}
+    assert Counter(tenant_of[lease.run_id] for lease in leases) == {
+        "acme": 1,
+        "blue": 2,
+        "cyan": 1,
+    }
+    assert {(lim.scope, lim.name, lim.max_running) for lim in await queue.limits()} == {
+        (LimitScope.TENANT, "acme", 1),
+        (LimitScope.TENANT, "*", 2),
+        (LimitScope.AGENT, "auditor", 1),
+    }
+    # A finished run frees its slot even before its worker lets go of the lease.
+    acme = next(lease for lease in leases if tenant_of[lease.run_id] == "acme")
+    await to_status(store, acme.run_id, ev.RunStarted, worker_id="w1")
+    await to_status(store, acme.run_id, ev.RunCompleted, output="ok")
+    assert [lease.run_id for lease in await claim_all(queue)] == ["a2"]
+
+
+async def test_runs_waiting_on_a_person_or_a_timer_hold_no_slot(store: EventStore) -> None:
+    queue = q(store)
+    await queue.set_limit(LimitScope.GLOBAL, "", 1)
+    for rid in ("r1", "r2", "r3"):
+        await new_run(store, rid)
+    first = await queue.claim("w1", lease_s=30)
+    assert first is not None and first.run_id == "r1"
+    assert await queue.claim("w2", lease_s=30) is None
+    # r1 now waits for a person: its slot is free, even with the lease not yet given back.
+    await to_status(store, "r1", ev.RunStarted, worker_id="w1")
+    await to_status(store, "r1", ev.InterruptRaised, interrupt_id="i1", kind="approval")
+    second = await queue.claim("w2", lease_s=30)
+    assert second is not None and second.run_id == "r2"
+    # r2 goes back with a retry timer: no slot held while it waits.
+    await queue.release(second, not_before=datetime.now(UTC) + timedelta(hours=1), failed=True)
+    third = await queue.claim("w3", lease_s=30)
+    assert third is not None and third.run_id == "r3"
+    assert await queue.claim("w3", lease_s=30) is None
+
+
+# -- workers and schedules --------------------------------------------------------------------
+
+
+async def test_the_worker_registry_lists_workers_and_their_leases(store: EventStore) -> None:
+    queue = q(store)
+    for wid in ("w1", "w2"):
+        await queue.register_worker(WorkerInfo(worker_id=wid, host="h", pid=1, concurrency=4))
+    await new_run(store, "r1")
+    await new_run(store, "r2")
+    await queue.claim("w1", lease_s=30)
+    await queue.claim("w1", lease_s=30)
+    await queue.worker_heartbeat("w2", WorkerStatus.DRAINING)
+
+    workers = {w.worker_id: w for w in await queue.list_workers()}
+    assert set(workers) == {"w1", "w2"}
+    assert [lease.run_id for lease in workers["w1"].leases] == ["r1", "r2"]
+    assert workers["w2"].leases == () and workers["w2"].status is WorkerStatus.DRAINING
+    assert workers["w1"].heartbeat_at is not None
+
+    await queue.worker_heartbeat("w2", WorkerStatus.STOPPED)
+    await asyncio.sleep(0.3)
+    await queue.worker_heartbeat("w1", WorkerStatus.RUNNING)
+    assert [w.worker_id for w in await queue.list_workers(live_within_s=0.2)] == ["w1"]
+
+
+async def test_schedule_rows_move_on_by_compare_and_set(store: EventStore) -> None:
+    queue = q(store)
+    tick = datetime(2026, 3, 1, 6, 0, tzinfo=UTC)
+    s = Schedule(
+        name="daily",
+        agent_ref="tests/workers/agents.py:ticker",
+        cron="0 6 * * *",
+        input="report",
+        catch_up=CatchUp.RUN_ONCE,
+        next_tick_at=tick,
+    )
+    await queue.add_schedule(s)
+    with pytest.raises(ConfigError, match="exists"):
+        await queue.add_schedule(s)
+    assert [x.name for x in await queue.list_schedules(due_at=tick - timedelta(seconds=1))] == []
+    (due,) = await queue.list_schedules(due_at=tick)
+    assert (due.cron, due.input, due.catch_up, due.next_tick_at) == (
+        "0 6 * * *",
+        "report",
+        CatchUp.RUN_ONCE,
+        tick,
+    )
+    nxt = tick + timedelta(days=1)
+    args = {"next_tick_at": nxt, "last_tick_at": tick, "last_run_id": RunId("r1")}
+    assert await queue.advance_schedule("daily", expected_next=nxt, **args) is False  # type: ignore[arg-type]
+    assert await queue.advance_schedule("daily", expected_next=tick, **args) is True  # type: ignore[arg-type]
+    assert await queue.advance_schedule("daily", expected_next=tick, **args) is False  # type: ignore[arg-type]
+    (moved,) = await queue.list_schedules()
+    assert (moved.next_tick_at, moved.last_tick_at, moved.last_run_id) == (nxt, tick, "r1")
+    assert await queue.remove_schedule("daily") is True
+    assert await queue.remove_schedule("daily") is False
+    assert await queue.list_schedules() == []
