@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -113,3 +114,38 @@ async def test_appends_after_the_file_was_opened_elsewhere_still_fence(
     assert all(isinstance(r, ConcurrencyConflict) for r in results if r != 2)
     await one.close()
     await two.close()
+
+
+async def test_other_writes_join_the_group_and_their_rollback_stays_theirs(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "s.db")
+    await store.list_runs()
+    seen: list[str] = []
+    assert store._conn is not None
+    store._conn.set_trace_callback(seen.append)
+
+    def write(name: str, keep: bool) -> Callable[[sqlite3.Connection], str]:
+        def fn(conn: sqlite3.Connection) -> str:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(
+                "INSERT INTO concurrency_limits (scope, name, max_running) VALUES ('agent', ?, 1)",
+                (name,),
+            )
+            conn.execute("COMMIT" if keep else "ROLLBACK")
+            return name
+
+        return fn
+
+    done = await asyncio.gather(
+        store._run(write("kept", True)),
+        store._run(write("undone", False)),
+        store.append(RunId("a"), [created("a")], expected_seq=0),
+    )
+    store._conn.set_trace_callback(None)
+    await store.close()
+    assert list(done) == ["kept", "undone", 1]
+    assert seen.count("COMMIT") == 1
+    conn = sqlite3.connect(tmp_path / "s.db")
+    names = [r[0] for r in conn.execute("SELECT name FROM concurrency_limits")]
+    conn.close()
+    assert names == ["kept"]
+    assert committed_events(tmp_path / "s.db") == 1

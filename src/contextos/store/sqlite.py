@@ -1,11 +1,11 @@
 """The embedded SQLite event store: one file, WAL, IMMEDIATE transactions.
 
 Statements run on the event loop's thread: a turn's commit costs one fsync and no thread hop.
-Appends made in the same loop iteration (many runs at once) share one transaction and so one
-fsync (group commit); each caller's future resolves only after that COMMIT. Several processes
-may share the file: when another one holds the write lock, the work moves to the store's own
-thread, which waits out the busy timeout there without stalling the loop, and the expected-seq
-check fences writers either way.
+Every write made in the same loop iteration (appends and queue operations of many runs at once)
+shares one transaction and so one fsync (group commit); each caller hears back only after that
+COMMIT. Several processes may share the file: when another one holds the write lock, the work
+moves to the store's own thread, which waits out the busy timeout there without stalling the
+loop, and the expected-seq check fences writers either way.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from contextos import events as ev
 from contextos.errors import (
@@ -38,7 +38,7 @@ _TERMINAL_SQL = ", ".join(f"'{s.value}'" for s in sorted(TERMINAL))
 
 @dataclass(slots=True)
 class _Append:
-    """One caller's append, waiting for the next group commit."""
+    """One append's rows and checks."""
 
     run_id: RunId
     expected_seq: int
@@ -46,7 +46,21 @@ class _Append:
     delta: SummaryDelta
     first: ev.Event
     last: ev.Event
-    future: asyncio.Future[int]
+
+    def __call__(self, conn: sqlite3.Connection) -> int:
+        return _write(conn, self)
+
+
+@dataclass(slots=True)
+class _Job:
+    """One caller's write, waiting for the next group commit."""
+
+    work: Callable[[sqlite3.Connection], Any]
+    """Runs inside the group's transaction, in a savepoint of its own."""
+    joined: bool
+    """True when `work` manages its own transaction (BEGIN/COMMIT), which then maps onto its
+    savepoint; the store's own appends do not and get the bare connection."""
+    future: asyncio.Future[Any]
 
 
 class SqliteStore(SqliteQueue):
@@ -59,7 +73,7 @@ class SqliteStore(SqliteQueue):
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="contextos-sqlite")
         self._conn: sqlite3.Connection | None = None
         self._closed = False
-        self._pending: list[_Append] = []
+        self._pending: list[_Job] = []
         self._flush_scheduled = False
         self._lent: asyncio.Future[None] | None = None
         """Set while the connection is in use on the store's thread (another process held the
@@ -100,7 +114,24 @@ class SqliteStore(SqliteQueue):
                 return self._conn
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run `fn` with the connection; if the file is locked, again on the store's thread.
+        """Run `fn` inside the next group commit and return its result once that is durable.
+
+        `fn` may open and end its own transaction (`BEGIN IMMEDIATE` … `COMMIT`/`ROLLBACK`):
+        those statements apply to its savepoint in the group's transaction, so its writes
+        commit together with everyone else's, or roll back alone.
+        """
+        return await self._submit(fn, joined=True)  # type: ignore[no-any-return]
+
+    async def _submit(self, work: Callable[[sqlite3.Connection], Any], *, joined: bool) -> Any:
+        if self._closed:
+            raise RuntimeError("store is closed")
+        job = _Job(work=work, joined=joined, future=asyncio.get_running_loop().create_future())
+        self._pending.append(job)
+        self._schedule_flush()
+        return await job.future
+
+    async def _query(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run `fn` now on the loop's thread; if the file is locked, on the store's thread.
 
         `fn` must leave no trace when it fails (a transaction it opened is rolled back), since
         a `database is locked` failure runs it a second time.
@@ -155,7 +186,7 @@ class SqliteStore(SqliteQueue):
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush)
 
-    def _take(self) -> list[_Append]:
+    def _take(self) -> list[_Job]:
         self._flush_scheduled = False
         batch, self._pending = self._pending, []
         # A caller cancelled before its turn came never reaches the database.
@@ -196,7 +227,7 @@ class SqliteStore(SqliteQueue):
         if not batch:
             return
         try:
-            results = await self._run(lambda conn: _write_batch(conn, batch))
+            results = await self._query(lambda conn: _write_batch(conn, batch))
         except BaseException as exc:
             _deliver(batch, exc)
             if not isinstance(exc, Exception):
@@ -224,21 +255,17 @@ class SqliteStore(SqliteQueue):
             )
             for e in events
         ]
-        if self._closed:
-            raise RuntimeError("store is closed")
-        job = _Append(
+        work = _Append(
             run_id=run_id,
             expected_seq=expected_seq,
             rows=rows,
             delta=summarize(events),
             first=events[0],
             last=events[-1],
-            future=asyncio.get_running_loop().create_future(),
         )
-        self._pending.append(job)
-        self._schedule_flush()
         try:
-            return await job.future
+            seq: int = await self._submit(work, joined=False)
+            return seq
         except sqlite3.IntegrityError as exc:
             # The database's own guards (terminal triggers, primary key) caught a writer that
             # raced past the checks.
@@ -261,7 +288,7 @@ class SqliteStore(SqliteQueue):
                     raise RunNotFound(run_id)
             return rows
 
-        rows = await self._run(_read)
+        rows = await self._query(_read)
         return [ev.decode(run_id, seq, t, v, payload) for seq, t, v, payload in rows]
 
     async def get_run(self, run_id: RunId) -> RunSummary:
@@ -271,7 +298,7 @@ class SqliteStore(SqliteQueue):
             ).fetchone()
             return row
 
-        row = await self._run(_get)
+        row = await self._query(_get)
         if row is None:
             raise RunNotFound(run_id)
         return _summary(row)
@@ -291,7 +318,7 @@ class SqliteStore(SqliteQueue):
                 (status.value, limit),
             ).fetchall()
 
-        return [_summary(r) for r in await self._run(_list)]
+        return [_summary(r) for r in await self._query(_list)]
 
     async def verify(self) -> int:
         """Check the schema is fully migrated without changing anything; return its version."""
@@ -317,37 +344,73 @@ def _is_busy(exc: sqlite3.OperationalError) -> bool:
     return "locked" in str(exc)
 
 
-_REFUSALS = (sqlite3.IntegrityError, ConcurrencyConflict, RunIsTerminal, RunNotFound)
-"""Why one append is refused without affecting the others in its group."""
+def _write_batch(conn: sqlite3.Connection, batch: list[_Job]) -> list[Any]:
+    """Run every job in one IMMEDIATE transaction, each in its own savepoint.
 
-
-def _write_batch(conn: sqlite3.Connection, batch: list[_Append]) -> list[int | Exception]:
-    """Write every append in one IMMEDIATE transaction, each in its own savepoint.
-
-    An append that fails its checks leaves no rows and gets its error back; the others commit.
+    A job that fails leaves no rows and gets its error back; the others commit.
     """
     conn.execute("BEGIN IMMEDIATE")
     try:
-        out: list[int | Exception] = []
-        if len(batch) == 1:
-            out.append(_write(conn, batch[0]))  # on failure the whole transaction rolls back
-        else:
-            for job in batch:
-                conn.execute("SAVEPOINT append")
-                try:
-                    out.append(_write(conn, job))
-                except _REFUSALS as exc:
-                    conn.execute("ROLLBACK TO append")
-                    out.append(exc)
-                conn.execute("RELEASE append")
+        out: list[Any] = []
+        for job in batch:
+            conn.execute("SAVEPOINT job")
+            try:
+                out.append(job.work(_joined(conn) if job.joined else conn))
+            except Exception as exc:
+                conn.execute("ROLLBACK TO job")
+                out.append(_Failed(exc))
+            conn.execute("RELEASE job")
         conn.execute("COMMIT")
-    except BaseException as exc:
+    except BaseException:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
-        if len(batch) == 1 and isinstance(exc, _REFUSALS):
-            return [exc]
         raise
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Failed:
+    """A job's exception, told apart from a job that returned an exception object."""
+
+    error: Exception
+
+
+class _Joined:
+    """The connection as a job inside the group's transaction sees it.
+
+    Its own `BEGIN …` and `COMMIT` are no-ops (the group begins and commits), and its
+    `ROLLBACK` undoes only its savepoint.
+    """
+
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def execute(self, sql: str, parameters: Any = ()) -> sqlite3.Cursor:
+        verb = sql.strip().rstrip(";").upper()
+        if verb.startswith("BEGIN") or verb in ("COMMIT", "END", "COMMIT TRANSACTION"):
+            return self._conn.cursor()
+        if verb in ("ROLLBACK", "ROLLBACK TRANSACTION"):
+            return self._conn.execute("ROLLBACK TO job")
+        return self._conn.execute(sql, parameters)
+
+    def commit(self) -> None:
+        pass
+
+    def rollback(self) -> None:
+        self._conn.execute("ROLLBACK TO job")
+
+    @property
+    def in_transaction(self) -> bool:
+        return True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+def _joined(conn: sqlite3.Connection) -> sqlite3.Connection:
+    return cast(sqlite3.Connection, _Joined(conn))
 
 
 def _write(conn: sqlite3.Connection, job: _Append) -> int:
@@ -408,16 +471,17 @@ def _write(conn: sqlite3.Connection, job: _Append) -> int:
     return last.seq
 
 
-def _deliver(batch: list[_Append], results: list[int | Exception] | BaseException) -> None:
-    """Tell each caller how its append ended (callers that gave up are skipped)."""
+def _deliver(batch: list[_Job], results: list[Any] | BaseException) -> None:
+    """Tell each caller how its job ended (callers that gave up are skipped)."""
     for i, job in enumerate(batch):
         if job.future.done():
             continue
-        outcome = results if isinstance(results, BaseException) else results[i]
-        if isinstance(outcome, BaseException):
-            job.future.set_exception(outcome)
+        if isinstance(results, BaseException):
+            job.future.set_exception(results)
+        elif isinstance(results[i], _Failed):
+            job.future.set_exception(results[i].error)
         else:
-            job.future.set_result(outcome)
+            job.future.set_result(results[i])
 
 
 _SUMMARY_COLUMNS = (
