@@ -1,0 +1,1 @@
+"""ContextOS side by side with its peers: `python -m bench` (see docs/benchmarks.md)."""
