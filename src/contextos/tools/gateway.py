@@ -168,6 +168,8 @@ class Gateway:
         outcome rather than a failure.
         """
         kwargs = {name: getattr(args, name) for name in type(args).model_fields}
+        if args.model_extra:  # tools described by a JSON schema only (MCP) keep every argument
+            kwargs.update(args.model_extra)
         if tool.context_param:
             kwargs[tool.context_param] = ctx
         if tool.idempotency_arg:
