@@ -180,6 +180,8 @@ class ModelResponded(_Event):
     """Provider's request id, when given."""
     context_hash: str | None = None
     """Hash of the compiled context manifest the model saw."""
+    context: dict[str, Any] = field(default_factory=dict)
+    """Lineage of that context: `manifest` (one row per item), `stack`, and layer `telemetry`."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -471,26 +473,6 @@ class RunEnding(_Event):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class ContextCompiled(_Event):
-    """What one model call's context was made of: the lineage manifest and its hash.
-
-    Recorded in the same transaction as the ModelResponded it precedes.
-    """
-
-    type: Literal["context_compiled"] = "context_compiled"
-    turn: int
-    """The model call it describes."""
-    context_hash: str
-    """Hash of the manifest (also on the ModelResponded)."""
-    manifest: list[dict[str, Any]] = field(default_factory=list)
-    """One row per item: id, type, source, version, trust, why, tokens, volatile, sha256."""
-    stack: list[str] = field(default_factory=list)
-    """The middleware stack the call went through, outermost first."""
-    telemetry: dict[str, int] = field(default_factory=dict)
-    """Counts reported by the layers (never content)."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
 class ContextCompacted(_Event):
     """Older turns were summarized; later calls start their history after `through_seq`."""
 
@@ -532,7 +514,6 @@ Event = Annotated[
     | ApprovalDenied
     | ApprovalRevoked
     | InterruptAnswered
-    | ContextCompiled
     | ContextCompacted,
     Field(discriminator="type"),
 ]
@@ -612,7 +593,6 @@ __all__ = [
     "ApprovalRevoked",
     "ContextBound",
     "ContextCompacted",
-    "ContextCompiled",
     "InterruptAnswered",
     "Event",
     "EffectChanged",

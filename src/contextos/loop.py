@@ -261,16 +261,6 @@ class Driver:
             )
             return
         response = result.response
-        compiled = self.event(
-            ev.ContextCompiled,
-            offset=len(events) + 1,
-            turn=call.run.turn,
-            context_hash=result.context_hash or "",
-            manifest=list(result.manifest),
-            stack=list(chain.names),
-            telemetry=dict(result.telemetry),
-        )
-        events.append(compiled)
         message = _with_unique_call_ids(response, call.run.turn)
         events.append(
             self.event(
@@ -283,7 +273,11 @@ class Driver:
                 latency_ms=result.latency_ms,
                 request_id=response.request_id,
                 context_hash=result.context_hash,
-                causation_id=compiled.seq,
+                context={
+                    "manifest": list(result.manifest),
+                    "stack": list(chain.names),
+                    "telemetry": dict(result.telemetry),
+                },
             )
         )
         if response.finish_reason is FinishReason.REFUSED:

@@ -201,8 +201,6 @@ def apply(state: RunState, event: ev.Event) -> RunState:
             state.context_summary = event.summary
             state.context_cursor = event.through_seq
             state.usage = state.usage + event.usage
-        case ev.ContextCompiled():
-            pass
         case ev.RuntimeCrashDetected() | ev.RunReleased():
             pass
         case _:

@@ -63,7 +63,7 @@ async def test_retrieved_passages_carry_lineage_and_are_spotlighted(tmp_path: Pa
     tail = model.requests[0].messages[-1].content  # volatile items go last
     assert tail.startswith('<<untrusted-data source="corpus:policy.md"')
     assert "Returns are free within 30 days." in tail
-    compiled = next(e for e in events if isinstance(e, ev.ContextCompiled))
-    row = next(r for r in compiled.manifest if r["type"] == "retrieved_passage")
+    responded = next(e for e in events if isinstance(e, ev.ModelResponded))
+    row = next(r for r in responded.context["manifest"] if r["type"] == "retrieved_passage")
     assert (row["source"], row["version"], row["trust"]) == ("corpus:policy.md", "v1", "untrusted")
     assert row["why"].startswith("BM25 match")

@@ -49,9 +49,9 @@ async def test_compaction_summarizes_once_persists_and_never_sees_unredacted_tex
     assert "note 0" not in text  # summarized away
     assert later.messages[1].content.startswith("Summary of the earlier")
     assert later.messages[2].content.startswith("I am")  # the task is always kept verbatim
-    after = [e for e in events if isinstance(e, ev.ContextCompiled)][-1]
-    assert next(r for r in after.manifest if r["id"] == "history")["version"] == f"cursor:{cursor}"
-    assert any(r["type"] == "history_summary" for r in after.manifest)
+    after = [e for e in events if isinstance(e, ev.ModelResponded)][-1].context["manifest"]
+    assert next(r for r in after if r["id"] == "history")["version"] == f"cursor:{cursor}"
+    assert any(r["type"] == "history_summary" for r in after)
 
 
 async def test_the_summary_is_folded_into_state_and_not_redone_each_turn(tmp_path: Path) -> None:
@@ -167,8 +167,8 @@ async def test_profile_fails_open_with_counts_only_telemetry(tmp_path: Path) -> 
         result = await rt.run(agent, "hi", metadata={"tenant_id": "t", "user_id": "u"})
         events = await rt.events(result.run_id)
     assert result.status is RunStatus.COMPLETED
-    compiled = next(e for e in events if isinstance(e, ev.ContextCompiled))
-    assert compiled.telemetry["profile.errors"] == 1
+    responded = next(e for e in events if isinstance(e, ev.ModelResponded))
+    assert responded.context["telemetry"]["profile.errors"] == 1
 
 
 async def test_profile_is_cached_per_subject(tmp_path: Path) -> None:

@@ -139,9 +139,9 @@ async def test_the_model_never_sees_pii_from_input_or_tools(tmp_path: Path) -> N
     # Tool results are redacted before they are recorded, not only for the model.
     completed = next(e for e in events if isinstance(e, ev.ToolCompleted))
     assert "4111" not in completed.output and "[REDACTED:PHONE]" in completed.output
-    compiled = [e for e in events if isinstance(e, ev.ContextCompiled)]
-    assert compiled[0].telemetry["pii.email"] == 1
-    assert compiled[0].telemetry["pii.ip"] == 1
+    first = next(e for e in events if isinstance(e, ev.ModelResponded))
+    assert first.context["telemetry"]["pii.email"] == 1
+    assert first.context["telemetry"]["pii.ip"] == 1
 
 
 async def test_block_ends_the_run_before_the_model_sees_the_input(tmp_path: Path) -> None:
