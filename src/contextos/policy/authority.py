@@ -205,6 +205,7 @@ class Authority:
                     + (f" by {found.denied_by}" if found.denied_by else ""),
                     interrupt_id=interrupt_id,
                 )
+            _check_waiting(book, interrupt_id)
             context = book.context or RunContext.local()
             roles = await self.directory.roles_of(approver, tenant=context.tenant)
             required = found.approver_roles
@@ -262,6 +263,7 @@ class Authority:
                 raise ApprovalRefused(
                     f"{interrupt_id} is already {found.status}{hint}", interrupt_id=interrupt_id
                 )
+            _check_waiting(book, interrupt_id)
             context = book.context or RunContext.local()
             roles = await self.directory.roles_of(approver, tenant=context.tenant)
             required = found.approver_roles
@@ -317,6 +319,7 @@ class Authority:
                 raise ApprovalRefused(
                     f"{interrupt_id} is {found.status}", interrupt_id=interrupt_id
                 )
+            _check_waiting(book, interrupt_id)
             event = ev.InterruptAnswered(
                 run_id=RunId(book.run_id),
                 seq=book.seq + 1,
@@ -533,6 +536,18 @@ class Gate:
                 "snapshot_hash": decision.snapshot_hash,
                 "replaces": latest.id if latest is not None else None,
             },
+        )
+
+
+def _check_waiting(book: Book, interrupt_id: str) -> None:
+    """Only a run waiting for a person takes an answer: the answer moves it back to the queue,
+    which is a legal move from `input_required` only."""
+    if book.status != RunStatus.INPUT_REQUIRED.value:
+        raise ApprovalRefused(
+            f"run {book.run_id} is {book.status}, not waiting for an answer; {interrupt_id} "
+            "can be answered when the run asks again",
+            interrupt_id=interrupt_id,
+            run_id=book.run_id,
         )
 
 
