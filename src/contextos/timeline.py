@@ -34,7 +34,14 @@ def describe(event: ev.Event) -> str:
                 f"{c.name}({_clip(c.arguments, 60)})" for c in event.message.tool_calls
             )
             text = _clip(event.message.content) if event.message.content else ""
-            return " ".join(part for part in (head, calls, text) if part)
+            items = event.context.get("manifest", ())
+            ctx = (
+                f"[context {event.context_hash[:12]}: {len(items)} items, "
+                f"{sum(int(i.get('tokens', 0)) for i in items)} tokens]"
+                if event.context_hash
+                else ""
+            )
+            return " ".join(part for part in (head, calls, text, ctx) if part)
         case ev.ToolCompleted():
             mark = f"ERROR {event.error_code}: " if event.is_error else ""
             return f"{event.name} [{event.call_id}] {mark}{_clip(event.output)}"

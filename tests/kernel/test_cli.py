@@ -54,6 +54,10 @@ def test_run_list_and_show(tmp_path: Path) -> None:
     ):
         assert expected in shown.stdout
 
+    with_context = cli("show", run_id, "--context", store=db)
+    assert "turn 2 (event #5) context" in with_context.stdout
+    assert "tool:greet" in with_context.stdout and "3 messages of the run" in with_context.stdout
+
     as_json = json.loads(cli("show", run_id, "--json", store=db).stdout)
     assert [e["type"] for e in as_json["events"]][-1] == "run_completed"
     assert [e["seq"] for e in as_json["events"]] == list(range(1, 7))
