@@ -233,3 +233,9 @@ def _move_effect(state: RunState, event: ev.EffectChanged) -> None:
     if event.error_code is not None:
         effect.error_code = event.error_code
     effect.history.append((event.seq, event.state))
+    if event.state.is_final:
+        # a question about what became of this effect is answered once the effect settles
+        eid = effect.effect_id
+        answered = [i for i, q in state.pending_interrupts.items() if q.effect_id == eid]
+        for iid in answered:
+            del state.pending_interrupts[iid]

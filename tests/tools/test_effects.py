@@ -22,6 +22,7 @@ from contextos.ledger import EffectState
 from contextos.store import SqliteStore
 from contextos.testing import ScriptedModel, call_tool, reply
 from contextos.tools import Tool, ToolContext, as_tool, tool
+from contextos.tools.effects import confirmation
 
 ORDER = {"customer": "cus_1", "amount": 1250, "order_id": "order-1"}
 
@@ -302,13 +303,12 @@ async def test_crash_without_reconcile_or_safe_retry_asks_a_person(
         await rt.store.append(
             state.run_id,
             [
-                ev.EffectChanged(
-                    run_id=state.run_id,
-                    seq=state.seq + 1,
+                confirmation(
+                    state,
+                    effect.effect_id,
+                    happened=True,
                     actor="user:ops",
-                    effect_id=effect.effect_id,
-                    state=EffectState.COMMITTED,
-                    output="confirmed by ops: charged",
+                    note="charged, seen in the bank portal",
                     receipts={"ticket": "T-1"},
                 ),
                 ev.RunReleased(
@@ -320,8 +320,10 @@ async def test_crash_without_reconcile_or_safe_retry_asks_a_person(
         result = await rt.resume(rid, agent(ScriptedModel(script(name), by_turn=True)))
         assert result.status is RunStatus.COMPLETED
         events = await rt.events(rid)
+        assert (await rt.state(rid)).pending_interrupts == {}
     done = next(e for e in events if isinstance(e, ev.ToolCompleted))
-    assert done.output == "confirmed by ops: charged" and not done.is_error
+    assert done.output == "charge_card_unchecked: charged, seen in the bank portal"
+    assert not done.is_error
     assert payments.query("SELECT COUNT(*) FROM attempts")[0][0] == 1
 
 

@@ -94,26 +94,34 @@ def settled(state: RunState | None) -> bool:
 
 def drive_batch(
     db: Path, run_ids: list[str], url: str, seed: int
-) -> tuple[int, int, dict[str, RunState | None]]:
-    """Drive one batch until every run is settled; returns (processes, kills, states)."""
+) -> tuple[int, int, set[str], dict[str, RunState | None]]:
+    """Drive one batch until every run is settled.
+
+    Returns (processes, kills, runs a kill left unfinished, final states).
+    """
     rng = random.Random(seed)
     processes = kills = 0
+    hit: set[str] = set()
+    last_killed: list[str] = []
     for round_no in range(MAX_ROUNDS):
         pending = [r for r, s in load_states(db, run_ids).items() if not settled(s)]
+        hit.update(r for r in last_killed if r in pending)
         if not pending:
             break
         # the first process of a batch is always killed, the next ones often, the last never
         kill = round_no == 0 or (round_no < MAX_ROUNDS - 3 and rng.random() < 0.6)
         kill_at = rng.uniform(0.0, KILL_WINDOW_S) if kill else None
         processes += 1
-        kills += drive_round(db, pending, url, kill_at)
-    return processes, kills, load_states(db, run_ids)
+        killed = drive_round(db, pending, url, kill_at)
+        kills += killed
+        last_killed = pending if killed else []
+    return processes, kills, hit, load_states(db, run_ids)
 
 
 @pytest.mark.slow
 def test_sigkill_at_random_points_never_charges_twice(tmp_path: Path) -> None:
     seed = int(os.environ.get("CONTEXTOS_FAULT_SEED", "20261129"))
-    report = {"runs": RUNS, "kills": 0, "worker_processes": 0}
+    report = {"runs": RUNS, "kills": 0, "worker_processes": 0, "runs_cut_by_a_kill": 0}
     states: dict[str, RunState | None] = {}
     with PaymentsService(tmp_path, latency_s=0.1) as service:
         batches = [
@@ -129,9 +137,10 @@ def test_sigkill_at_random_points_never_charges_twice(tmp_path: Path) -> None:
                 lambda job: drive_batch(job[1][0], job[1][1], service.url, seed + job[0]),
                 enumerate(batches),
             )
-            for processes, kills, batch_states in results:
+            for processes, kills, hit, batch_states in results:
                 report["worker_processes"] += processes
                 report["kills"] += kills
+                report["runs_cut_by_a_kill"] += len(hit)
                 states.update(batch_states)
         stats = service.stats()
         attempts_by_key: dict[str, list[str]] = {}

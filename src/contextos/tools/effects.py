@@ -807,6 +807,36 @@ class ToolRunner:
         )
 
 
+def confirmation(
+    state: RunState,
+    effect_id: str,
+    *,
+    happened: bool,
+    actor: str,
+    note: str = "",
+    receipts: dict[str, str] | None = None,
+    seq: int | None = None,
+) -> ev.EffectChanged:
+    """The event that settles an effect a person confirmed (the answer to an
+    `external_confirmation_required` interrupt). Append it, let the run go on, and the model is
+    told the confirmed outcome; the call itself is never re-sent."""
+    effect = state.effects[effect_id]
+    if not effect.state.in_flight:
+        raise ValueError(f"effect {effect_id} is {effect.state}, not waiting for a confirmation")
+    said = note or ("confirmed done by a person" if happened else "confirmed not done by a person")
+    return ev.EffectChanged(
+        run_id=state.run_id,
+        seq=seq if seq is not None else state.seq + 1,
+        actor=actor,
+        effect_id=effect_id,
+        state=EffectState.COMMITTED if happened else EffectState.FAILED,
+        receipts=dict(receipts or {}),
+        output=f"{effect.tool}: {said}",
+        error_code=None if happened else "not_committed",
+        note=said,
+    )
+
+
 def ending_failure(state: RunState) -> tuple[FailureReason, str, dict[str, Any]]:
     """The failure a RunEnding(outcome=failed) announced."""
     ending = state.ending
