@@ -587,3 +587,79 @@ def approval_interrupt(run_id: str, seq: int, decided: ev.PolicyDecided) -> dict
         "call_id": decided.call_id,
         "effect_id": decided.effect_id,
     }
+
+
+def describe(event: ev.Event) -> str | None:
+    """One readable line for the authority events (for timelines); None for other events."""
+    match event:
+        case ev.ContextBound():
+            c = event.context
+            p = c.get("principal") or {}
+            scopes = c.get("scopes")
+            parts = [
+                f"acts for {p.get('kind')}:{p.get('id')}@{p.get('tenant')}",
+                "scopes " + ", ".join(scopes if scopes is not None else p.get("scopes") or ["-"]),
+                f"clearance {c.get('clearance')}",
+            ]
+            if c.get("tools") is not None:
+                parts.append("tools " + ", ".join(c["tools"]))
+            box = c.get("containment")
+            if box:
+                parts.append("roots " + (", ".join(box.get("roots") or []) or "-"))
+                allow = (box.get("network") or {}).get("allow") or []
+                parts.append("network " + (", ".join(allow) or "none"))
+            parts.append(
+                f"policy {event.policy_name} v{event.policy_version} "
+                f"(snapshot {event.snapshot_hash[:12]})"
+            )
+            return " · ".join(parts)
+        case ev.PolicyDecided():
+            text = f"{event.tool} [{event.call_id}] {event.decision}"
+            if event.rule_ids:
+                text += " by " + ", ".join(event.rule_ids)
+            roles = event.approver_roles or ((event.approver_role,) if event.approver_role else ())
+            if roles and event.decision == "require_approval":
+                text += f" (role {fmt_roles(roles)})"
+            if event.absolute:
+                text += " [absolute]"
+            if event.reasons:
+                text += ": " + "; ".join(event.reasons)
+            if event.action_hash:
+                text += f" · action {event.action_hash[:12]}"
+            if event.snapshot_hash:
+                text += f" · policy {event.snapshot_hash[:12]}"
+            return text
+        case ev.InterruptRaised():
+            action = event.payload.get("action")
+            what = (
+                str(action.get("preview"))
+                if isinstance(action, Mapping)
+                else str(event.payload.get("question") or "")
+            )
+            text = f"{event.kind} {event.interrupt_id}: {what}"
+            if isinstance(action, Mapping) and action.get("blast_radius"):
+                text += f" · {action['blast_radius']}"
+            wanted = event.payload.get("approver_roles")
+            if wanted:
+                text += f" · needs {fmt_roles(wanted)}"
+            return text
+        case ev.ApprovalGranted():
+            return (
+                f"{event.approval_id} approves {event.interrupt_id} by {event.approver} "
+                f"({fmt_roles(event.approver_roles)}) until {event.expires_at.isoformat()} · "
+                f"action {event.action_hash[:12]}"
+                + (f" · conditions {canonical_json(event.conditions)}" if event.conditions else "")
+            )
+        case ev.ApprovalDenied():
+            why = f": {event.reason}" if event.reason else ""
+            return f"{event.interrupt_id} denied by {event.approver}{why}"
+        case ev.ApprovalRevoked():
+            why = f": {event.reason}" if event.reason else ""
+            return f"{event.approval_id} revoked by {event.revoked_by}{why}"
+        case ev.InterruptAnswered():
+            return (
+                f"{event.interrupt_id} ({event.kind}) answered by {event.answered_by}: "
+                f"{canonical_json(event.value)}"
+            )
+        case _:
+            return None
