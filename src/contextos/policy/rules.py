@@ -274,8 +274,8 @@ class Policy:
             "rules": [r.fingerprint() for r in self.rules],
             "limits": [lim.fingerprint() for lim in self.limits],
             "roles": {k: sorted(v) for k, v in sorted(self.roles.items())},
-            "approval_ttl_s": self.approval_ttl_s,
-            "max_approval_ttl_s": self.max_approval_ttl_s,
+            "approval_ttl_s": float(self.approval_ttl_s),
+            "max_approval_ttl_s": float(self.max_approval_ttl_s),
             "allow_self_approval": self.allow_self_approval,
         }
 
