@@ -179,9 +179,13 @@ CREATE TRIGGER events_are_append_only BEFORE UPDATE OR DELETE ON events
     FOR EACH ROW EXECUTE FUNCTION contextos_events_are_append_only();
 CREATE TRIGGER events_are_never_truncated BEFORE TRUNCATE ON events
     FOR EACH STATEMENT EXECUTE FUNCTION contextos_events_are_append_only();
+-- An append moves the run's row and inserts its events in one statement, so the events of
+-- the batch that ends a run may meet the row already terminal: only events past the run's
+-- last seq are refused.
 CREATE FUNCTION contextos_terminal_run_takes_no_events() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF (SELECT status FROM runs WHERE run_id = NEW.run_id) IN {_TERMINAL} THEN
+    IF EXISTS (SELECT 1 FROM runs WHERE run_id = NEW.run_id
+               AND status IN {_TERMINAL} AND NEW.seq > last_seq) THEN
         RAISE EXCEPTION 'run % is terminal', NEW.run_id;
     END IF;
     RETURN NEW;

@@ -39,6 +39,51 @@ _SUMMARY_COLUMNS = (
     " turns, input_tokens, output_tokens, cost_usd"
 )
 
+_TERMINAL_SQL = "(" + ", ".join(f"'{v}'" for v in sorted(_TERMINAL_VALUES)) + ")"
+
+_INSERT_EVENTS = """
+INSERT INTO events (run_id, seq, type, schema_version, occurred_at, payload)
+SELECT %(run_id)s, e.seq, e.type, e.version, e.at, e.payload
+FROM unnest(%(seqs)s::bigint[], %(types)s::text[], %(versions)s::integer[],
+            %(ats)s::timestamptz[], %(payloads)s::bytea[]) AS e(seq, type, version, at, payload)
+WHERE EXISTS (SELECT 1 FROM moved)
+RETURNING 1
+"""
+
+_APPEND = (
+    """
+WITH moved AS (
+    UPDATE runs SET last_seq = %(last)s, updated_at = %(updated)s,
+        status = COALESCE(%(status)s, status), turns = turns + %(turns)s,
+        input_tokens = input_tokens + %(tin)s, output_tokens = output_tokens + %(tout)s,
+        cost_usd = cost_usd + %(cost)s
+    WHERE run_id = %(run_id)s AND last_seq = %(expected)s AND status NOT IN """
+    + _TERMINAL_SQL
+    + """
+    RETURNING 1
+), inserted AS ("""
+    + _INSERT_EVENTS
+    + """)
+SELECT count(*) FROM inserted
+"""
+)
+
+_CREATE = (
+    """
+WITH moved AS (
+    INSERT INTO runs (run_id, agent_name, agent_version, status, last_seq, created_at,
+                      updated_at, turns, input_tokens, output_tokens, cost_usd)
+    VALUES (%(run_id)s, %(agent)s, %(version)s, COALESCE(%(status)s, 'queued'), %(last)s,
+            %(created)s, %(updated)s, %(turns)s, %(tin)s, %(tout)s, %(cost)s)
+    ON CONFLICT (run_id) DO NOTHING
+    RETURNING 1
+), inserted AS ("""
+    + _INSERT_EVENTS
+    + """)
+SELECT count(*) FROM inserted
+"""
+)
+
 # Serialises migrations of one schema across processes that start together.
 _MIGRATION_LOCK = "SELECT pg_advisory_xact_lock(hashtext('contextos.migrate.' || current_schema()))"
 
@@ -128,78 +173,61 @@ class PostgresStore(PostgresQueue):
 
     async def append(self, run_id: RunId, events: Sequence[ev.Event], *, expected_seq: int) -> int:
         check_batch(run_id, events, expected_seq)
-        rows = [
-            (run_id, e.seq, e.type, type(e).SCHEMA_VERSION, e.occurred_at, ev.encode(e))
-            for e in events
-        ]
         delta = summarize(events)
         first, last = events[0], events[-1]
+        params: dict[str, Any] = {
+            "run_id": run_id,
+            "expected": expected_seq,
+            "last": last.seq,
+            "updated": last.occurred_at,
+            "status": delta.status.value if delta.status else None,
+            "turns": delta.turns,
+            "tin": delta.input_tokens,
+            "tout": delta.output_tokens,
+            "cost": delta.cost_usd,
+            "seqs": [e.seq for e in events],
+            "types": [e.type for e in events],
+            "versions": [type(e).SCHEMA_VERSION for e in events],
+            "ats": [e.occurred_at for e in events],
+            "payloads": [ev.encode(e) for e in events],
+        }
+        if expected_seq == 0:
+            assert isinstance(first, ev.RunCreated)
+            params.update(
+                agent=first.agent_name, version=first.agent_version, created=first.occurred_at
+            )
+            sql = _CREATE
+        else:
+            sql = _APPEND
         async with self._conn() as conn:
             try:
-                async with conn.transaction():
-                    if expected_seq == 0:
-                        assert isinstance(first, ev.RunCreated)
-                        cur = await conn.execute(
-                            "INSERT INTO runs (run_id, agent_name, agent_version, status,"
-                            " last_seq, created_at, updated_at) VALUES (%s, %s, %s, %s, 0, %s, %s)"
-                            " ON CONFLICT (run_id) DO NOTHING",
-                            (
-                                run_id,
-                                first.agent_name,
-                                first.agent_version,
-                                RunStatus.QUEUED.value,
-                                first.occurred_at,
-                                first.occurred_at,
-                            ),
-                        )
-                        if cur.rowcount != 1:
-                            raise ConcurrencyConflict(run_id, 0, await _last_seq(conn, run_id))
-                    else:
-                        cur = await conn.execute(
-                            "SELECT last_seq, status FROM runs WHERE run_id = %s FOR UPDATE",
-                            (run_id,),
-                        )
-                        row = await cur.fetchone()
-                        if row is None:
-                            raise RunNotFound(run_id)
-                        last_seq, status = int(row[0]), str(row[1])
-                        if status in _TERMINAL_VALUES:
-                            raise RunIsTerminal(run_id, status)
-                        if last_seq != expected_seq:
-                            raise ConcurrencyConflict(run_id, expected_seq, last_seq)
-                    async with conn.cursor() as cur:
-                        await cur.executemany(
-                            "INSERT INTO events (run_id, seq, type, schema_version, occurred_at,"
-                            " payload) VALUES (%s, %s, %s, %s, %s, %s)",
-                            rows,
-                        )
-                    await conn.execute(
-                        "UPDATE runs SET last_seq = %s, updated_at = %s,"
-                        " status = COALESCE(%s, status), turns = turns + %s,"
-                        " input_tokens = input_tokens + %s, output_tokens = output_tokens + %s,"
-                        " cost_usd = cost_usd + %s WHERE run_id = %s",
-                        (
-                            last.seq,
-                            last.occurred_at,
-                            delta.status.value if delta.status else None,
-                            delta.turns,
-                            delta.input_tokens,
-                            delta.output_tokens,
-                            delta.cost_usd,
-                            run_id,
-                        ),
-                    )
+                # One statement, so one round trip and one implicit transaction: the run's row
+                # moves on only from the expected seq (the fence, under its row lock), and the
+                # events go in only if it did.
+                cur = await conn.execute(sql, params)
+                row = await cur.fetchone()
             except pg_errors.UniqueViolation as exc:
-                # Another writer inserted these seqs first (the row lock makes this rare).
+                # Rows at these seqs exist already (written around the store): nothing of the
+                # batch went in.
                 raise ConcurrencyConflict(
                     run_id, expected_seq, await _last_seq(conn, run_id)
                 ) from exc
             except pg_errors.RaiseException as exc:
-                # The database's own guards: terminal runs take no events.
                 if "terminal" in str(exc):
                     raise RunIsTerminal(run_id, await _status(conn, run_id)) from exc
                 raise StoreError(str(exc), run_id=run_id) from exc
-        return last.seq
+            if row is not None and row[0] == len(events):
+                return last.seq
+            cur = await conn.execute(
+                "SELECT last_seq, status FROM runs WHERE run_id = %s", (run_id,)
+            )
+            found = await cur.fetchone()
+        if found is None:
+            raise RunNotFound(run_id)
+        last_seq, status = int(found[0]), str(found[1])
+        if expected_seq != 0 and status in _TERMINAL_VALUES:
+            raise RunIsTerminal(run_id, status)
+        raise ConcurrencyConflict(run_id, expected_seq, last_seq)
 
     async def read(self, run_id: RunId, *, after_seq: int = 0) -> list[ev.Event]:
         async with self._conn() as conn:
