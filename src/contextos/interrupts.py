@@ -13,10 +13,11 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -24,6 +25,10 @@ from contextos import events as ev
 from contextos.errors import AnswerInvalid
 from contextos.policy.identity import RunContext
 from contextos.policy.rules import check_constraints, lookup
+from contextos.runs import RunId
+
+if TYPE_CHECKING:
+    from contextos.store.base import EventStore
 
 
 class InterruptKind(StrEnum):
@@ -663,3 +668,25 @@ def describe(event: ev.Event) -> str | None:
             )
         case _:
             return None
+
+
+# --- answers for tools that asked a person ---------------------------------------------------
+
+_STORE: ContextVar[EventStore | None] = ContextVar("contextos_run_store", default=None)
+
+
+def bind_store(store: EventStore) -> None:
+    """Make the run's store readable to the tool calls that follow in this task."""
+    _STORE.set(store)
+
+
+async def recorded_answer(run_id: str, call_id: str) -> dict[str, Any] | None:
+    """The answer a person gave to the latest interrupt about this tool call, from the log."""
+    store = _STORE.get()
+    if store is None:
+        return None
+    book = Book.of(run_id, await store.read(RunId(run_id)))
+    found = book.latest_for_call(call_id)
+    if found is None or found.status != "answered":
+        return None
+    return found.answer

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import os
 import socket
 import time
@@ -25,7 +26,7 @@ from contextos.errors import (
     RunNotFound,
 )
 from contextos.events import utcnow
-from contextos.interrupts import Approval, Interrupt
+from contextos.interrupts import Approval, Interrupt, bind_store
 from contextos.loop import Driver
 from contextos.messages import Usage
 from contextos.middleware.base import ChainGateway, Services
@@ -339,7 +340,7 @@ class Runtime:
             worker_id=self.worker_id,
         )
         driver.stop_requested = self._draining
-        task = asyncio.create_task(driver.drive())
+        task = asyncio.create_task(driver.drive(), context=self._task_context())
         self._inflight[state.run_id] = (driver, task)
         if lease is not None:
             self._leases[state.run_id] = lease
@@ -532,6 +533,13 @@ class Runtime:
 
     def _bind(self, run_id: RunId, context: RunContext | None) -> list[ev.Event]:
         return [] if context is None else [self.governance.bound(run_id, 2, context)]
+
+    def _task_context(self) -> contextvars.Context:
+        """The driving task's context: tools that asked a person read the answer from the
+        run's log through it, even when the run resumes after a crash."""
+        ctx = contextvars.copy_context()
+        ctx.run(bind_store, self.store)
+        return ctx
 
     def _gate_for(self, state: RunState, agent: Agent) -> PolicyHook | None:
         """Governed runs (a policy configured, or a context bound) pass the policy gate."""

@@ -33,6 +33,7 @@ from contextos.interrupts import (
     FrozenAction,
     Interrupt,
     InterruptKind,
+    bind_store,
     check_approval,
     default_blast_radius,
     default_preview,
@@ -40,6 +41,7 @@ from contextos.interrupts import (
     parse_answer,
     render_template,
 )
+from contextos.policy.ask import HumanTool
 from contextos.policy.containment import activate
 from contextos.policy.decision import Check, Decision, PolicyDecision, ProposedCall
 from contextos.policy.engine import CallHistory, Engine
@@ -453,14 +455,18 @@ class Gate:
         a = self.authority
         book = await self._book(call.run_id)
         context = book.context or RunContext.local()
-        # The built-in file and HTTP tools read the run's containment at the moment they act.
+        # The built-in file and HTTP tools read the run's containment at the moment they act,
+        # and the tools that ask a person read the answer from the run's log.
         activate(context.containment)
+        bind_store(self.store)
         tool = self.tools.get(call.tool)
         decision = a.engine.evaluate(
             call, context, tool=tool, history=CallHistory(succeeded=tuple(book.succeeded))
         )
         action = a.freeze(call, tool, context)
         decision = replace(decision, action_hash=action.hash)
+        if isinstance(tool, HumanTool) and decision.allowed:
+            return _ask_person(decision, call, tool, book)
         exception = (
             decision.decision is Decision.DENY
             and not decision.absolute
@@ -537,6 +543,40 @@ class Gate:
                 "replaces": latest.id if latest is not None else None,
             },
         )
+
+
+def _ask_person(
+    decision: PolicyDecision, call: ProposedCall, tool: HumanTool, book: Book
+) -> PolicyDecision:
+    """A call that asks a person: raise its interrupt, or let it complete once answered."""
+    latest = book.latest_for_call(call.call_id)
+    if latest is not None and latest.status == "answered":
+        who = latest.answered_by or "a person"
+        return replace(
+            decision,
+            rule_ids=(*decision.rule_ids, f"answered:{latest.id}"),
+            reasons=(*decision.reasons, f"answered by {who}"),
+            checks=(
+                *decision.checks,
+                Check(layer="person", decision=Decision.ALLOW, rule_id=latest.id, reason=who),
+            ),
+        )
+    options = call.arguments.get("options") or None
+    kind = InterruptKind.CHOICE_REQUIRED if options else tool.interrupt_kind
+    question = call.arguments.get("question") or call.arguments.get("summary") or ""
+    return replace(
+        decision,
+        decision=Decision.REQUIRE_APPROVAL,
+        rule_ids=(*decision.rule_ids, "ask:person"),
+        reasons=(*decision.reasons, f"{call.tool} asks a person"),
+        interrupt_kind=kind.value,
+        interrupt_payload={
+            "question": str(question),
+            "options": list(options) if options else None,
+            "tool": call.tool,
+            "replaces": latest.id if latest is not None else None,
+        },
+    )
 
 
 def _check_waiting(book: Book, interrupt_id: str) -> None:

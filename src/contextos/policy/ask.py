@@ -1,0 +1,59 @@
+"""Tools through which an agent asks a person: a question, a choice, a review.
+
+Calling one raises a typed interrupt (`missing_information`, `choice_required` or
+`review_required`); the run waits, holding nothing. Once a person answers, the call completes
+with the answer as its result, read back from the run's log (so a crash in between loses
+nothing). The gate in `contextos.policy.authority` does the asking; the tools only read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from contextos.errors import ToolError
+from contextos.interrupts import InterruptKind, recorded_answer
+from contextos.tools.contract import Effect, Risk, Tool, ToolContext, tool
+
+
+@dataclass(frozen=True, kw_only=True)
+class HumanTool(Tool):
+    """A tool whose result is a person's answer."""
+
+    interrupt_kind: InterruptKind = InterruptKind.MISSING_INFORMATION
+    """The kind raised (a `choice_required` instead when the call offers options)."""
+
+
+def _human(t: Tool, kind: InterruptKind) -> HumanTool:
+    data: dict[str, Any] = {f.name: getattr(t, f.name) for f in fields(t)}
+    return HumanTool(**data, interrupt_kind=kind)
+
+
+async def _answer(ctx: ToolContext) -> dict[str, Any]:
+    answer = await recorded_answer(ctx.run_id, ctx.call_id)
+    if answer is None:
+        raise ToolError("no answer is recorded for this question; ask again")
+    return answer
+
+
+def ask_tools() -> tuple[HumanTool, HumanTool]:
+    """`ask_human` (a question, or a choice among `options`) and `request_review`."""
+
+    @tool(name="ask_human", effect=Effect.READ, risk=Risk.LOW)
+    async def ask_human(
+        question: str, ctx: ToolContext, options: list[str] | None = None
+    ) -> dict[str, Any]:
+        """Ask a person for information only they have, or to choose one of `options`.
+        The run waits for the answer."""
+        return await _answer(ctx)
+
+    @tool(name="request_review", effect=Effect.READ, risk=Risk.LOW)
+    async def request_review(summary: str, ctx: ToolContext) -> dict[str, Any]:
+        """Ask a person to review a result before going on: they accept, reject or ask for a
+        revision with comments. The run waits for the verdict."""
+        return await _answer(ctx)
+
+    return (
+        _human(ask_human, InterruptKind.MISSING_INFORMATION),
+        _human(request_review, InterruptKind.REVIEW_REQUIRED),
+    )
