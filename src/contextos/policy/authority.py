@@ -48,8 +48,10 @@ from contextos.policy.engine import CallHistory, Engine
 from contextos.policy.identity import Principal, RunContext
 from contextos.policy.rules import Policy, check_constraints
 from contextos.runs import RunId, RunStatus
+from contextos.state import fold
 from contextos.store.base import EventStore
 from contextos.tools.contract import Tool
+from contextos.tools.effects import confirmation
 
 POLICY_ENV = "CONTEXTOS_POLICY"
 """Path of the policy file a runtime loads when it is given none."""
@@ -332,7 +334,8 @@ class Authority:
                 value=parsed,
                 answered_by=answered_by,
             )
-            if await self._append(store, book, event):
+            settled = await self._settlement(store, book, found, parsed, answered_by)
+            if await self._append(store, book, event, *settled):
                 return parsed
 
     async def revoke(
@@ -390,10 +393,39 @@ class Authority:
             )
         return timedelta(seconds=seconds)
 
-    async def _append(self, store: EventStore, book: Book, event: ev.Event) -> bool:
+    async def _settlement(
+        self,
+        store: EventStore,
+        book: Book,
+        found: Interrupt,
+        answer: Mapping[str, Any],
+        who: str,
+    ) -> list[ev.Event]:
+        """For a confirmed external outcome: the event that settles the effect in the ledger,
+        appended with the answer, so the call is never sent again and the model is told."""
+        if found.kind is not InterruptKind.EXTERNAL_CONFIRMATION_REQUIRED or not found.effect_id:
+            return []
+        state = fold(await store.read(RunId(book.run_id)), book.run_id)
+        effect = state.effects.get(found.effect_id)
+        if effect is None or not effect.state.in_flight:
+            return []
+        receipt = str(answer.get("receipt") or "")
+        return [
+            confirmation(
+                state,
+                found.effect_id,
+                happened=answer["outcome"] == "committed",
+                actor=f"user:{who}",
+                note=str(answer.get("note") or ""),
+                receipts={"confirmation": receipt} if receipt else None,
+                seq=book.seq + 2,
+            )
+        ]
+
+    async def _append(self, store: EventStore, book: Book, *events: ev.Event) -> bool:
         """Append at the book's tail; False when the log moved on (the caller re-reads)."""
         try:
-            await store.append(RunId(book.run_id), [event], expected_seq=book.seq)
+            await store.append(RunId(book.run_id), list(events), expected_seq=book.seq)
         except ConcurrencyConflict:
             return False
         except RunIsTerminal as exc:

@@ -1,0 +1,81 @@
+"""An effect whose outcome is unknown and cannot be looked up is put to a person; their answer
+(`contextos answer ID committed`) settles it in the ledger, and the call is never sent again."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from contextos import Agent, RunStatus, Runtime, tool
+from contextos import events as ev
+from contextos.ledger import EffectState
+from contextos.runs import RunId
+from contextos.store import SqliteStore
+from contextos.testing import ScriptedModel, call_tool, reply
+
+sent: list[str] = []
+
+
+@tool(effect="write", risk="high")
+def wire(account: str) -> str:
+    """Wire money; the bank offers no way to look a transfer up."""
+    sent.append(account)
+    return "sent"
+
+
+class Crash(BaseException):
+    """Stands for the worker dying."""
+
+
+class CrashOnDispatch(SqliteStore):
+    """Dies right after recording `dispatched`, before the tool is called."""
+
+    async def append(self, run_id: RunId, events: Sequence[ev.Event], *, expected_seq: int) -> int:
+        seq = await super().append(run_id, events, expected_seq=expected_seq)
+        if any(isinstance(e, ev.EffectChanged) and e.state == "dispatched" for e in events):
+            raise Crash()
+        return seq
+
+
+async def unknown_outcome(db: str) -> tuple[RunId, Agent, str]:
+    sent.clear()
+    a = Agent(
+        name="wirer",
+        model=ScriptedModel([call_tool("wire", {"account": "X"}), reply("ok")], by_turn=True),
+        tools=[wire],
+    )
+    crashing = Runtime(CrashOnDispatch(db))
+    try:
+        with pytest.raises(Crash):
+            await crashing.run(a, "pay")
+    finally:
+        await crashing.close()
+    async with Runtime(db) as rt:
+        (summary,) = await rt.runs()
+        waiting = await rt.resume(summary.run_id, a)
+        assert waiting.status is RunStatus.INPUT_REQUIRED
+        (pending,) = await rt.inbox()
+        assert pending.kind == "external_confirmation_required"
+        return summary.run_id, a, pending.id
+
+
+@pytest.mark.parametrize(("outcome", "state"), [("committed", "committed"), ("failed", "failed")])
+async def test_a_person_confirms_what_happened(tmp_path: Path, outcome: str, state: str) -> None:
+    db = str(tmp_path / "runs.db")
+    run_id, a, iid = await unknown_outcome(db)
+    async with Runtime(db) as rt:
+        await rt.answer(iid, f'{{"outcome": "{outcome}", "receipt": "bank-42"}}', answered_by="ops")
+        done = await rt.resume(run_id, a)
+        assert done.status is RunStatus.COMPLETED
+        events = await rt.events(run_id)
+    assert sent == []  # never sent again
+    (effect_done,) = [
+        e for e in events if isinstance(e, ev.EffectChanged) and e.actor == "user:ops"
+    ]
+    assert effect_done.state == EffectState(state)
+    assert effect_done.receipts == {"confirmation": "bank-42"}
+    (completed,) = [e for e in events if isinstance(e, ev.ToolCompleted)]
+    assert completed.is_error is (outcome == "failed")
+    assert sum(isinstance(e, ev.InterruptRaised) for e in events) == 1
