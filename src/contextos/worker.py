@@ -80,6 +80,7 @@ class Worker:
         self._tasks: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
         self._stopping = False
+        self._stop = asyncio.Event()
         self._agents: dict[str, Agent] = {}
 
     # -- control --------------------------------------------------------------------------
@@ -95,6 +96,7 @@ class Worker:
             return
         self._stopping = True
         self.runtime.drain()
+        self._stop.set()
         self._wake.set()
 
     @property
@@ -113,9 +115,8 @@ class Worker:
             )
         )
         log.info("worker %s started (concurrency %d)", self.worker_id, self.config.concurrency)
-        background = [asyncio.create_task(self._heartbeats())]
-        if self.config.schedules:
-            background.append(asyncio.create_task(self._schedules()))
+        heartbeats = asyncio.create_task(self._heartbeats())
+        schedules = asyncio.create_task(self._schedules()) if self.config.schedules else None
         try:
             while not self._stopping:
                 self._wake.clear()
@@ -124,12 +125,16 @@ class Worker:
                     async with asyncio.timeout(self.config.poll_s):
                         await self._wake.wait()
         finally:
+            self._stopping = True
+            self._stop.set()
             self.runtime.drain()
             if self._tasks:
                 await asyncio.gather(*self._tasks, return_exceptions=True)
-            for task in background:
-                task.cancel()
-            await asyncio.gather(*background, return_exceptions=True)
+            if schedules is not None:
+                # A pass that started a tick's run also moves the schedule on: let it end.
+                await asyncio.gather(schedules, return_exceptions=True)
+            heartbeats.cancel()
+            await asyncio.gather(heartbeats, return_exceptions=True)
             with contextlib.suppress(Exception):
                 await self.queue.worker_heartbeat(self.worker_id, WorkerStatus.STOPPED)
             await self.runtime.close()
@@ -233,7 +238,9 @@ class Worker:
                         self._wake.set()
             except Exception:
                 log.exception("firing schedules failed")
-            await asyncio.sleep(self.config.schedule_poll_s)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.config.schedule_poll_s):
+                    await self._stop.wait()
 
 
 def run_worker(
