@@ -14,7 +14,7 @@ from contextos import RunStatus, Runtime
 from contextos import events as ev
 from contextos.errors import AnswerInvalid, ApprovalRefused, InterruptNotFound
 from contextos.interrupts import FrozenAction, Interrupt
-from contextos.policy import Principal
+from contextos.policy import Decision, Limit, Policy, Principal, Rule
 from contextos.policy.authority import Authority
 from contextos.runs import RunId
 
@@ -302,3 +302,58 @@ async def test_answer_approve_goes_through_the_same_checks(rt: Runtime, refunds_
     await rt.answer(pending.id, '{"decision": "approve", "expires_in_s": 60}', answered_by="alice")
     assert (await rt.resume(run_id, refund_agent(500))).status is RunStatus.COMPLETED
     assert len(ledger(refunds_db)[0]) == 1
+
+
+async def test_a_policy_change_after_approval_is_honoured(
+    tmp_path: Path, refunds_db: Path, directory: Directory
+) -> None:
+    db = str(tmp_path / "runs.db")
+    async with Runtime(db, policy=Authority(POLICY, directory=directory)) as rt:
+        run_id, pending = await waiting(rt, 500)
+        await rt.approve(pending.id, approver="alice")
+    stricter = Policy(
+        name=POLICY.name,
+        version="2",
+        rules=(
+            *POLICY.rules,
+            Rule(
+                id="refund-freeze",
+                tools=("refund",),
+                decision=Decision.DENY,
+                absolute=True,
+                reason="refunds are frozen during the audit",
+            ),
+        ),
+        roles=POLICY.roles,
+    )
+    async with Runtime(db, policy=Authority(stricter, directory=directory)) as rt:
+        result = await rt.resume(run_id, refund_agent(500))
+        events = await rt.events(run_id)
+    assert result.status is RunStatus.COMPLETED  # the model was told; the run went on
+    last = decisions(events)[-1]
+    assert last.decision == "deny" and last.absolute and "refund-freeze" in last.rule_ids
+    assert last.snapshot_hash == stricter.snapshot_hash != POLICY.snapshot_hash
+    assert last.approval_id is None
+    assert ledger(refunds_db) == ([], 0)
+
+
+async def test_the_budget_must_still_have_room_when_the_approved_action_runs(
+    tmp_path: Path, refunds_db: Path, directory: Directory
+) -> None:
+    def budgeted(max_total: float) -> Authority:
+        limit = Limit(id="refund-budget", tools=("refund",), sum_of="amount", max_total=max_total)
+        return Authority(
+            Policy(rules=POLICY.rules, roles=POLICY.roles, limits=(limit,)), directory=directory
+        )
+
+    db = str(tmp_path / "runs.db")
+    async with Runtime(db, policy=budgeted(600)) as rt:
+        run_id, first = await waiting(rt, 500)
+        await rt.approve(first.id, approver="alice")
+    # while the run waits in the queue the refund budget is cut to 400: no room for 500 now
+    async with Runtime(db, policy=budgeted(400)) as rt:
+        assert (await rt.resume(run_id, refund_agent(500))).status is RunStatus.COMPLETED
+        last = decisions(await rt.events(run_id))[-1]
+    assert last.decision == "deny" and last.rule_ids == ("refund-budget",)
+    assert "would pass the limit of 400" in last.reasons[0]
+    assert ledger(refunds_db) == ([], 0)
