@@ -39,6 +39,11 @@ def need(ok: bool, why: str) -> None:
         pytest.skip(why)
 
 
+@pytest.fixture(autouse=True)
+def _sdk() -> None:
+    need(importlib.util.find_spec("mcp") is not None, "the MCP SDK is not installed")
+
+
 def npx() -> str:
     path = shutil.which("npx")
     need(path is not None, "npx (Node.js) is not installed")
