@@ -411,3 +411,44 @@ async def test_cancel_of_a_run_nobody_drives_runs_its_saga(
         assert result.status is RunStatus.INPUT_REQUIRED
         state = await rt.state(summary.run_id)
         assert state.ending is not None and state.ending.outcome == "cancelled"
+
+
+async def test_cancel_with_a_write_in_flight_reconciles_then_compensates(
+    runtime: Runtime, payments: PaymentsService
+) -> None:
+    charged = asyncio.Event()
+    base = as_tool(ALL[4])  # charge_refundable
+    assert base.name == "charge_refundable"
+
+    async def slow_answer(**kw: Any) -> Any:
+        await base.fn(**kw)  # the service charges...
+        charged.set()
+        await asyncio.sleep(60)  # ...and the answer never arrives before the cancel
+
+    a = Agent(
+        name="shop",
+        model=ScriptedModel(script("charge_refundable")),
+        tools=[dataclasses.replace(base, fn=slow_answer), *tools()[5:]],
+    )
+    rid = await runtime.start(a, "charge")
+    driving = asyncio.create_task(runtime.resume(rid, a))
+    await asyncio.wait_for(charged.wait(), 10)
+    await runtime.cancel(rid, reason="stop")
+    result = await asyncio.wait_for(driving, 20)
+    assert result.status is RunStatus.CANCELLED
+    state = await runtime.state(result.run_id)
+    charge, refund = state.effects.values()
+    assert [s.value for _, s in charge.history] == [
+        "proposed",
+        "validated",
+        "authorised",
+        "dispatched",
+        "outcome_unknown",
+        "reconciling",
+        "committed",
+        "compensating",
+        "compensated",
+    ]
+    assert refund.state is EffectState.COMMITTED
+    (charge_id,) = payments.query("SELECT charge_id FROM charges")[0]
+    assert payments.query("SELECT charge_id FROM refunds") == [(charge_id,)]
