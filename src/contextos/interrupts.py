@@ -173,9 +173,13 @@ class FrozenAction:
     """One line a person can judge: `Refund 250.00 EUR to order A-17`."""
     blast_radius: str = ""
     """What it can affect: `irreversible; 1 payment of 250.00 EUR`."""
+    digest: str | None = None
+    """The hash over the full arguments, when `arguments` here has redacted fields."""
 
     @property
     def hash(self) -> str:
+        if self.digest is not None:
+            return self.digest
         return hashlib.sha256(
             canonical_json(
                 {
@@ -200,6 +204,7 @@ class FrozenAction:
             "preview": self.preview,
             "blast_radius": self.blast_radius,
             "hash": self.hash,
+            "redacted": self.digest is not None,
         }
 
     @classmethod
@@ -214,6 +219,7 @@ class FrozenAction:
             risk=str(data.get("risk", "low")),
             preview=str(data.get("preview", "")),
             blast_radius=str(data.get("blast_radius", "")),
+            digest=str(data["hash"]) if data.get("redacted") else None,
         )
 
 

@@ -331,3 +331,43 @@ async def test_an_ungoverned_run_is_unchanged(
     assert not any(isinstance(e, ev.ContextBound) for e in events)
     (decided,) = [e for e in events if isinstance(e, ev.PolicyDecided)]
     assert decided.rule_ids == ("no_policy",) and decided.checks == ()
+
+
+@tool(effect="write", risk="high", redact_fields=("card",))
+def charge(card: str, amount: float) -> str:
+    """Charge a card."""
+    transfers.append((card[-4:], amount))
+    return "charged"
+
+
+async def test_redacted_arguments_stay_out_of_the_approval_record(tmp_path: Path) -> None:
+    transfers.clear()
+    policy = Policy(
+        rules=(
+            Rule(
+                id="charges",
+                tools=("charge",),
+                decision=Decision.REQUIRE_APPROVAL,
+                approver_role="ops",
+                preview="Charge {amount} to card {card}",
+            ),
+        ),
+        roles={"ops": ("olga",)},
+    )
+    secret = "4111111111111111"
+    a = agent(call_tool("charge", {"card": secret, "amount": 9}), reply("ok"), tools=(charge,))
+    async with Runtime(str(tmp_path / "runs.db"), policy=Authority(policy)) as rt:
+        started = await rt.run(a, "charge", principal=BOB)
+        (pending,) = await rt.inbox()
+        assert pending.prompt == "Charge 9.0 to card [redacted]"
+        assert pending.action is not None and pending.action.arguments["card"] == "[redacted]"
+        await rt.approve(pending.id, approver="olga", action_hash=pending.action_hash)
+        assert (await rt.resume(started.run_id, a)).status is RunStatus.COMPLETED
+        events = await rt.events(started.run_id)
+    assert transfers == [("1111", 9.0)]
+    authority_events = [
+        e
+        for e in events
+        if isinstance(e, ev.PolicyDecided | ev.InterruptRaised | ev.ApprovalGranted)
+    ]
+    assert authority_events and all(secret not in ev.encode(e).decode() for e in authority_events)

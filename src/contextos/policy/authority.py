@@ -436,33 +436,40 @@ class Authority:
         return True
 
     def freeze(self, call: ProposedCall, tool: Tool | None, context: RunContext) -> FrozenAction:
-        """The frozen action for a proposed call, with the policy's preview when it has one."""
+        """The frozen action for a proposed call, with the policy's preview when it has one.
+
+        Fields the tool's contract redacts are shown as `[redacted]` (in the preview too); the
+        hash still covers their real values.
+        """
         preview = blast = None
         for rule in self.policy.rules:
             if (rule.preview or rule.blast_radius) and rule.matches(call, context):
                 preview = preview or rule.preview
                 blast = blast or rule.blast_radius
-        return FrozenAction(
+        full = dict(call.arguments)
+        shown = tool.redacted(full) if tool is not None and tool.redact_fields else full
+        action = FrozenAction(
             run_id=call.run_id,
             call_id=call.call_id,
             tool=call.tool,
-            arguments=dict(call.arguments),
+            arguments=full,
             contract_hash=tool.contract_hash() if tool is not None else "",
             effect=call.effect,
             risk=call.risk,
             preview=(
-                render_template(preview, call.arguments)
-                if preview
-                else default_preview(call.tool, call.arguments)
+                render_template(preview, shown) if preview else default_preview(call.tool, shown)
             ),
             blast_radius=(
-                render_template(blast, call.arguments)
+                render_template(blast, shown)
                 if blast
                 else default_blast_radius(
                     call.effect, call.risk, tool.compensation if tool is not None else None
                 )
             ),
         )
+        if shown is full:
+            return action
+        return replace(action, arguments=shown, digest=action.hash)
 
 
 class Gate:
