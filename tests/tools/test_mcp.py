@@ -13,6 +13,7 @@ import asyncio
 import importlib.util
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -110,6 +111,7 @@ def everything_http() -> Iterator[str]:
         env={**os.environ, "PORT": str(port)},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        start_new_session=True,  # npx runs node as a child: stop the whole group
     )
     try:
         for _ in range(600):
@@ -124,7 +126,7 @@ def everything_http() -> Iterator[str]:
                 time.sleep(0.1)
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
-        proc.terminate()
+        os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=10)
 
 
