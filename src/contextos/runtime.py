@@ -517,7 +517,7 @@ class Runtime:
         if self.authority is not None:
             return self.authority
         if self._allow_all is None:
-            self._allow_all = Authority(Policy())
+            self._allow_all = Authority(Policy(), implicit=True)
         return self._allow_all
 
     async def _context_for(

@@ -357,3 +357,18 @@ async def test_the_budget_must_still_have_room_when_the_approved_action_runs(
     assert last.decision == "deny" and last.rule_ids == ("refund-budget",)
     assert "would pass the limit of 400" in last.reasons[0]
     assert ledger(refunds_db) == ([], 0)
+
+
+async def test_a_worker_without_the_runs_policy_fails_closed(
+    tmp_path: Path, refunds_db: Path, directory: Directory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CONTEXTOS_POLICY", raising=False)
+    db = str(tmp_path / "runs.db")
+    async with Runtime(db, policy=Authority(POLICY, directory=directory)) as rt:
+        run_id, pending = await waiting(rt, 500)
+        await rt.approve(pending.id, approver="alice")
+    async with Runtime(db) as rt:  # a worker someone forgot to give the policy
+        assert (await rt.resume(run_id, refund_agent(500))).status is RunStatus.COMPLETED
+        last = decisions(await rt.events(run_id))[-1]
+    assert last.decision == "deny" and last.rule_ids == ("policy:missing",)
+    assert ledger(refunds_db) == ([], 0)

@@ -93,7 +93,11 @@ class Authority:
         *,
         directory: Directory | None = None,
         clock: Callable[[], datetime] = utcnow,
+        implicit: bool = False,
     ) -> None:
+        self.implicit = implicit
+        """True for the allow-all stand-in of a runtime given no policy: it refuses to decide
+        for runs that were bound to a real one."""
         self.policy = load_policy(policy)
         self.engine = Engine(self.policy)
         self.directory: Directory = directory or PolicyDirectory(self.policy)
@@ -499,6 +503,17 @@ class Gate:
         activate(context.containment)
         bind_store(self.store)
         tool = self.tools.get(call.tool)
+        if a.implicit and book.snapshot_hash and book.snapshot_hash != a.policy.snapshot_hash:
+            # Fail closed: deciding under "no policy" would silently widen the run's authority.
+            return PolicyDecision(
+                decision=Decision.DENY,
+                rule_ids=("policy:missing",),
+                reasons=(
+                    f"the run is bound to policy snapshot {book.snapshot_hash[:12]}, and this "
+                    "runtime has no policy; give it the run's policy (CONTEXTOS_POLICY)",
+                ),
+                absolute=True,
+            )
         decision = a.engine.evaluate(
             call, context, tool=tool, history=CallHistory(succeeded=tuple(book.succeeded))
         )
