@@ -7,6 +7,7 @@ effects along (the tool runner) lives in `contextos.tools.effects`. This module 
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -76,6 +77,11 @@ EFFECT_TRANSITIONS: dict[EffectState, frozenset[EffectState]] = {
 del S
 
 
+MAX_DISPATCHES = 5
+"""An idempotent call whose outcome stays unknown is sent at most this many times in all;
+after that a person decides."""
+
+
 def can_move(current: EffectState, new: EffectState) -> bool:
     return new in EFFECT_TRANSITIONS[current]
 
@@ -114,3 +120,12 @@ class Effect:
     """Stable code when it failed."""
     history: list[tuple[int, EffectState]] = field(default_factory=list)
     """(seq, state) for every move, oldest first."""
+
+
+def idempotency_key(run_id: str, call_id: str) -> str:
+    return f"{run_id}/{call_id}"
+
+
+def effect_id_for(key: str) -> str:
+    """Effect ids are derived from the idempotency key: unique across runs, stable on resume."""
+    return "eff_" + hashlib.sha256(key.encode()).hexdigest()[:24]

@@ -14,8 +14,6 @@ compensations (the saga) before the terminal event is written.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
@@ -25,21 +23,23 @@ from pydantic import BaseModel, ValidationError
 from contextos import events as ev
 from contextos.errors import ToolManifestChanged, ToolOutcomeUnknown
 from contextos.interrupts import approval_interrupt
-from contextos.ledger import Effect, EffectState
+from contextos.ledger import (
+    MAX_DISPATCHES,
+    Effect,
+    EffectState,
+    effect_id_for,
+    idempotency_key,
+)
 from contextos.messages import ToolCall
 from contextos.policy.decision import Decision, PolicyDecision
 from contextos.runs import FailureReason
 from contextos.state import RunState
 from contextos.store.base import EventStore
-from contextos.tools.contract import Effect as EffectKind
 from contextos.tools.contract import Tool, ToolContext
 from contextos.tools.gateway import Gateway, ToolOutcome, error_outcome, refusal_outcome
+from contextos.tools.saga import Saga, needs_settling, unsettled
 
 T = TypeVar("T")
-
-MAX_DISPATCHES = 5
-"""An idempotent call whose outcome stays unknown is sent at most this many times in all;
-after that a person decides."""
 
 CANCEL_POLL_S = 0.25
 """How often an in-flight tool call checks whether its run is being ended."""
@@ -56,15 +56,6 @@ class Journal(Protocol):
     def event(self, cls: type[Any], offset: int = 1, **fields: Any) -> Any: ...
 
     async def commit(self, *events: ev.Event) -> None: ...
-
-
-def idempotency_key(run_id: str, call_id: str) -> str:
-    return f"{run_id}/{call_id}"
-
-
-def effect_id_for(key: str) -> str:
-    """Effect ids are derived from the idempotency key: unique across runs, stable on resume."""
-    return "eff_" + hashlib.sha256(key.encode()).hexdigest()[:24]
 
 
 class _Ending(Exception):
@@ -515,190 +506,14 @@ class ToolRunner:
 
     def needs_settling(self) -> bool:
         """True when ending the run must first resolve or compensate some effect."""
-        return any(_needs_settling(e) for e in self.state.effects.values())
+        return any(unsettled(e) for e in self.state.effects.values())
 
     async def settle(self) -> bool:
-        """Resolve unsettled effects and compensate committed reversible writes.
+        """Resolve unsettled effects and compensate committed reversible writes (the saga).
 
         Returns False when a person must confirm an effect first (the run waits).
         """
-        for effect in list(self.state.effects.values()):
-            if effect.compensates is not None:
-                continue
-            if effect.state in (
-                EffectState.VALIDATED,
-                EffectState.AUTHORISED,
-                EffectState.PROPOSED,
-            ):
-                await self._abandon(effect, "the run ended before the call was sent")
-            elif effect.state.in_flight:
-                tool = self.gw.tools.get(effect.tool)
-                if tool is None:
-                    return False
-                if effect.state is EffectState.DISPATCHED:
-                    b = self.batch()
-                    b.add(
-                        ev.EffectChanged,
-                        effect_id=effect.effect_id,
-                        state=EffectState.OUTCOME_UNKNOWN,
-                        error_code="outcome_unknown",
-                        note="the run is ending with this call in flight",
-                    )
-                    await b.commit()
-                if not await self._resolve(None, tool, None, effect):
-                    return False
-        for effect in reversed(list(self.state.effects.values())):
-            pending = _compensable(effect) or effect.state is EffectState.COMPENSATING
-            if pending and not await self._compensate(effect):
-                return False
-        return True
-
-    async def _compensate(self, original: Effect) -> bool:
-        comp_tool = self.gw.tools.get(original.compensation or "")
-        if comp_tool is None:
-            return True  # checked at gateway construction; nothing declared, nothing to do
-        key = f"{original.idempotency_key}/compensate"
-        cid = effect_id_for(key)
-        call = ToolCall(
-            id=f"{original.call_id}:compensate",
-            name=comp_tool.name,
-            arguments=json.dumps(self._compensation_arguments(original, comp_tool)),
-        )
-        if original.state is not EffectState.COMPENSATING:
-            b = self.batch()
-            b.add(
-                ev.EffectChanged,
-                effect_id=original.effect_id,
-                state=EffectState.COMPENSATING,
-                note=f"undoing through {comp_tool.name}",
-            )
-            b.add(
-                ev.EffectProposed,
-                effect_id=cid,
-                call_id=call.id,
-                tool=comp_tool.name,
-                kind=comp_tool.effect.value,
-                idempotency_key=key,
-                contract_hash=comp_tool.contract_hash(),
-                arguments=comp_tool.redacted(json.loads(call.arguments)),
-                compensates=original.effect_id,
-            )
-            b.add(ev.EffectChanged, effect_id=cid, state=EffectState.VALIDATED)
-            b.add(
-                ev.EffectChanged,
-                effect_id=cid,
-                state=EffectState.AUTHORISED,
-                note="authorised by the effect it compensates",
-            )
-            await b.commit()
-        comp = self.state.effects[cid]
-        if not comp.state.is_final:
-            parsed = comp_tool.args_model.model_validate_json(call.arguments)
-            if comp.state is EffectState.AUTHORISED:
-                await self._send_compensation(call, comp_tool, parsed, comp)
-            else:
-                if comp.state is EffectState.DISPATCHED:
-                    b = self.batch()
-                    b.add(
-                        ev.EffectChanged,
-                        effect_id=cid,
-                        state=EffectState.OUTCOME_UNKNOWN,
-                        error_code="outcome_unknown",
-                        note="the worker stopped during the compensation",
-                    )
-                    await b.commit()
-                if comp_tool.reconcile is None and comp_tool.idempotent:
-                    await self._send_compensation(call, comp_tool, parsed, comp)
-                elif not await self._resolve(None, comp_tool, parsed, comp):
-                    return False
-        comp = self.state.effects[cid]
-        b = self.batch()
-        if comp.state.took_effect:
-            b.add(
-                ev.EffectChanged,
-                effect_id=original.effect_id,
-                state=EffectState.COMPENSATED,
-                receipts={f"compensation_{k}": v for k, v in comp.receipts.items()},
-                note=f"undone by {comp_tool.name} ({cid})",
-            )
-        else:
-            b.add(
-                ev.EffectChanged,
-                effect_id=original.effect_id,
-                state=EffectState.FAILED,
-                error_code="compensation_failed",
-                note=f"{comp_tool.name} did not undo it: {comp.output or comp.error_code}",
-            )
-        await b.commit()
-        return True
-
-    async def _send_compensation(
-        self, call: ToolCall, tool: Tool, args: BaseModel, comp: Effect
-    ) -> None:
-        attempt_budget = max(tool.retry.attempts, 1) + (MAX_DISPATCHES if tool.idempotent else 0)
-        while comp.attempts < attempt_budget:
-            attempt = comp.attempts + 1
-            b = self.batch()
-            b.add(
-                ev.EffectChanged,
-                effect_id=comp.effect_id,
-                state=EffectState.DISPATCHED,
-                attempt=attempt,
-            )
-            await b.commit()
-            ctx = self._context(call, comp, attempt)
-            try:
-                result = await self.gw.dispatch(tool, args, ctx)
-            except Exception as exc:
-                safe = tool.retry.allows(exc, attempt) or (
-                    tool.idempotent and isinstance(exc, (TimeoutError, ToolOutcomeUnknown))
-                )
-                b.add(
-                    ev.ToolAttemptFailed,
-                    call_id=call.id,
-                    tool=tool.name,
-                    attempt=attempt,
-                    error_type=type(exc).__name__,
-                    error=str(exc),
-                    will_retry=safe,
-                    effect_id=comp.effect_id,
-                )
-                if safe and comp.attempts < attempt_budget:
-                    await b.commit()
-                    continue
-                unknown = isinstance(exc, (TimeoutError, ToolOutcomeUnknown))
-                b.add(
-                    ev.EffectChanged,
-                    effect_id=comp.effect_id,
-                    state=EffectState.OUTCOME_UNKNOWN if unknown else EffectState.FAILED,
-                    receipts=dict(ctx.receipts),
-                    error_code=type(exc).__name__,
-                    output=f"{type(exc).__name__}: {exc}",
-                )
-                await b.commit()
-                if unknown:
-                    await self._resolve(None, tool, None, comp)
-                return
-            r = self.gw.render(result)
-            await self._commit_effect(
-                None,
-                tool,
-                comp,
-                ToolOutcome(output=r.text, receipts={**ctx.receipts, **r.receipts}),
-            )
-            return
-
-    def _compensation_arguments(self, original: Effect, comp_tool: Tool) -> dict[str, Any]:
-        """The original call's arguments and receipts, by the compensation's parameter names."""
-        arguments: dict[str, Any] = {}
-        call = _find_call(self.state, original.call_id)
-        if call is not None:
-            try:
-                arguments = json.loads(call.arguments) or {}
-            except ValueError:
-                arguments = {}
-        pool = {**arguments, **original.receipts}
-        return {k: v for k, v in pool.items() if k in comp_tool.args_model.model_fields}
+        return await Saga(self).settle()
 
     # -- shared steps ---------------------------------------------------------------------
 
@@ -848,38 +663,6 @@ def ending_failure(state: RunState) -> tuple[FailureReason, str, dict[str, Any]]
     return reason, ending.message, dict(ending.error)
 
 
-def _needs_settling(effect: Effect) -> bool:
-    if effect.compensates is not None:
-        return not effect.state.is_final
-    return (
-        effect.state in (EffectState.PROPOSED, EffectState.VALIDATED, EffectState.AUTHORISED)
-        or effect.state.in_flight
-        or effect.state is EffectState.COMPENSATING
-        or _compensable(effect)
-    )
-
-
-def _compensable(effect: Effect) -> bool:
-    return (
-        effect.state.took_effect
-        and effect.compensation is not None
-        and effect.kind == EffectKind.REVERSIBLE_WRITE.value
-    )
-
-
-def needs_settling(state: RunState) -> bool:
-    """For a canceller: must this run settle effects before it can end?"""
-    return any(_needs_settling(e) for e in state.effects.values())
-
-
-def _find_call(state: RunState, call_id: str) -> ToolCall | None:
-    for message in reversed(state.messages):
-        for c in message.tool_calls:
-            if c.id == call_id:
-                return c
-    return None
-
-
 def _decision_fields(
     call: ToolCall, tool: Tool, decision: PolicyDecision, effect_id: str | None
 ) -> dict[str, Any]:
@@ -942,3 +725,16 @@ def _now() -> datetime:
 
 def _ms_since(started: datetime) -> float:
     return (_now() - started).total_seconds() * 1000
+
+
+__all__ = [
+    "EXTERNAL_CONFIRMATION",
+    "MAX_DISPATCHES",
+    "Journal",
+    "ToolRunner",
+    "confirmation",
+    "effect_id_for",
+    "ending_failure",
+    "idempotency_key",
+    "needs_settling",
+]
