@@ -349,6 +349,8 @@ def _write_batch(conn: sqlite3.Connection, batch: list[_Job]) -> list[Any]:
 
     A job that fails leaves no rows and gets its error back; the others commit.
     """
+    if len(batch) == 1 and not batch[0].joined:
+        return [_write_alone(conn, batch[0])]
     conn.execute("BEGIN IMMEDIATE")
     try:
         out: list[Any] = []
@@ -366,6 +368,26 @@ def _write_batch(conn: sqlite3.Connection, batch: list[_Job]) -> list[Any]:
             conn.execute("ROLLBACK")
         raise
     return out
+
+
+def _write_alone(conn: sqlite3.Connection, job: _Job) -> Any:
+    """A lone append needs no savepoint: on failure its whole transaction rolls back."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        result = job.work(conn)
+    except Exception as exc:
+        conn.execute("ROLLBACK")
+        return _Failed(exc)
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    try:
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return result
 
 
 @dataclass(frozen=True, slots=True)
