@@ -15,6 +15,7 @@ SYSTEMS = {
     "contextos": "bench.sys_contextos",
     "langgraph": "bench.sys_langgraph",
     "raw": "bench.sys_raw",
+    "dbos": "bench.sys_dbos",
 }
 
 
