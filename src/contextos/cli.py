@@ -476,6 +476,240 @@ def revoke(
     console.print(f"[yellow]revoked[/] {revoked.id} (was by {revoked.approver})")
 
 
+# -- workers, schedules and operations -------------------------------------------------------
+
+schedule_app = typer.Typer(
+    help="Cron schedules: start a run of an agent at every tick, once across all workers.",
+    no_args_is_help=True,
+)
+app.add_typer(schedule_app, name="schedule")
+
+
+@app.command()
+def worker(
+    store: StoreOption = None,
+    concurrency: Annotated[int, typer.Option(help="Runs driven at once.")] = 4,
+    lease: Annotated[float, typer.Option(help="Lease seconds (renewed every third).")] = 30.0,
+    poll: Annotated[float, typer.Option(help="Seconds between looks at an idle queue.")] = 1.0,
+    agent: Annotated[
+        list[str] | None, typer.Option(help="Claim only runs of this agent (repeatable).")
+    ] = None,
+    schedules: Annotated[bool, typer.Option(help="Fire due cron schedules.")] = True,
+    max_attempts: Annotated[
+        int, typer.Option(help="Failed attempts before a run is failed (runtime_crashed).")
+    ] = 10,
+    worker_id: Annotated[str | None, typer.Option(help="Name this worker.")] = None,
+    log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING or ERROR.")] = "INFO",
+) -> None:
+    """Claim queued runs and drive them until SIGTERM (which drains: each run finishes its
+    step and goes back to the queue). Run many, on many machines, against one store."""
+    import logging
+
+    from contextos.worker import WorkerConfig, run_worker
+
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    config = WorkerConfig(
+        concurrency=concurrency,
+        lease_s=lease,
+        poll_s=poll,
+        agents=tuple(agent) if agent else None,
+        schedules=schedules,
+        max_attempts=max_attempts,
+    )
+    try:
+        run_worker(store, config=config, worker_id=worker_id)
+    except ContextOSError as exc:
+        _fail(exc)
+
+
+@app.command()
+def workers(
+    store: StoreOption = None,
+    all_: Annotated[bool, typer.Option("--all", help="Include stopped and silent ones.")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """List live workers and the runs they hold leases on."""
+    from contextos.worker import list_workers
+
+    rows = _call(store, lambda rt: list_workers(rt.store, live_within_s=None if all_ else 60))
+    if as_json:
+        _print_json(rows)
+        return
+    if not rows:
+        console.print("[dim]no live workers — start one with `contextos worker`[/]")
+        return
+    table = Table(title=f"workers ({len(rows)})", title_justify="left")
+    for col in ("worker", "host", "pid", "status", "heartbeat", "leases"):
+        table.add_column(col)
+    for w in rows:
+        leases = ", ".join(lease.run_id for lease in w.leases) or "-"
+        beat = _age(w.heartbeat_at) + " ago" if w.heartbeat_at else "-"
+        table.add_row(
+            w.worker_id,
+            w.host,
+            str(w.pid),
+            w.status.value,
+            beat,
+            f"{len(w.leases)}/{w.concurrency} {leases}",
+        )
+    console.print(table)
+
+
+@app.command()
+def limit(
+    max_running: Annotated[
+        int | None, typer.Argument(help="Runs at once; omit to list the limits.")
+    ] = None,
+    tenant: Annotated[str | None, typer.Option(help="Per tenant ('*': each tenant).")] = None,
+    agent: Annotated[str | None, typer.Option(help="Per agent ('*': each agent).")] = None,
+    remove: Annotated[bool, typer.Option(help="Remove the limit instead.")] = False,
+    store: StoreOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Show or set concurrency limits (global, per tenant, per agent) shared by all workers."""
+    from contextos.store.queue import LimitScope, queue_of
+
+    scope, name = LimitScope.GLOBAL, ""
+    if tenant is not None:
+        scope, name = LimitScope.TENANT, tenant
+    if agent is not None:
+        scope, name = LimitScope.AGENT, agent
+
+    async def work(rt: Runtime) -> Any:
+        queue = queue_of(rt.store)
+        if queue is None:
+            raise ContextOSError("this store keeps no run queue")
+        if remove or max_running is not None:
+            await queue.set_limit(scope, name, None if remove else max_running)
+        return await queue.limits()
+
+    rows = _call(store, work)
+    if as_json:
+        _print_json(rows)
+        return
+    for lim in rows:
+        console.print(f"{lim.scope.value:7} {lim.name or '-':20} {lim.max_running}")
+    if not rows:
+        console.print("[dim]no limits: workers take as much as their concurrency allows[/]")
+
+
+@schedule_app.command("add")
+def schedule_add(
+    name: Annotated[str, typer.Argument(help="A unique name.")],
+    agent_ref: Annotated[str, typer.Argument(help="path/to/file.py:attr or module:attr.")],
+    cron: Annotated[str, typer.Option(help='Cron expression, e.g. "0 6 * * *".')],
+    input: Annotated[str, typer.Option(help="The input of each run.")] = "",
+    timezone: Annotated[str, typer.Option(help="Time zone the cron is read in.")] = "UTC",
+    catch_up: Annotated[
+        str, typer.Option(help="Ticks missed while no worker ran: skip or run_once.")
+    ] = "skip",
+    misfire_grace: Annotated[
+        float, typer.Option(help="Seconds late a tick may fire and still be on time.")
+    ] = 60.0,
+    priority: Annotated[int, typer.Option(help="Priority of its runs.")] = 0,
+    tenant: Annotated[str, typer.Option(help="Tenant of its runs.")] = "",
+    store: StoreOption = None,
+) -> None:
+    """Add a cron schedule; workers fire each tick exactly once."""
+    from contextos.scheduler import add_schedule
+    from contextos.store.queue import queue_of
+
+    async def work(rt: Runtime) -> Any:
+        queue = queue_of(rt.store)
+        if queue is None:
+            raise ContextOSError("this store keeps no run queue")
+        return await add_schedule(
+            queue,
+            name,
+            agent_ref,
+            cron,
+            input=input,
+            timezone=timezone,
+            catch_up=catch_up,
+            misfire_grace_s=misfire_grace,
+            priority=priority,
+            tenant=tenant,
+        )
+
+    try:
+        added = _call(store, work)
+    except ValueError:
+        _fail(ContextOSError(f"unknown catch-up policy {catch_up!r}: use skip or run_once"))
+    console.print(f"schedule [bold]{added.name}[/]: next tick {added.next_tick_at.isoformat()}")
+
+
+@schedule_app.command("list")
+def schedule_list(store: StoreOption = None, as_json: JsonOption = False) -> None:
+    """List schedules with their next tick and last run."""
+    from contextos.store.queue import queue_of
+
+    async def work(rt: Runtime) -> Any:
+        queue = queue_of(rt.store)
+        return [] if queue is None else await queue.list_schedules()
+
+    rows = _call(store, work)
+    if as_json:
+        _print_json(rows)
+        return
+    if not rows:
+        console.print("[dim]no schedules — add one with `contextos schedule add`[/]")
+        return
+    table = Table(title=f"schedules ({len(rows)})", title_justify="left")
+    for col in ("name", "cron", "agent", "catch-up", "next tick", "last run"):
+        table.add_column(col)
+    for s in rows:
+        table.add_row(
+            s.name,
+            f"{s.cron} ({s.timezone})",
+            Text(s.agent_ref),
+            s.catch_up.value,
+            s.next_tick_at.isoformat(),
+            s.last_run_id or "-",
+        )
+    console.print(table)
+
+
+@schedule_app.command("remove")
+def schedule_remove(
+    name: Annotated[str, typer.Argument(help="The schedule to remove.")],
+    store: StoreOption = None,
+) -> None:
+    """Remove a schedule (runs it started stay)."""
+    from contextos.store.queue import queue_of
+
+    async def work(rt: Runtime) -> bool:
+        queue = queue_of(rt.store)
+        return queue is not None and await queue.remove_schedule(name)
+
+    if not _call(store, work):
+        _fail(ContextOSError(f"no schedule named {name!r}"))
+    console.print(f"removed schedule [bold]{name}[/]")
+
+
+@app.command()
+def doctor(
+    store: StoreOption = None,
+    model: Annotated[
+        str | None, typer.Option(help="Model string to check [default: $CONTEXTOS_MODEL].")
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Check the store (reachable, migrated) and the model configuration; changes nothing."""
+    from contextos.worker import doctor as checks_for
+
+    checks = asyncio.run(checks_for(store, model=model))
+    if as_json:
+        _print_json(checks)
+    else:
+        for c in checks:
+            mark = "[green]ok[/]  " if c.ok else "[red]FAIL[/]"
+            console.print(f"{mark} {c.name:10}", Text(c.detail))
+    if not all(c.ok for c in checks):
+        raise typer.Exit(code=1)
+
+
 def main() -> None:
     app()
 

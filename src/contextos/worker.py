@@ -22,7 +22,13 @@ from dataclasses import dataclass
 
 from contextos import events as ev
 from contextos.agents import Agent
-from contextos.errors import ConcurrencyConflict, ConfigError, ContextOSError, RunIsTerminal
+from contextos.errors import (
+    ConcurrencyConflict,
+    ConfigError,
+    ContextOSError,
+    MigrationError,
+    RunIsTerminal,
+)
 from contextos.runs import FailureReason, RunId
 from contextos.runtime import Runtime
 from contextos.scheduler import fire_due, retry_at
@@ -305,7 +311,15 @@ async def doctor(store: str | None = None, *, model: str | None = None) -> list[
         return [Check(name="store", ok=False, detail=exc.message)]
     try:
         verify = getattr(opened, "verify", None)
-        if verify is None:
+        path = getattr(opened, "path", None)
+        if path is not None and not await asyncio.to_thread(os.path.exists, path):
+            checks.append(
+                Check(
+                    name="store", ok=True, detail=f"{path} does not exist yet: first use creates it"
+                )
+            )
+            checks.append(Check(name="migrations", ok=True, detail="applied on first use"))
+        elif verify is None:
             checks.append(Check(name="store", ok=True, detail=f"{opened.url} (cannot verify)"))
         else:
             try:
@@ -316,22 +330,19 @@ async def doctor(store: str | None = None, *, model: str | None = None) -> list[
                 checks.append(
                     Check(name="migrations", ok=True, detail=f"schema at version {version}")
                 )
-            except ContextOSError as exc:
-                reachable = exc.code == "migration_error"
+            except MigrationError as exc:
                 checks.append(
-                    Check(
-                        name="store",
-                        ok=reachable,
-                        detail=_redact(opened.url) if reachable else exc.message,
-                    )
+                    Check(name="store", ok=True, detail=f"{_redact(opened.url)} reachable")
                 )
                 checks.append(
                     Check(
                         name="migrations",
                         ok=False,
-                        detail=exc.message + " (the first run or worker applies migrations)",
+                        detail=exc.message + " (opening the store with this ContextOS migrates it)",
                     )
                 )
+            except ContextOSError as exc:
+                checks.append(Check(name="store", ok=False, detail=exc.message))
             except Exception as exc:  # sqlite3 / driver errors: the store is not usable
                 checks.append(
                     Check(

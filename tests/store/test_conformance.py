@@ -58,6 +58,7 @@ def responded(run_id: str, seq: int, *, tokens: tuple[int, int] = (7, 3)) -> ev.
     return ev.ModelResponded(
         run_id=RunId(run_id),
         seq=seq,
+        occurred_at=T0,
         message=Message(role="assistant", content="done"),
         finish_reason=FinishReason.STOP,
         usage=Usage(input_tokens=tokens[0], output_tokens=tokens[1], cost_usd=0.25, requests=1),
@@ -425,3 +426,35 @@ async def test_list_runs_filters_by_status_and_orders_by_last_update(store: Even
     ]
     assert await store.list_runs(status=RunStatus.FAILED) == []
     assert [r.run_id for r in await store.list_runs(limit=2)] == ["r2", "r1"]
+
+
+# -- projections the store keeps --------------------------------------------------------------
+
+
+async def test_daily_usage_per_principal_follows_the_event_log(store: EventStore, raw: Raw) -> None:
+    first = ev.RunCreated(
+        run_id=RunId("r1"),
+        seq=1,
+        agent_name="clerk",
+        agent_version="1",
+        agent_hash="h",
+        input="x",
+        metadata={"tenant_id": "acme", "user_id": "ann"},
+        occurred_at=T0,
+    )
+    await store.append(RunId("r1"), [first, started("r1", 2)], expected_seq=0)
+    odd = ev.ModelResponded(
+        run_id=RunId("r1"),
+        seq=4,
+        message=Message(role="assistant", content="a NUL \x00 inside"),
+        finish_reason=FinishReason.STOP,
+        usage=Usage(input_tokens=1, output_tokens=1, cost_usd=0.5, requests=1),
+        model="scripted",
+        occurred_at=T0,
+    )
+    await store.append(RunId("r1"), [responded("r1", 3), odd], expected_seq=2)
+    rows = raw.execute(
+        "SELECT principal, day, input_tokens, output_tokens, cost_usd, calls FROM principal_usage"
+    )
+    assert [tuple(r) for r in rows] == [("acme/ann", "2026-03-01", 8, 4, 0.75, 2)]
+    assert (await store.read(RunId("r1")))[-1] == odd

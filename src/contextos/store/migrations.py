@@ -249,4 +249,60 @@ CREATE TABLE schedules (
     created_at timestamptz NOT NULL DEFAULT now()
 );
 """,
+    # 3: daily model usage per principal, as SQLite's migration 3: derived from the event log by
+    # a trigger, in the same transaction as the events. PostgreSQL text cannot hold NUL, so
+    # `contextos_json` reads a payload with its \u0000 escapes made harmless first: a model
+    # answer with a NUL in it must not fail its append.
+    r"""
+CREATE FUNCTION contextos_json(payload bytea) RETURNS json LANGUAGE sql IMMUTABLE AS $$
+    SELECT replace(convert_from(payload, 'UTF8'), '\u0000', '\ufffd')::json
+$$;
+CREATE TABLE principal_usage (
+    principal text NOT NULL,
+    day text NOT NULL,
+    input_tokens bigint NOT NULL DEFAULT 0,
+    output_tokens bigint NOT NULL DEFAULT 0,
+    cost_usd double precision NOT NULL DEFAULT 0,
+    calls bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (principal, day)
+);
+CREATE FUNCTION contextos_principal_of(created bytea) RETURNS text LANGUAGE sql IMMUTABLE AS $$
+    SELECT coalesce(m ->> 'principal',
+                    coalesce(m ->> 'tenant_id', '-') || '/' || coalesce(m ->> 'user_id', '-'))
+    FROM (SELECT contextos_json(created) -> 'metadata' AS m) AS x
+$$;
+CREATE FUNCTION contextos_principal_usage() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    usage json := contextos_json(NEW.payload) -> 'usage';
+BEGIN
+    INSERT INTO principal_usage AS u (principal, day, input_tokens, output_tokens, cost_usd, calls)
+    SELECT contextos_principal_of(c.payload),
+           to_char(NEW.occurred_at AT TIME ZONE 'UTC', 'YYYY-MM-DD'),
+           coalesce((usage ->> 'input_tokens')::bigint, 0),
+           coalesce((usage ->> 'output_tokens')::bigint, 0),
+           coalesce((usage ->> 'cost_usd')::double precision, 0),
+           1
+    FROM events c WHERE c.run_id = NEW.run_id AND c.seq = 1
+    ON CONFLICT (principal, day) DO UPDATE SET
+        input_tokens = u.input_tokens + EXCLUDED.input_tokens,
+        output_tokens = u.output_tokens + EXCLUDED.output_tokens,
+        cost_usd = u.cost_usd + EXCLUDED.cost_usd,
+        calls = u.calls + EXCLUDED.calls;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER principal_usage_from_events AFTER INSERT ON events
+    FOR EACH ROW WHEN (NEW.type IN ('model_responded', 'context_compacted'))
+    EXECUTE FUNCTION contextos_principal_usage();
+INSERT INTO principal_usage (principal, day, input_tokens, output_tokens, cost_usd, calls)
+SELECT contextos_principal_of(c.payload),
+       to_char(e.occurred_at AT TIME ZONE 'UTC', 'YYYY-MM-DD'),
+       sum(coalesce((e.usage ->> 'input_tokens')::bigint, 0)),
+       sum(coalesce((e.usage ->> 'output_tokens')::bigint, 0)),
+       sum(coalesce((e.usage ->> 'cost_usd')::double precision, 0)),
+       count(*)
+FROM (SELECT run_id, occurred_at, contextos_json(payload) -> 'usage' AS usage
+      FROM events WHERE type IN ('model_responded', 'context_compacted')) AS e
+JOIN events c ON c.run_id = e.run_id AND c.seq = 1
+GROUP BY 1, 2;
+""",
 ]

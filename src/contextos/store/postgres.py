@@ -274,6 +274,22 @@ class PostgresStore(PostgresQueue):
             rows = await cur.fetchall()
         return [_summary(r) for r in rows]
 
+    async def daily_usage(self, principal: str, day: str) -> tuple[int, int, float]:
+        """A principal's model usage on a UTC day (`YYYY-MM-DD`): tokens, calls, money.
+
+        Kept by a trigger on the event log (migration 3), as the SQLite store keeps it.
+        """
+        async with self._conn() as conn:
+            cur = await conn.execute(
+                "SELECT input_tokens + output_tokens, calls, cost_usd FROM principal_usage"
+                " WHERE principal = %s AND day = %s",
+                (principal, day),
+            )
+            row = await cur.fetchone()
+        if row is None:
+            return 0, 0, 0.0
+        return int(row[0]), int(row[1]), float(row[2])
+
     async def verify(self) -> int:
         """Check the schema is fully migrated without changing anything; return its version.
 
