@@ -33,6 +33,7 @@ from contextos.middleware.base import ChainGateway, Services
 from contextos.middleware.budget import ledger_for
 from contextos.models import resolve_model
 from contextos.models.base import ModelAdapter
+from contextos.policy.ask import HumanTool
 from contextos.policy.authority import Authority
 from contextos.policy.decision import PolicyHook
 from contextos.policy.identity import Principal, RunContext
@@ -542,8 +543,10 @@ class Runtime:
         return ctx
 
     def _gate_for(self, state: RunState, agent: Agent) -> PolicyHook | None:
-        """Governed runs (a policy configured, or a context bound) pass the policy gate."""
-        if self.authority is None and state.context is None:
+        """Governed runs (a policy configured, a context bound, or tools that ask a person)
+        pass the policy gate."""
+        asks = any(isinstance(t, HumanTool) for t in agent.tool_list)
+        if self.authority is None and state.context is None and not asks:
             return self.policy
         return self.governance.gate(self.store, agent.tool_list)
 

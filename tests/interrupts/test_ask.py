@@ -116,3 +116,13 @@ async def test_the_answer_survives_a_crash_before_the_tool_ran(tmp_path: Path) -
         events = await rt.events(started.run_id)
     assert result_of(events).output == '{"choice": "y"}'
     assert any(isinstance(e, ev.RuntimeCrashDetected) for e in events)
+
+
+async def test_asking_works_without_a_policy(tmp_path: Path) -> None:
+    a = asking(call_tool("ask_human", {"question": "Name?"}), reply("hi"))
+    async with Runtime(str(tmp_path / "runs.db")) as rt:
+        started = await rt.run(a, "go")
+        (pending,) = await rt.inbox()
+        await rt.answer(pending.id, "Ada", answered_by="bob")
+        assert (await rt.resume(started.run_id, a)).status is RunStatus.COMPLETED
+        assert result_of(await rt.events(started.run_id)).output == '{"value": "Ada"}'
