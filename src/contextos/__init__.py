@@ -17,7 +17,17 @@ from contextos.runs import Budget, FailureReason, RunId, RunStatus
 from contextos.runtime import RunResult, Runtime, run
 from contextos.state import RunState, fold
 from contextos.store import EventStore, RunSummary, open_store
-from contextos.tools import Effect, RetryPolicy, Risk, Tool, ToolContext, tool
+from contextos.tools import (
+    BaseTool,
+    Effect,
+    EffectState,
+    RetryPolicy,
+    Risk,
+    Tool,
+    ToolContext,
+    ToolResult,
+    tool,
+)
 from contextos.verify import Verdict, Verifier
 
 __version__ = "0.1.0"
@@ -25,11 +35,13 @@ __version__ = "0.1.0"
 __all__ = [
     "Agent",
     "AgentChanged",
+    "BaseTool",
     "Budget",
     "ConcurrencyConflict",
     "ConfigError",
     "ContextOSError",
     "Effect",
+    "EffectState",
     "EventDecodeError",
     "EventStore",
     "FailureReason",
@@ -52,6 +64,7 @@ __all__ = [
     "Tool",
     "ToolCall",
     "ToolContext",
+    "ToolResult",
     "Usage",
     "Verdict",
     "Verifier",
