@@ -628,7 +628,9 @@ def bench_profile(plan: Plan, work: Path, fast: Path | None, report: Report) -> 
     ]
     report.add(
         "## Where ContextOS spends its time\n\n"
-        "Shares of wall time in a sampling profile (pyinstrument, 0.2 ms) of ContextOS alone, "
+        "Shares of the busy time (the loop's idle waits left out: "
+        f"{turns['idle'] * 100:.0f}% and {conc['idle'] * 100:.0f}% of the wall time) in a "
+        "sampling profile (pyinstrument, 0.2 ms) of ContextOS alone, "
         f"taken in this run: the table-1 workload ({PER_TURN_N} turns"
         + (", file on tmpfs, so fsync is excluded" if fast is not None else "")
         + f") and {runs} concurrent runs of table 5 (file on disk). Each frame counts towards the "
@@ -786,12 +788,14 @@ written from it and from profiles of the loading path taken while setting the su
   model's answer until the tool's result and append both together; a crash in between loses
   only an answer that was never recorded (it is asked again) and never an effect, since a
   non-read tool's dispatch is still committed before it runs. It changes how many appends a
-  run makes, which the crash-resume tests count, so it is left for the loop's owners to take.
+  run makes, which the crash-resume tests count, so it belongs with a change to those tests.
 - **Loading a 1,000-turn run in under 10 ms.** Loading reads about 2,000 events, decodes each
-  row with pydantic and folds them; the three parts cost roughly a third each. A sub-10 ms
-  load needs a snapshot: the folded state written every few hundred events (a cache, never the
-  source of truth), so a load reads one snapshot and a short tail. Decoding a run's rows in one
-  call over a JSON array, instead of one call per row, would cut the decode part.
+  row with pydantic and folds them: decoding is over half of it, the fold about a quarter and
+  the SQLite fetch the rest. A sub-10 ms load needs a snapshot: the folded state written
+  every few hundred events (a cache, never the source of truth), so a load reads one snapshot
+  and a short tail. Decoding a run's rows in one call over a JSON array instead of one call
+  per row halves the decoding, but building that validator costs about as much once per
+  process.
 - **Storage.** Linear (k = 1) and far below LangGraph, but about 5 kB on disk per turn for
   under 2 kB of payload: the events table is `WITHOUT ROWID`, and there a row above roughly
   1 kB (with 4 kB pages) keeps only part of itself in the b-tree and spills the rest into an

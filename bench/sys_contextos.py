@@ -207,13 +207,22 @@ CPU_PARTS = (
     ("run set-up: agent identity and tool schemas, per run", ("_create", "identity_hash")),
     ("context compilation, manifest, middleware chain", ("/context/", "/middleware/")),
     ("tool path: gateway, policy hook, effect ledger (tools/)", ("/tools/",)),
-    ("event store: encode, SQLite statements, commit (store/, events.py)", ("/store/", "encode")),
+    (
+        "event store: encode, SQLite, commit incl. fsync on disk (store/, events.py)",
+        ("/store/", "encode"),
+    ),
     ("fold: applying events to the state (state.py)", ("/state.py",)),
 )
 
 
+IDLE = "idle: the loop waiting on timers and I/O"
+
+
 def _split(frame: Any, out: dict[str, float]) -> None:
     """Attribute each frame's time to the first part it belongs to, from the top down."""
+    if frame.function in ("select", "poll") and "selectors" in (frame.file_path or ""):
+        out[IDLE] = out.get(IDLE, 0.0) + frame.time
+        return
     for label, keys in CPU_PARTS:
         if frame.function in keys or any(k in (frame.file_path or "") for k in keys):
             out[label] = out.get(label, 0.0) + frame.time
@@ -262,8 +271,10 @@ def profile(db: str, n: int, concurrent_runs: int = 0) -> dict[str, Any]:
     parts: dict[str, float] = {}
     if root is not None:
         _split(root, parts)
-    total = sum(parts.values()) or 1.0
+    idle = parts.pop(IDLE, 0.0)
+    busy = sum(parts.values()) or 1.0
     return {
         "text": profiler.output_text(unicode=True, color=False),
-        "parts": {k: v / total for k, v in parts.items()},
+        "parts": {k: v / busy for k, v in parts.items()},
+        "idle": idle / (busy + idle),
     }
