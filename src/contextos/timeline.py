@@ -7,12 +7,16 @@ import json
 from typing import Any
 
 from contextos import events as ev
+from contextos import interrupts
 
 _ENVELOPE = {"run_id", "seq", "occurred_at", "actor", "causation_id", "type"}
 
 
 def describe(event: ev.Event) -> str:
     """A short human line for an event; unknown shapes fall back to their fields."""
+    authority = interrupts.describe(event)
+    if authority is not None:
+        return authority
     match event:
         case ev.RunCreated():
             return f"{event.agent_name} v{event.agent_version} started on: {_clip(event.input)}"
