@@ -11,8 +11,18 @@ from contextos.errors import (
     RunIsTerminal,
     RunNotFound,
 )
+from contextos.interrupts import Approval, FrozenAction, Interrupt, InterruptKind
 from contextos.messages import FinishReason, Message, ToolCall, Usage
 from contextos.models import ModelAdapter, ModelRequest, ModelResponse, resolve_model
+from contextos.policy import (
+    Containment,
+    NetworkPolicy,
+    Policy,
+    PolicyDecision,
+    Principal,
+    Rule,
+    RunContext,
+)
 from contextos.runs import Budget, FailureReason, RunId, RunStatus
 from contextos.runtime import RunResult, Runtime, run
 from contextos.state import RunState, fold
@@ -35,10 +45,12 @@ __version__ = "0.1.0"
 __all__ = [
     "Agent",
     "AgentChanged",
+    "Approval",
     "BaseTool",
     "Budget",
     "ConcurrencyConflict",
     "ConfigError",
+    "Containment",
     "ContextOSError",
     "Effect",
     "EffectState",
@@ -46,13 +58,22 @@ __all__ = [
     "EventStore",
     "FailureReason",
     "FinishReason",
+    "FrozenAction",
+    "Interrupt",
+    "InterruptKind",
     "Message",
     "ModelAdapter",
     "ModelError",
     "ModelRequest",
     "ModelResponse",
+    "NetworkPolicy",
+    "Policy",
+    "PolicyDecision",
+    "Principal",
     "RetryPolicy",
     "Risk",
+    "Rule",
+    "RunContext",
     "RunId",
     "RunIsTerminal",
     "RunNotFound",
