@@ -17,7 +17,7 @@ from typing import Any
 from contextos import Agent, ToolContext, tool
 from contextos.testing import ScriptedModel, call_tool, reply
 
-# -- side effects: a table keyed by idempotency key, like a provider that honours the key ------
+# -- side effects: rows keyed by idempotency key, in tables the chaos test creates ------------
 
 EFFECTS_ENV = "CONTEXTOS_TEST_EFFECTS"
 """Where effects go: a postgresql:// URL (with its search_path) or a SQLite file path."""
@@ -41,18 +41,6 @@ def _effects_conn() -> Any:
 
 def _sql(sql: str) -> str:
     return sql if os.environ[EFFECTS_ENV].startswith("postgresql://") else sql.replace("%s", "?")
-
-
-def create_effect_tables(conn: Any) -> None:
-    """`attempts`: every execution of the tool; `effects`: what the provider did, by key."""
-    conn.execute(
-        "CREATE TABLE effect_attempts (key TEXT NOT NULL, run_id TEXT NOT NULL,"
-        " call_id TEXT NOT NULL, pid INTEGER NOT NULL)"
-    )
-    conn.execute(
-        "CREATE TABLE effects (key TEXT NOT NULL, run_id TEXT NOT NULL, call_id TEXT NOT NULL,"
-        " step INTEGER NOT NULL, pid INTEGER NOT NULL)"
-    )
 
 
 def _find_effect(idempotency_key: str) -> dict[str, Any] | None:

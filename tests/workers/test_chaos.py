@@ -18,7 +18,13 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from worker_helpers import AGENTS, overlapping_writers, spawn_worker, stop_all
+from worker_helpers import (
+    AGENTS,
+    create_effect_tables,
+    overlapping_writers,
+    spawn_worker,
+    stop_all,
+)
 
 from contextos import Runtime, load_agent
 from contextos import events as ev
@@ -49,7 +55,6 @@ async def test_chaos_kills_lose_nothing_and_duplicate_nothing(
     postgres_url: str, tmp_path: Path
 ) -> None:
     import psycopg
-    from agents import create_effect_tables  # type: ignore[import-not-found]
 
     with psycopg.connect(postgres_url, autocommit=True) as conn:
         create_effect_tables(conn)

@@ -101,7 +101,12 @@ async def test_worker_processes_share_the_queue(
 ) -> None:
     ids = await start(runtime, QUICK, 24)
     procs = [spawn_worker(backend_url, tmp_path / f"w{i}.log", concurrency=3) for i in range(3)]
+
+    async def all_registered() -> bool:  # signal handlers are in place from then on
+        return len(await list_workers(runtime.store)) == 3
+
     try:
+        await wait_until(all_registered, what="three workers")
         await wait_until(lambda: all_terminal(runtime, ids), what="all runs to finish")
     finally:
         for p in procs:

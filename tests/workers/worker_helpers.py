@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from contextos import events as ev
 
@@ -47,6 +48,21 @@ def spawn_worker(
             stdout=subprocess.DEVNULL,
             stderr=out,
         )
+
+
+def create_effect_tables(conn: Any) -> None:
+    """`effect_attempts`: every execution of the chaos tool; `effects`: what the provider did.
+
+    `effects` has no unique key on purpose: a call executed twice would leave two rows.
+    """
+    conn.execute(
+        "CREATE TABLE effect_attempts (key TEXT NOT NULL, run_id TEXT NOT NULL,"
+        " call_id TEXT NOT NULL, pid INTEGER NOT NULL)"
+    )
+    conn.execute(
+        "CREATE TABLE effects (key TEXT NOT NULL, run_id TEXT NOT NULL, call_id TEXT NOT NULL,"
+        " step INTEGER NOT NULL, pid INTEGER NOT NULL)"
+    )
 
 
 def stop_all(procs: Sequence[subprocess.Popen[bytes]]) -> None:
