@@ -12,6 +12,7 @@ context holds one conversation at a time.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import functools
 import importlib.util
@@ -91,8 +92,20 @@ def load_model(path: Path, *, n_ctx: int = 8192, n_threads: int | None = None) -
     key = path.resolve()
     with _load_lock:
         if key not in _loaded:
+            if not _loaded:
+                atexit.register(_close_all)
             _loaded[key] = _load(key, n_ctx=n_ctx, n_threads=n_threads)
         return _loaded[key]
+
+
+def _close_all() -> None:
+    # Free the models while the interpreter is intact: left to garbage collection at shutdown,
+    # llama-cpp-python's finalizer runs after its own module globals are gone and complains.
+    with _load_lock:
+        for loaded in _loaded.values():
+            with contextlib.suppress(Exception):
+                loaded.llama.close()
+        _loaded.clear()
 
 
 def loaded_models() -> dict[Path, LoadedModel]:
