@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Literal
 
 import pytest
+from pydantic import BaseModel
 
 from contextos import Agent, Budget, FailureReason, RunStatus, Runtime, tool
 from contextos.errors import ConfigError
@@ -43,6 +44,16 @@ def lookup_order(order_id: str) -> dict[str, str]:
 def set_thermostat(room: Literal["kitchen", "bedroom", "office"], celsius: int) -> str:
     """Set the thermostat of a room to a temperature in degrees Celsius."""
     return "ok"
+
+
+class Address(BaseModel):
+    street: str
+    city: str
+
+
+def ship(order_id: str, to: Address) -> str:
+    """Ship an order to an address."""
+    return "shipped"
 
 
 TOOLS = [tool(f) for f in (get_weather, add, send_email, lookup_order, set_thermostat)]
@@ -134,6 +145,20 @@ async def test_named_tool_choice_calls_that_tool_with_valid_arguments() -> None:
     args = json.loads(call.arguments)
     assert args["room"] in ("kitchen", "bedroom", "office")
     assert isinstance(args["celsius"], int)
+
+
+async def test_nested_argument_models_are_constrained_too() -> None:
+    shipper = tool(ship)
+    response = await LocalModel().complete(
+        ModelRequest(
+            messages=(Message(role="user", content="Ship order 7 to 1 Main St, Springfield."),),
+            tools=(shipper.spec(),),
+            tool_choice="required",
+        )
+    )
+    (call,) = response.message.tool_calls
+    args = shipper.args_model.model_validate_json(call.arguments)
+    assert isinstance(args.to, Address)  # type: ignore[attr-defined]
 
 
 async def test_after_a_tool_round_the_model_answers() -> None:
