@@ -59,9 +59,31 @@ class _Sleepy:
         return await self.inner.complete(request)
 
 
-def turns(db: str, n: int, crash: bool = False, warmup: bool = True) -> dict[str, Any]:
-    """Drive one run of `n` echo turns, durable after every step; optionally stop before the end."""
-    return asyncio.run(_turns(Path(db), n, crash, warmup))
+def turns(
+    db: str, n: int, crash: bool = False, warmup: bool = True, floor: bool = False
+) -> dict[str, Any]:
+    """Drive one run of `n` echo turns, durable after every step; optionally stop before the end.
+
+    With `floor`, the raw sqlite3 floor for the same turns is measured in this process right
+    before and right after the run, beside the same file, so the pair sees the same disk.
+    """
+    if not floor:
+        return asyncio.run(_turns(Path(db), n, crash, warmup))
+    from bench import sys_raw
+
+    def raw(tag: str, per_commit: int) -> float:
+        path = Path(db).with_name(f"{Path(db).stem}-floor{per_commit}-{tag}.db")
+        us = float(sys_raw.turns(str(path), n, per_commit=per_commit)["per_turn_us"])
+        for p in path.parent.glob(path.name + "*"):
+            p.unlink()
+        return us
+
+    before = (raw("a", 1), raw("a", 2))
+    out = asyncio.run(_turns(Path(db), n, crash, warmup))
+    after = (raw("b", 1), raw("b", 2))
+    out["floor1_us"] = (before[0] + after[0]) / 2
+    out["floor2_us"] = (before[1] + after[1]) / 2
+    return out
 
 
 async def _turns(db: Path, n: int, crash: bool, warmup: bool) -> dict[str, Any]:
