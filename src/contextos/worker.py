@@ -75,6 +75,11 @@ class Worker:
         worker_id: str | None = None,
     ) -> None:
         self.config = config or WorkerConfig()
+        if isinstance(store, str) and store.startswith(("postgresql://", "postgres://")):
+            from contextos.store.postgres import PostgresStore
+
+            # A connection for each run in flight, plus heartbeats, claims and schedules.
+            store = PostgresStore(store, max_size=max(10, self.config.concurrency + 4))
         self.runtime = Runtime(store, worker_id=worker_id, lease_s=self.config.lease_s)
         self.worker_id = self.runtime.worker_id
         queue = queue_of(self.runtime.store)

@@ -284,6 +284,8 @@ class PostgresQueue:
 
     async def register_worker(self, info: WorkerInfo) -> None:
         async with self._conn() as conn:
+            # Every process registers anew: forget those silent for a week.
+            await conn.execute("DELETE FROM workers WHERE heartbeat_at < now() - interval '7 days'")
             await conn.execute(
                 "INSERT INTO workers (worker_id, host, pid, concurrency, status)"
                 " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (worker_id)"

@@ -31,6 +31,7 @@ from contextos.store.queue import (
 T = TypeVar("T")
 
 _UNLIMITED = 2**62
+_FORGET_S = 7 * 86400.0
 
 # Runs holding a live lease, by tenant and agent: what the concurrency limits count. A run that
 # waits for a person or ended holds no slot even if its worker died before letting go.
@@ -322,6 +323,8 @@ class SqliteQueue:
         def _register(conn: sqlite3.Connection) -> None:
             now = time.time()
             with _immediate(conn):
+                # Every process registers anew: forget those silent for a week.
+                conn.execute("DELETE FROM workers WHERE heartbeat_at < ?", (now - _FORGET_S,))
                 conn.execute(
                     "INSERT INTO workers (worker_id, host, pid, concurrency, status, started_at,"
                     " heartbeat_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (worker_id)"
