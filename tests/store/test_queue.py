@@ -183,7 +183,7 @@ async def test_a_leased_run_is_claimed_again_only_after_its_lease_expires(
 ) -> None:
     queue = q(store)
     await new_run(store, "r1")
-    first = await queue.claim("w1", lease_s=0.3)
+    first = await queue.claim("w1", lease_s=1.0)
     assert first is not None and first.run_id == "r1"
     assert await queue.claim("w2", lease_s=30) is None  # held
 
@@ -200,12 +200,15 @@ async def test_a_leased_run_is_claimed_again_only_after_its_lease_expires(
 async def test_renewing_keeps_the_run_and_releasing_gives_it_back(store: EventStore) -> None:
     queue = q(store)
     await new_run(store, "r1")
-    lease = await queue.claim("w1", lease_s=0.5)
+    lease = await queue.claim("w1", lease_s=2.0)
     assert lease is not None
-    for _ in range(4):
-        await asyncio.sleep(0.2)
-        renewed = await queue.renew(lease, lease_s=0.5)
+    current = lease
+    for _ in range(4):  # 2.8 s in all: longer than the lease, which only renewing explains
+        await asyncio.sleep(0.7)
+        renewed = await queue.renew(current, lease_s=2.0)
         assert renewed is not None and renewed.token == lease.token
+        assert renewed.expires_at > current.expires_at
+        current = renewed
         assert await queue.claim("w2", lease_s=30) is None
     assert await queue.release(lease) is True
     again = await queue.claim("w2", lease_s=30)
@@ -377,9 +380,9 @@ async def test_the_worker_registry_lists_workers_and_their_leases(store: EventSt
     assert workers["w1"].heartbeat_at is not None
 
     await queue.worker_heartbeat("w2", WorkerStatus.STOPPED)
-    await asyncio.sleep(0.3)
+    await asyncio.sleep(1.2)
     await queue.worker_heartbeat("w1", WorkerStatus.RUNNING)
-    assert [w.worker_id for w in await queue.list_workers(live_within_s=0.2)] == ["w1"]
+    assert [w.worker_id for w in await queue.list_workers(live_within_s=1.0)] == ["w1"]
 
 
 async def test_schedule_rows_move_on_by_compare_and_set(store: EventStore) -> None:
