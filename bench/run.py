@@ -123,6 +123,8 @@ def sec(v: float) -> str:
 
 
 def times(v: float) -> str:
+    if v < 0.1:
+        return f"{v:.2f}×"
     return f"{v:.1f}×" if v < 100 else f"{v:,.0f}×"
 
 
