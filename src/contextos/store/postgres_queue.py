@@ -311,7 +311,8 @@ class PostgresQueue:
             cur = await conn.execute(
                 "SELECT worker_id, host, pid, concurrency, status, started_at, heartbeat_at"
                 " FROM workers WHERE %(within)s::float8 IS NULL"
-                " OR heartbeat_at >= now() - make_interval(secs => %(within)s::float8)"
+                " OR (heartbeat_at >= now() - make_interval(secs => %(within)s::float8)"
+                " AND status <> 'stopped')"
                 " ORDER BY started_at, worker_id",
                 {"within": live_within_s},
             )

@@ -213,7 +213,8 @@ class RunQueue(Protocol):
         ...
 
     async def list_workers(self, *, live_within_s: float | None = 60.0) -> list[WorkerInfo]:
-        """Workers with a heartbeat in the last `live_within_s` (all with None), with leases."""
+        """Running or draining workers with a heartbeat in the last `live_within_s` (with None:
+        every worker on record, stopped ones too), each with its live leases."""
         ...
 
     async def add_schedule(self, schedule: Schedule) -> None:

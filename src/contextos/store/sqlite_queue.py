@@ -355,11 +355,13 @@ class SqliteQueue:
     async def list_workers(self, *, live_within_s: float | None = 60.0) -> list[WorkerInfo]:
         def _list(conn: sqlite3.Connection) -> list[WorkerInfo]:
             now = time.time()
+            live = live_within_s is not None
             since = now - live_within_s if live_within_s is not None else float("-inf")
             workers = conn.execute(
                 "SELECT worker_id, host, pid, concurrency, status, started_at, heartbeat_at"
-                " FROM workers WHERE heartbeat_at >= ? ORDER BY started_at, worker_id",
-                (since,),
+                " FROM workers WHERE heartbeat_at >= ? AND (? = 0 OR status <> 'stopped')"
+                " ORDER BY started_at, worker_id",
+                (since, int(live)),
             ).fetchall()
             leases: dict[str, list[Lease]] = {}
             for run_id, owner, token, expires, attempts in conn.execute(
