@@ -13,6 +13,7 @@ import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cached_property
 from typing import Any, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, create_model
@@ -150,8 +151,9 @@ class Tool:
     def spec(self) -> ToolSpec:
         return ToolSpec(name=self.name, description=self.description, parameters=self.parameters)
 
-    @property
+    @cached_property
     def parameters(self) -> dict[str, Any]:
+        # Building a JSON schema is costly and the contract is frozen: compute it once.
         return self.args_model.model_json_schema()
 
     def contract(self) -> dict[str, Any]:
@@ -184,6 +186,10 @@ class Tool:
         }
 
     def contract_hash(self) -> str:
+        return self._contract_hash
+
+    @cached_property
+    def _contract_hash(self) -> str:
         return _hash(self.contract())
 
     @property
