@@ -9,7 +9,7 @@ import pytest
 
 from contextos import Agent, ConfigError, FailureReason, RunStatus, Runtime
 from contextos import events as ev
-from contextos.middleware import BudgetGate, SqliteUsageLedger
+from contextos.middleware import BudgetGate, StoreUsageLedger
 from contextos.testing import ScriptedModel, reply
 
 
@@ -43,25 +43,24 @@ async def test_max_model_calls_is_a_ceiling(tmp_path: Path) -> None:
 
 
 async def test_the_daily_cap_per_principal_spans_runs_and_is_kept_in_the_store(
-    tmp_path: Path,
+    backend_url: str,
 ) -> None:
-    db = tmp_path / "r.db"
     model = ScriptedModel(
         [reply("one", input_tokens=300, output_tokens=100), reply("two"), reply("other")]
     )
     gate = BudgetGate(daily_tokens=500, reserve_output_tokens=10)
     agent = Agent(name="a", model=model, middleware=[gate])
     alice = {"tenant_id": "acme", "user_id": "alice"}
-    async with Runtime(str(db)) as rt:
+    async with Runtime(backend_url) as rt:
         first = await rt.run(agent, "hi", metadata=alice)
         second = await rt.run(agent, "x" * 400, metadata=alice)  # 400 spent + ~110 > 500
         bob = await rt.run(agent, "hi", metadata={"tenant_id": "acme", "user_id": "bob"})
+        today = datetime.now(UTC).date()
+        spent = await StoreUsageLedger(rt.store).spent("acme/alice", today)  # type: ignore[arg-type]
     assert first.status is RunStatus.COMPLETED
     assert second.failure_reason is FailureReason.BUDGET_EXHAUSTED
     assert bob.status is RunStatus.COMPLETED  # another principal has its own budget
     assert len(model.requests) == 2
-    today = datetime.now(UTC).date()
-    spent = await SqliteUsageLedger(db).spent("acme/alice", today)
     assert (spent.tokens, spent.calls) == (400, 1)
 
 

@@ -26,7 +26,7 @@ from contextos.middleware.base import (
     stack_identity,
     validate_stack,
 )
-from contextos.middleware.budget import BudgetGate, SqliteUsageLedger, ledger_for
+from contextos.middleware.budget import BudgetGate, StoreUsageLedger, ledger_for
 from contextos.middleware.compaction import Compaction
 from contextos.middleware.pii import Detection, Detector, PiiRedaction, Strategy, custom, detect
 from contextos.middleware.profile import Profile
@@ -58,7 +58,7 @@ __all__ = [
     "Skill",
     "Skills",
     "Spend",
-    "SqliteUsageLedger",
+    "StoreUsageLedger",
     "Stop",
     "Strategy",
     "ToolCallInput",

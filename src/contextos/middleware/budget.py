@@ -9,13 +9,10 @@ plus the output reserve) passes a cap; the run then ends with `budget_exhausted`
 
 from __future__ import annotations
 
-import asyncio
 import copy
-import sqlite3
 from collections.abc import Callable
 from datetime import date, datetime
-from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from contextos.errors import ConfigError
 from contextos.events import utcnow
@@ -126,39 +123,25 @@ class BudgetGate(BaseMiddleware):
         return None
 
 
-class SqliteUsageLedger:
-    """Reads the daily usage counters a SQLite event store keeps (read-only)."""
+class DailyUsage(Protocol):
+    async def daily_usage(self, principal: str, day: str) -> tuple[int, int, float]:
+        """A principal's tokens, calls and money on a UTC day."""
+        ...
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
+
+class StoreUsageLedger:
+    """Reads the daily usage counters an event store keeps (SQLite and PostgreSQL both do)."""
+
+    def __init__(self, store: DailyUsage) -> None:
+        self.store = store
 
     async def spent(self, principal: str, day: date) -> Spend:
-        return await asyncio.to_thread(self._read, principal, day.isoformat())
-
-    def _read(self, principal: str, day: str) -> Spend:
-        conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=30)
-        try:
-            row = conn.execute(
-                "SELECT input_tokens + output_tokens, calls, cost_usd FROM principal_usage"
-                " WHERE principal = ? AND day = ?",
-                (principal, day),
-            ).fetchone()
-        except sqlite3.OperationalError as exc:
-            raise ConfigError(
-                f"{self.path} has no usage ledger; open it with this ContextOS to migrate it",
-                path=str(self.path),
-            ) from exc
-        finally:
-            conn.close()
-        if row is None:
-            return Spend()
-        return Spend(tokens=int(row[0]), calls=int(row[1]), cost_usd=float(row[2]))
+        tokens, calls, cost = await self.store.daily_usage(principal, day.isoformat())
+        return Spend(tokens=tokens, calls=calls, cost_usd=cost)
 
 
 def ledger_for(store: object) -> UsageLedger | None:
     """The usage ledger a store keeps, if it keeps one."""
-    from contextos.store.sqlite import SqliteStore
-
-    if isinstance(store, SqliteStore):
-        return SqliteUsageLedger(store.path)
+    if callable(getattr(store, "daily_usage", None)):
+        return StoreUsageLedger(store)  # type: ignore[arg-type]
     return None

@@ -320,6 +320,22 @@ class SqliteStore(SqliteQueue):
 
         return [_summary(r) for r in await self._query(_list)]
 
+    async def daily_usage(self, principal: str, day: str) -> tuple[int, int, float]:
+        """A principal's model usage on a UTC day (`YYYY-MM-DD`): tokens, calls, money.
+
+        Kept by a trigger on the event log (migration 3).
+        """
+
+        def _usage(conn: sqlite3.Connection) -> tuple[int, int, float]:
+            row = conn.execute(
+                "SELECT input_tokens + output_tokens, calls, cost_usd FROM principal_usage"
+                " WHERE principal = ? AND day = ?",
+                (principal, day),
+            ).fetchone()
+            return (0, 0, 0.0) if row is None else (int(row[0]), int(row[1]), float(row[2]))
+
+        return await self._query(_usage)
+
     async def verify(self) -> int:
         """Check the schema is fully migrated without changing anything; return its version."""
 
