@@ -202,10 +202,26 @@ def cancel(
     run_id: Annotated[str, typer.Argument(help="The run to cancel.")],
     reason: Annotated[str, typer.Option(help="Why (recorded on the run).")] = "",
     store: StoreOption = None,
+    agent_ref: Annotated[
+        str | None,
+        typer.Option(
+            "--agent",
+            help="Agent reference, if not the one recorded at start (needed to undo its "
+            "committed writes when no worker is driving the run).",
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Cancel a run; a worker driving it stops at once and cannot write to it again."""
-    result = _call(store, lambda rt: rt.cancel(run_id, reason=reason, actor="user:cli"))
+    """Cancel a run; a worker driving it stops at once and cannot write to it again.
+
+    Committed reversible writes are undone by their compensation tools first.
+    """
+
+    async def work(rt: Runtime) -> RunResult:
+        agent = load_agent(agent_ref) if agent_ref else None
+        return await rt.cancel(run_id, reason=reason, actor="user:cli", agent=agent)
+
+    result = _call(store, work)
     _print_result(result, as_json)
 
 
@@ -501,8 +517,10 @@ def worker(
     worker_id: Annotated[str | None, typer.Option(help="Name this worker.")] = None,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING or ERROR.")] = "INFO",
 ) -> None:
-    """Claim queued runs and drive them until SIGTERM (which drains: each run finishes its
-    step and goes back to the queue). Run many, on many machines, against one store."""
+    """Claim queued runs and drive them; SIGTERM drains (each run finishes its step).
+
+    Run many, on many machines, against one store.
+    """
     import logging
 
     from contextos.worker import WorkerConfig, run_worker
