@@ -6,6 +6,7 @@ runtime without this module having pulled anything in already.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import resource
@@ -36,6 +37,18 @@ class Crash(BaseException):
 
 def now() -> float:
     return time.perf_counter()
+
+
+STAMPS: list[float] = []
+"""When each model call of the measured run began: one turn lies between two stamps."""
+
+
+def turn_medians(stamps: Sequence[float], k: int = 50) -> tuple[float, float]:
+    """Median turn time in µs over the first `k` turns and over the last `k` turns."""
+    gaps = [(b - a) * 1e6 for a, b in itertools.pairwise(stamps)]
+    if not gaps:
+        return float("nan"), float("nan")
+    return median(gaps[:k]), median(gaps[-k:])
 
 
 def peak_rss_mb() -> float:

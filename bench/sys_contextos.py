@@ -14,12 +14,14 @@ from bench.common import (
     CONCURRENT_CALLS,
     MESSAGE,
     MODEL_SLEEP_S,
+    STAMPS,
     Crash,
     disk_bytes,
     now,
     peak_rss_mb,
     percentile,
     rss_mb,
+    turn_medians,
 )
 
 RUN_ID = "run_bench"
@@ -30,16 +32,24 @@ async def echo(text: str) -> str:
     return text
 
 
-def _crash(_: Any) -> Any:
-    raise Crash()
+def _stamped(response: Any) -> Any:
+    """A script step that notes when it was asked for (None: the process stops there)."""
+
+    def step(_: Any) -> Any:
+        STAMPS.append(now())
+        if response is None:
+            raise Crash()
+        return response
+
+    return step
 
 
 def _agent(turns: int, *, crash: bool, delay_s: float = 0.0) -> Any:
     from contextos import Agent, Budget
     from contextos.testing import ScriptedModel, call_tool, reply
 
-    steps: list[Any] = [call_tool("echo", {"text": MESSAGE}) for _ in range(turns)]
-    steps.append(_crash if crash else reply("done"))
+    steps: list[Any] = [_stamped(call_tool("echo", {"text": MESSAGE})) for _ in range(turns)]
+    steps.append(_stamped(None) if crash else _stamped(reply("done")))
     model: Any = ScriptedModel(steps, by_turn=True)
     if delay_s:
         model = _Sleepy(model, delay_s)
@@ -98,6 +108,7 @@ async def _turns(db: Path, n: int, crash: bool, warmup: bool) -> dict[str, Any]:
         await rt.runs()  # creates the schema: what an empty store takes on disk
     empty = disk_bytes(db)
     agent = _agent(n, crash=crash)
+    STAMPS.clear()
     async with Runtime(SqliteStore(db)) as rt:
         started = now()
         try:
@@ -114,6 +125,8 @@ async def _turns(db: Path, n: int, crash: bool, warmup: bool) -> dict[str, Any]:
         "events": last_seq,
         "bytes": disk_bytes(db),
         "empty_bytes": empty,
+        "first_turns_us": turn_medians(STAMPS)[0],
+        "last_turns_us": turn_medians(STAMPS)[1],
     }
 
 

@@ -16,11 +16,13 @@ from bench.common import (
     CONCURRENT_CALLS,
     MESSAGE,
     MODEL_SLEEP_S,
+    STAMPS,
     disk_bytes,
     now,
     peak_rss_mb,
     percentile,
     rss_mb,
+    turn_medians,
 )
 
 THREAD = "bench"
@@ -51,6 +53,7 @@ def _model_class() -> Any:
             return self
 
         def _answer(self, messages: list[Any]) -> ChatResult:
+            STAMPS.append(now())
             done = sum(1 for m in messages if isinstance(m, ToolMessage))
             if done < self.turns:
                 msg = AIMessage(
@@ -132,6 +135,7 @@ def turns(db: str, n: int, crash: bool = False, warmup: bool = True) -> dict[str
     saver = SqliteSaver(conn)
     saver.setup()
     agent = _agent(n, saver, crash=crash)
+    STAMPS.clear()
     started = now()
     try:
         agent.invoke(_input(), _config(), durability="sync")
@@ -150,6 +154,8 @@ def turns(db: str, n: int, crash: bool = False, warmup: bool = True) -> dict[str
         "writes": writes,
         "bytes": disk_bytes(path),
         "empty_bytes": empty,
+        "first_turns_us": turn_medians(STAMPS)[0],
+        "last_turns_us": turn_medians(STAMPS)[1],
     }
 
 
