@@ -818,11 +818,11 @@ written from it and from profiles of the loading path taken while setting the su
   migration: an ordinary rowid table with a unique `(run_id, seq)` index (or 8 kB pages, which
   halved the file in a trial at 200 turns).
 - **200 concurrent runs within 1.5× of the ideal.** Writes are grouped (a handful of commits
-  per wave of model answers), so what is left is CPU on one core: per run the agent's identity
-  hash and every tool's JSON schema are recomputed several times (a tool's `parameters` asks
-  pydantic for a fresh schema on every access), and per model call the context compilation
-  above. Fix: cache the schema and the contract hash on the frozen tool and the identity hash
-  on the frozen agent; then the compilation fix.
+  per wave of model answers), so what is left is CPU on one core, spent per model call: the
+  context compilation (its manifest re-serialises and re-hashes every item and the whole
+  history on each call, even when one message is new), the store's encode and commit, and the
+  tool path — the profile table's second column. Fix: the incremental manifest above first;
+  1,000 runs at once already finish without errors (table 5).
 """
 
 
