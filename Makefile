@@ -21,7 +21,7 @@ $(VENV)/.demo-installed: pyproject.toml | $(BIN)/python
 
 # Everything the test suite drives: PostgreSQL client, MCP SDK and servers, the injection corpus.
 $(VENV)/.test-installed: pyproject.toml $(VENV)/.demo-installed
-	$(PIP) install -e '.[local,postgres,cron,yaml,mcp,mcp-servers,dev]'
+	$(PIP) install -e '.[local,local-server,postgres,cron,yaml,mcp,mcp-servers,dev]'
 	$(PIP) install --no-deps agentdojo==0.1.35
 	touch $@
 
@@ -42,8 +42,9 @@ lint: install
 	$(BIN)/ruff format --check src tests examples
 	$(BIN)/mypy
 
-bench: install
-	$(BIN)/python -m bench
+# Installs the peers (LangGraph, DBOS) into bench/.venv and rewrites docs/benchmarks.md.
+bench:
+	$(PYTHON) -m bench
 
 clean:
 	rm -rf $(VENV) .contextos .pytest_cache .mypy_cache .ruff_cache
