@@ -16,6 +16,7 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from functools import lru_cache
 from typing import Any
 
 from contextos.messages import Message, ToolSpec
@@ -114,10 +115,7 @@ class Entry:
 
     @property
     def tokens(self) -> int:
-        m = self.message
-        return estimate_tokens(m.content) + sum(
-            estimate_tokens(c.name) + estimate_tokens(c.arguments) for c in m.tool_calls
-        )
+        return _message_tokens(self.message)
 
     def with_content(self, content: str, guard: str | None = None) -> Entry:
         guards = self.guards | {guard} if guard else self.guards
@@ -131,6 +129,24 @@ _TRUST_BY_ROLE = {
 }
 
 
+# Every model call compiles the whole history again; messages are immutable, so what is derived
+# from one message is computed once and looked up after (a long run stays cheap per turn).
+_PER_MESSAGE_CACHE = 16_384
+
+
+@lru_cache(maxsize=_PER_MESSAGE_CACHE)
+def _message_tokens(m: Message) -> int:
+    return estimate_tokens(m.content) + sum(
+        estimate_tokens(c.name) + estimate_tokens(c.arguments) for c in m.tool_calls
+    )
+
+
+@lru_cache(maxsize=_PER_MESSAGE_CACHE)
+def _message_digest(m: Message) -> str:
+    return sha(_canon(_message_data(m)))
+
+
+@lru_cache(maxsize=_PER_MESSAGE_CACHE)
 def entry_for(message: Message, seq: int, trusted_tools: frozenset[str] = frozenset()) -> Entry:
     if message.role == "tool":
         trusted = message.name in trusted_tools
@@ -242,7 +258,9 @@ class CompiledContext:
             for t in self.tools
         )
         if self.history:
-            blob = _canon([_message_data(e.message) for e in self.history])
+            # A hash of the messages' own hashes: the same commitment to every message, without
+            # re-serialising the whole history on every call.
+            blob = "".join([_message_digest(e.message) for e in self.history])
             first, last = self.history[0].seq, self.history[-1].seq
             rows.append(
                 {
