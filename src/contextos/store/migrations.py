@@ -25,6 +25,8 @@ CREATE TABLE runs (
 );
 CREATE INDEX runs_by_status ON runs (status, updated_at);
 CREATE INDEX runs_by_update ON runs (updated_at);
+-- A rowid table on purpose: WITHOUT ROWID tables spill rows over ~1 kB (a model answer with its
+-- context lineage) into overflow pages, nearly doubling the file.
 CREATE TABLE events (
     run_id TEXT NOT NULL,
     seq INTEGER NOT NULL,
@@ -33,7 +35,7 @@ CREATE TABLE events (
     occurred_at TEXT NOT NULL,
     payload BLOB NOT NULL,
     PRIMARY KEY (run_id, seq)
-) WITHOUT ROWID;
+);
 CREATE TRIGGER events_are_append_only_u BEFORE UPDATE ON events
 BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
 CREATE TRIGGER events_are_append_only_d BEFORE DELETE ON events
