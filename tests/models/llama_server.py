@@ -14,4 +14,4 @@ from contextos.models.local import _extra_buffer_types_off
 
 if __name__ == "__main__":
     with _extra_buffer_types_off(lib):
-        main()
+        main()  # type: ignore[no-untyped-call]

@@ -144,7 +144,7 @@ async def test_tool_use_round_trip_through_the_runtime(loopback: Start, tmp_path
 
     # Usage: cache reads and writes count as input and are priced at their own rates.
     responded = [e for e in events if e.type == "model_responded"]
-    usage = responded[0].usage  # type: ignore[union-attr]
+    usage = responded[0].usage
     assert (usage.input_tokens, usage.output_tokens) == (1150, 20)
     p = DEFAULT_PRICES["anthropic:claude-sonnet-4-5"]
     assert p.cache_read_per_mtok is not None and p.cache_write_per_mtok is not None
@@ -155,10 +155,8 @@ async def test_tool_use_round_trip_through_the_runtime(loopback: Start, tmp_path
         + 20 * p.output_per_mtok
     ) / 1e6
     assert usage.cost_usd == pytest.approx(expected)
-    assert responded[0].request_id == "req_ant_1"  # type: ignore[union-attr]
-    assert result.usage.cost_usd == pytest.approx(
-        sum(e.usage.cost_usd for e in responded)  # type: ignore[union-attr]
-    )
+    assert responded[0].request_id == "req_ant_1"
+    assert result.usage.cost_usd == pytest.approx(sum(e.usage.cost_usd for e in responded))
 
 
 async def test_a_cost_budget_stops_the_run(loopback: Start, tmp_path: Path) -> None:

@@ -245,8 +245,9 @@ async def test_streaming_yields_the_answer_text_then_the_response() -> None:
     ]
     *deltas, final = items
     assert isinstance(final, ModelResponse)
-    assert len(deltas) > 1 and all(isinstance(d, str) for d in deltas)
-    assert "".join(deltas).strip() == final.message.content
+    text = [d for d in deltas if isinstance(d, str)]
+    assert len(text) == len(deltas) > 1
+    assert "".join(text).strip() == final.message.content
     assert final.usage.output_tokens > 0 and final.usage.input_tokens > 0
 
 
@@ -295,9 +296,9 @@ async def test_agent_on_the_local_model_completes_a_tool_run(tmp_path: Path) -> 
     assert result.status is RunStatus.COMPLETED, result.failure_message
     assert result.output
     tools_run = [e for e in events if e.type == "tool_completed"]
-    assert tools_run and not tools_run[0].is_error  # type: ignore[union-attr]
+    assert tools_run and not tools_run[0].is_error
     responded = [e for e in events if e.type == "model_responded"]
-    assert all(e.model.startswith("local:") for e in responded)  # type: ignore[union-attr]
+    assert all(e.model.startswith("local:") for e in responded)
     assert result.usage.input_tokens > 0 and result.usage.output_tokens > 0
 
 
@@ -316,7 +317,7 @@ async def test_a_cost_budget_ends_the_run_with_budget_exhausted(tmp_path: Path) 
         events = await runtime.events(result.run_id)
     responded = [e for e in events if e.type == "model_responded"]
     assert len(responded) == 1
-    recorded = responded[0].usage  # type: ignore[union-attr]
+    recorded = responded[0].usage
     assert recorded.cost_usd == pytest.approx(
         (recorded.input_tokens + recorded.output_tokens) * 1000.0 / 1_000_000
     )
