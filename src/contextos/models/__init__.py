@@ -8,7 +8,16 @@ OPENAI_API_KEY), `"openai-compatible:BASE_URL#MODEL"` (any OpenAI-compatible ser
 from __future__ import annotations
 
 from contextos.errors import ConfigError
-from contextos.models.base import ModelAdapter, ModelRequest, ModelResponse
+from contextos.models.anthropic import AnthropicModel
+from contextos.models.base import (
+    ModelAdapter,
+    ModelRequest,
+    ModelResponse,
+    StreamingModelAdapter,
+)
+from contextos.models.local import LocalModel
+from contextos.models.openai import OpenAIModel
+from contextos.models.pricing import Price, set_price
 from contextos.models.scripted import ScriptedModel, call_tool, call_tools, reply
 
 
@@ -18,23 +27,15 @@ def resolve_model(spec: str | ModelAdapter) -> ModelAdapter:
         return spec
     provider, _, rest = spec.partition(":")
     if provider == "local":
-        from contextos.models.local import LocalModel
-
         return LocalModel(rest or None)
     if provider == "openai" and rest:
-        from contextos.models.openai import OpenAIModel
-
         return OpenAIModel(model=rest)
     if provider == "openai-compatible" and rest:
-        from contextos.models.openai import OpenAIModel
-
         base_url, _, model = rest.partition("#")
         return OpenAIModel(
             model=model or "default", base_url=base_url, provider="openai-compatible"
         )
     if provider == "anthropic" and rest:
-        from contextos.models.anthropic import AnthropicModel
-
         return AnthropicModel(model=rest)
     raise ConfigError(
         f"unknown model {spec!r}: use 'local', 'openai:MODEL', "
@@ -44,12 +45,18 @@ def resolve_model(spec: str | ModelAdapter) -> ModelAdapter:
 
 
 __all__ = [
+    "AnthropicModel",
+    "LocalModel",
     "ModelAdapter",
     "ModelRequest",
     "ModelResponse",
+    "OpenAIModel",
+    "Price",
     "ScriptedModel",
+    "StreamingModelAdapter",
     "call_tool",
     "call_tools",
     "reply",
     "resolve_model",
+    "set_price",
 ]
