@@ -22,6 +22,7 @@ import re
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -86,6 +87,11 @@ class LoadedModel:
     """Seconds the load took."""
     lock: threading.Lock = field(default_factory=threading.Lock)
     """Held while the model generates: one conversation at a time per context."""
+    executor: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="contextos-llama")
+    )
+    """The model's own generation thread: calls queued behind the lock wait here, not in
+    asyncio's default pool, which sync tools and other blocking work share."""
 
 
 _loaded: dict[Path, LoadedModel] = {}
@@ -108,6 +114,7 @@ def _close_all() -> None:
     # llama-cpp-python's finalizer runs after its own module globals are gone and complains.
     with _load_lock:
         for loaded in _loaded.values():
+            loaded.executor.shutdown(wait=False, cancel_futures=True)
             with contextlib.suppress(Exception):
                 loaded.llama.close()
         _loaded.clear()
@@ -508,24 +515,24 @@ class LocalModel:
         on_text = relay if stream else None
         temperature = request.temperature if request.temperature is not None else self.temperature
         max_tokens = request.max_output_tokens or self.max_output_tokens
-        task = asyncio.ensure_future(
-            asyncio.to_thread(
-                _generate,
-                model,
-                messages,
-                schema=schema,
-                max_tokens=max_tokens,
-                temperature=temperature,
-                seed=self.seed,
-                repeat_penalty=repeat_penalty,
-                cancel=cancel,
-                on_text=on_text,
-            )
+        work = functools.partial(
+            _generate,
+            model,
+            messages,
+            schema=schema,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            seed=self.seed,
+            repeat_penalty=repeat_penalty,
+            cancel=cancel,
+            on_text=on_text,
         )
+        task: asyncio.Future[_Generation] = loop.run_in_executor(model.executor, work)
         try:
             while not task.done():
                 getter = asyncio.ensure_future(queue.get())
-                await asyncio.wait({task, getter}, return_when=asyncio.FIRST_COMPLETED)
+                pending: set[asyncio.Future[Any]] = {task, getter}
+                await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
                 if getter.done():
                     yield getter.result()
                 else:
