@@ -21,20 +21,22 @@ ORDERS = {
 }
 
 
-def lookup_order(order_id: str) -> dict[str, object]:
+def lookup_order(order_id: str) -> str:
     """Look up an order by its id (like A-1001) and return its status, carrier and ETA."""
-    order = ORDERS.get(order_id.strip().upper())
+    key = order_id.strip().upper()
+    order = ORDERS.get(key)
     if order is None:
-        return {"error": f"no order {order_id}", "known_orders": sorted(ORDERS)}
-    return {"order_id": order_id, **order}
+        return f"There is no order {order_id}. Known orders: {', '.join(sorted(ORDERS))}."
+    carrier = f" with {order['carrier']}" if order["carrier"] else ""
+    return f"Order {key} is {order['status']}{carrier}; it arrives in {order['eta']}."
 
 
-def mentions_status(answer: str) -> list[str]:
-    """Done means the answer tells the customer the order's status."""
-    words = ("shipped", "processing", "no order")
-    if any(w in answer.lower() for w in words):
+def answers_from_the_lookup(answer: str) -> list[str]:
+    """Done means the answer tells the customer what the lookup found (status or arrival)."""
+    facts = [str(v) for order in ORDERS.values() for v in order.values() if v] + ["no order"]
+    if any(fact.lower() in answer.lower() for fact in facts):
         return []
-    return ["Tell the customer the order's status (shipped or processing) from lookup_order."]
+    return ["Tell the customer what lookup_order said: the order's status and when it arrives."]
 
 
 agent = Agent(
@@ -43,9 +45,9 @@ agent = Agent(
     model=os.environ.get("CONTEXTOS_MODEL", "local"),
     instructions=(
         "You are a support agent. To answer a question about an order, call lookup_order "
-        "with the order id, then answer in one sentence with the order's status and ETA."
+        "with the order id, then tell the customer what it said, in one sentence."
     ),
     tools=[lookup_order],
-    verifier=mentions_status,
+    verifier=answers_from_the_lookup,
     budget=Budget(max_turns=6, deadline_s=300),
 )
