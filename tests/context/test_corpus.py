@@ -8,12 +8,21 @@ import pytest
 
 from contextos import Agent, ConfigError, Runtime
 from contextos import events as ev
-from contextos.context import Corpus
+from contextos.context import Corpus, open_corpus
 from contextos.middleware import Retrieval, Sanitizer
 from contextos.testing import ScriptedModel, reply
 
 
-async def test_ingest_search_and_versions(tmp_path: Path) -> None:
+@pytest.fixture(params=["sqlite", "postgres"])
+def corpus_at(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where the corpus lives: a SQLite file, then a fresh PostgreSQL schema."""
+    if request.param == "sqlite":
+        return str(tmp_path / "kb.db")
+    url: str = request.getfixturevalue("postgres_url")
+    return url
+
+
+async def test_ingest_search_and_versions(tmp_path: Path, corpus_at: str) -> None:
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "refunds.md").write_text(
@@ -21,7 +30,7 @@ async def test_ingest_search_and_versions(tmp_path: Path) -> None:
         "# Exchanges\n\nExchanges need the receipt."
     )
     (docs / "shipping.txt").write_text("Parcels ship from Rotterdam on weekdays.")
-    async with Corpus(tmp_path / "kb.db", writable=True) as kb:
+    async with open_corpus(corpus_at, writable=True) as kb:
         report = await kb.ingest([docs], root=docs)
         assert sorted(report.added) == ["refunds.md", "shipping.txt"]
         hits = await kb.search("how many days until my refund is paid?")
@@ -39,11 +48,11 @@ async def test_ingest_search_and_versions(tmp_path: Path) -> None:
         assert await kb.search('" OR 1=1 --') == []  # operators cannot be smuggled in
 
 
-async def test_runs_open_the_corpus_read_only(tmp_path: Path) -> None:
+async def test_runs_open_the_corpus_read_only(tmp_path: Path, corpus_at: str) -> None:
     (tmp_path / "a.md").write_text("alpha beta")
-    async with Corpus(tmp_path / "kb.db", writable=True) as kb:
+    async with open_corpus(corpus_at, writable=True) as kb:
         await kb.ingest([tmp_path / "a.md"])
-    async with Corpus(tmp_path / "kb.db") as ro:
+    async with open_corpus(corpus_at) as ro:
         assert [p.doc_id for p in await ro.search("alpha")] == ["a.md"]
         with pytest.raises(ConfigError):
             await ro.ingest([tmp_path / "a.md"])

@@ -10,7 +10,7 @@ from contextos.context.compiled import (
     estimate_tokens,
     manifest_table,
 )
-from contextos.context.corpus import Corpus, IngestReport, Passage
+from contextos.context.corpus import Corpus, IngestReport, Passage, open_corpus
 from contextos.context.memory import Fact, MemoryStore, NewFact, SqliteMemory, Subject, subject_from
 
 __all__ = [
@@ -30,5 +30,6 @@ __all__ = [
     "compile_context",
     "estimate_tokens",
     "manifest_table",
+    "open_corpus",
     "subject_from",
 ]

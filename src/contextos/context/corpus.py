@@ -15,12 +15,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from contextos.context._sqlite import SqliteFile, transaction
 from contextos.context.compiled import sha
 from contextos.errors import ConfigError
 from contextos.tools.contract import Tool, tool
+
+if TYPE_CHECKING:
+    from contextos.context.corpus_postgres import PostgresCorpus
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS documents (
@@ -98,6 +101,7 @@ class Corpus:
         self.writable = writable
         self._db = SqliteFile(path, schema=_SCHEMA if writable else "", read_only=not writable)
         self.path = self._db.path
+        self.name = self.path.name
 
     async def close(self) -> None:
         await self._db.close()
@@ -223,18 +227,7 @@ class Corpus:
 
     def as_tool(self, *, name: str = "search_knowledge", k: int = 4) -> Tool:
         """A read-only tool the model can call to search the corpus."""
-        corpus = self
-
-        async def search_knowledge(query: str) -> str:
-            passages = await corpus.search(query, k=k)
-            if not passages:
-                return "No passage matches."
-            return "\n\n".join(format_passage(p) for p in passages)
-
-        return tool(
-            name=name,
-            description="Search the knowledge base; returns passages with source and version.",
-        )(search_knowledge)
+        return corpus_tool(self, name=name, k=k)
 
 
 def format_passage(p: Passage) -> str:
@@ -245,11 +238,46 @@ def format_passage(p: Passage) -> str:
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
+def query_words(text: str) -> list[str]:
+    """The distinct words of free text, lower-cased, in order."""
+    return list(dict.fromkeys(w for w in _WORD.findall(text.lower()) if len(w) > 1))
+
+
 def fts_query(text: str) -> str:
     """Free text as an FTS5 query: every word quoted (no operators can be smuggled), OR-ed."""
-    words = [w for w in _WORD.findall(text.lower()) if len(w) > 1]
-    seen: dict[str, None] = dict.fromkeys(words)
-    return " OR ".join(f'"{w}"' for w in seen)
+    return " OR ".join(f'"{w}"' for w in query_words(text))
+
+
+class SearchableCorpus(Protocol):
+    """What retrieval needs of a corpus, whichever database holds it."""
+
+    name: str
+
+    async def search(self, query: str, *, k: int = 5) -> list[Passage]: ...
+
+
+def corpus_tool(corpus: SearchableCorpus, *, name: str, k: int) -> Tool:
+    """A read-only tool the model can call to search a corpus."""
+
+    async def search_knowledge(query: str) -> str:
+        passages = await corpus.search(query, k=k)
+        if not passages:
+            return "No passage matches."
+        return "\n\n".join(format_passage(p) for p in passages)
+
+    return tool(
+        name=name,
+        description="Search the knowledge base; returns passages with source and version.",
+    )(search_knowledge)
+
+
+def open_corpus(location: str | Path, *, writable: bool = False) -> Corpus | PostgresCorpus:
+    """A corpus in a SQLite file (a path) or in PostgreSQL (a `postgresql://` URL)."""
+    if isinstance(location, str) and location.startswith(("postgresql://", "postgres://")):
+        from contextos.context.corpus_postgres import PostgresCorpus
+
+        return PostgresCorpus(location, writable=writable)
+    return Corpus(location, writable=writable)
 
 
 _HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$")

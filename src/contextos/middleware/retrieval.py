@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from contextos.context.compiled import ContextItem, ItemType, TrustClass
-from contextos.context.corpus import Corpus, format_passage
+from contextos.context.corpus import SearchableCorpus, format_passage
 from contextos.middleware.base import BaseMiddleware, ModelCall, ModelHandler, ModelResult
 
 
@@ -19,13 +19,13 @@ class Retrieval(BaseMiddleware):
 
     name = "retrieval"
 
-    def __init__(self, corpus: Corpus, *, k: int = 3, max_tokens: int = 1_500) -> None:
+    def __init__(self, corpus: SearchableCorpus, *, k: int = 3, max_tokens: int = 1_500) -> None:
         self.corpus = corpus
         self.k = k
         self.max_tokens = max_tokens
 
     def fingerprint(self) -> dict[str, Any]:
-        return {"corpus": self.corpus.path.name, "k": self.k, "max_tokens": self.max_tokens}
+        return {"corpus": self.corpus.name, "k": self.k, "max_tokens": self.max_tokens}
 
     async def wrap_model_call(self, call: ModelCall, call_next: ModelHandler) -> ModelResult:
         query = next(
