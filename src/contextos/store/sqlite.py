@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -91,7 +92,7 @@ class SqliteStore(SqliteQueue):
                 isolation_level=None,  # we issue BEGIN IMMEDIATE ourselves
                 check_same_thread=False,
             )
-            conn.execute("PRAGMA journal_mode=WAL")
+            _enable_wal(conn, self._busy_timeout_s)
             conn.execute("PRAGMA synchronous=FULL")
             conn.execute(f"PRAGMA busy_timeout={int(self._busy_timeout_s * 1000)}")
             migrate(conn)
@@ -608,3 +609,20 @@ def _statements(script: str) -> list[str]:
     if "\n".join(buf).strip():
         out.append("\n".join(buf).strip())
     return out
+
+
+def _enable_wal(conn: sqlite3.Connection, timeout_s: float) -> None:
+    """Switch to WAL, waiting out other processes that are creating the same new file.
+
+    On a file still in rollback mode SQLite answers "locked" at once, without its busy handler,
+    when another connection holds a lock it would otherwise deadlock with; so wait and retry.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.02)
