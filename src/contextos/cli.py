@@ -243,8 +243,9 @@ def runs(
         console.print("[dim]no runs yet — start one with `contextos run AGENT_REF INPUT`[/]")
         return
     table = Table(title=f"runs ({len(rows)})", title_justify="left")
+    # Ids are what people copy into `show` and `resume`: never cut them.
+    table.add_column("id", no_wrap=True, min_width=max(len(r.run_id) for r in rows))
     for col, justify in (
-        ("id", "left"),
         ("agent", "left"),
         ("status", "left"),
         ("turns", "right"),
@@ -252,7 +253,8 @@ def runs(
         ("cost", "right"),
         ("age", "right"),
     ):
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+        # Only the agent's name may wrap; numbers and statuses stay whole.
+        table.add_column(col, justify=justify, no_wrap=col != "agent")  # type: ignore[arg-type]
     for r in rows:
         style = _STATUS_STYLE.get(r.status, "")
         table.add_row(
