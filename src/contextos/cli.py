@@ -11,6 +11,7 @@ import dataclasses
 import json
 import sys
 from collections.abc import Awaitable, Callable
+from contextlib import nullcontext
 from datetime import UTC, datetime
 from enum import Enum
 from typing import Annotated, Any, NoReturn, TypeVar
@@ -141,6 +142,13 @@ def _print_result(result: RunResult, as_json: bool) -> None:
         console.print(f"[dim]continue with `contextos resume {result.run_id}`[/]")
 
 
+def _finish(result: RunResult, as_json: bool) -> None:
+    """Print a driven run's result; exit non-zero when it ended without success."""
+    _print_result(result, as_json)
+    if result.status in (RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.EXPIRED):
+        raise typer.Exit(code=1)
+
+
 # -- commands -------------------------------------------------------------------------------
 
 
@@ -161,15 +169,10 @@ def run(
         _fail(exc)
 
     async def work(rt: Runtime) -> RunResult:
-        if as_json:
-            return await rt.run(agent, input, run_id=run_id, agent_ref=agent_ref)
-        with console.status(f"running {agent.name}…"):
+        with nullcontext() if as_json else console.status(f"running {agent.name}…"):
             return await rt.run(agent, input, run_id=run_id, agent_ref=agent_ref)
 
-    result = _call(store, work)
-    _print_result(result, as_json)
-    if result.status in (RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.EXPIRED):
-        raise typer.Exit(code=1)
+    _finish(_call(store, work), as_json)
 
 
 @app.command()
@@ -191,10 +194,7 @@ def resume(
         agent = load_agent(agent_ref) if agent_ref else None
         return await rt.resume(run_id, agent, allow_changed_agent=allow_changed_agent)
 
-    result = _call(store, work)
-    _print_result(result, as_json)
-    if result.status in (RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.EXPIRED):
-        raise typer.Exit(code=1)
+    _finish(_call(store, work), as_json)
 
 
 @app.command()

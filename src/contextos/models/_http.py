@@ -154,21 +154,9 @@ class Transport:
                         self.url(path), json=body, headers=dict(self._headers())
                     )
                     await response.aread()
-            except (TimeoutError, httpx.TimeoutException):
-                error: ModelError = ModelTimeout(
-                    f"{self.provider}: no answer within {self.options.timeout_s:g}s",
-                    retryable=True,
-                    provider=self.provider,
-                    timeout_s=self.options.timeout_s,
-                )
-                await self._before_retry(error, attempt, None, reason="timeout")
-            except httpx.TransportError as exc:
-                error = ModelError(
-                    f"{self.provider}: cannot reach {self.base_url}: {type(exc).__name__}",
-                    retryable=True,
-                    provider=self.provider,
-                )
-                await self._before_retry(error, attempt, None, reason=type(exc).__name__)
+            except (TimeoutError, httpx.TransportError) as exc:
+                error, reason = self.unreachable(exc)
+                await self._before_retry(error, attempt, None, reason=reason)
             else:
                 if response.is_success:
                     return response
@@ -183,6 +171,23 @@ class Transport:
                 )
             attempt += 1
 
+    def unreachable(self, exc: BaseException) -> tuple[ModelError, str]:
+        """The retryable error for a request that got no answer, and a short reason."""
+        if isinstance(exc, TimeoutError | httpx.TimeoutException):
+            timeout = ModelTimeout(
+                f"{self.provider}: no answer within {self.options.timeout_s:g}s",
+                retryable=True,
+                provider=self.provider,
+                timeout_s=self.options.timeout_s,
+            )
+            return timeout, "timeout"
+        error = ModelError(
+            f"{self.provider}: cannot reach {self.base_url}: {type(exc).__name__}",
+            retryable=True,
+            provider=self.provider,
+        )
+        return error, type(exc).__name__
+
     @asynccontextmanager
     async def stream(self, path: str, body: Mapping[str, Any]) -> AsyncIterator[httpx.Response]:
         """Open a streaming POST; retries happen only until a 2xx response has started."""
@@ -193,21 +198,9 @@ class Transport:
             )
             try:
                 response = await self.client().send(request, stream=True)
-            except httpx.TimeoutException:
-                error: ModelError = ModelTimeout(
-                    f"{self.provider}: no answer within {self.options.timeout_s:g}s",
-                    retryable=True,
-                    provider=self.provider,
-                    timeout_s=self.options.timeout_s,
-                )
-                await self._before_retry(error, attempt, None, reason="timeout")
             except httpx.TransportError as exc:
-                error = ModelError(
-                    f"{self.provider}: cannot reach {self.base_url}: {type(exc).__name__}",
-                    retryable=True,
-                    provider=self.provider,
-                )
-                await self._before_retry(error, attempt, None, reason=type(exc).__name__)
+                error, reason = self.unreachable(exc)
+                await self._before_retry(error, attempt, None, reason=reason)
             else:
                 if response.is_success:
                     break
