@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from contextos import events as ev
 from contextos.agents import Agent
-from contextos.context.compiled import compile_context
+from contextos.context.compiled import HistoryIndex, compile_context
 from contextos.errors import ConcurrencyConflict, ModelError, ToolManifestChanged
 from contextos.events import utcnow
 from contextos.messages import FinishReason, Message, ToolCall
@@ -63,6 +63,8 @@ class Driver:
         """When the current step began (the runtime watches long steps for cancellation)."""
         self.stop_requested = False
         """Set by a draining worker: finish the current step, then return with the run running."""
+        self.history: HistoryIndex | None = None
+        """The run's conversation as context entries, extended call by call."""
 
     # -- recording ------------------------------------------------------------------------
 
@@ -191,6 +193,8 @@ class Driver:
         """The next model call's context from the folded state, before any middleware."""
         s = self.state
         output_type = self.agent.output_type
+        if self.history is None:
+            self.history = HistoryIndex(self.chain.trusted_tools)
         context = compile_context(
             run_id=s.run_id,
             agent=f"{self.agent.name}@{self.agent.version}",
@@ -201,7 +205,7 @@ class Driver:
             output_schema=output_type.model_json_schema() if output_type is not None else None,
             summary=s.context_summary,
             cursor=s.context_cursor,
-            trusted_tools=self.chain.trusted_tools,
+            index=self.history,
         )
         return ModelCall(run=self.run_view(), context=context)
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Sequence
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from functools import lru_cache
-from typing import Any
+from typing import Any, overload
 
 from contextos.messages import Message, ToolSpec
 
@@ -112,10 +112,26 @@ class Entry:
     """`user`, `model`, `runtime` or `tool:<name>`."""
     guards: frozenset[str] = frozenset()
     """Content guards already applied."""
+    # Derived from `message` on first use; `replace()` starts a copy without them.
+    _tokens: int = field(default=-1, init=False, repr=False, compare=False)
+    _digest: str = field(default="", init=False, repr=False, compare=False)
 
     @property
     def tokens(self) -> int:
-        return _message_tokens(self.message)
+        if self._tokens < 0:
+            m = self.message
+            tokens = estimate_tokens(m.content) + sum(
+                estimate_tokens(c.name) + estimate_tokens(c.arguments) for c in m.tool_calls
+            )
+            object.__setattr__(self, "_tokens", tokens)
+        return self._tokens
+
+    @property
+    def digest(self) -> str:
+        """sha256 of the message as the model sees it."""
+        if not self._digest:
+            object.__setattr__(self, "_digest", sha(_canon(_message_data(self.message))))
+        return self._digest
 
     def with_content(self, content: str, guard: str | None = None) -> Entry:
         guards = self.guards | {guard} if guard else self.guards
@@ -129,24 +145,6 @@ _TRUST_BY_ROLE = {
 }
 
 
-# Every model call compiles the whole history again; messages are immutable, so what is derived
-# from one message is computed once and looked up after (a long run stays cheap per turn).
-_PER_MESSAGE_CACHE = 16_384
-
-
-@lru_cache(maxsize=_PER_MESSAGE_CACHE)
-def _message_tokens(m: Message) -> int:
-    return estimate_tokens(m.content) + sum(
-        estimate_tokens(c.name) + estimate_tokens(c.arguments) for c in m.tool_calls
-    )
-
-
-@lru_cache(maxsize=_PER_MESSAGE_CACHE)
-def _message_digest(m: Message) -> str:
-    return sha(_canon(_message_data(m)))
-
-
-@lru_cache(maxsize=_PER_MESSAGE_CACHE)
 def entry_for(message: Message, seq: int, trusted_tools: frozenset[str] = frozenset()) -> Entry:
     if message.role == "tool":
         trusted = message.name in trusted_tools
@@ -158,6 +156,138 @@ def entry_for(message: Message, seq: int, trusted_tools: frozenset[str] = frozen
         )
     trust, source = _TRUST_BY_ROLE[message.role]
     return Entry(message=message, seq=seq, trust=trust, source=source)
+
+
+class History(Sequence[Entry]):
+    """The visible part of a run's conversation, backed by its `HistoryIndex`.
+
+    It behaves as a tuple of entries, but its totals (tokens, untrusted blocks, the digest of
+    every message) come from the index in constant time, so a model call late in a long run
+    costs what one early in it does.
+    """
+
+    __slots__ = ("_end", "_index", "_pinned", "_start")
+
+    def __init__(self, index: HistoryIndex, pinned: bool, start: int, end: int) -> None:
+        self._index = index
+        self._pinned = pinned  # the run's first message is kept ahead of a compacted range
+        self._start = start
+        self._end = end
+
+    def _entries(self) -> list[Entry]:
+        entries = self._index.entries
+        head = [entries[0]] if self._pinned else []
+        return head + entries[self._start : self._end]
+
+    def __len__(self) -> int:
+        return self._end - self._start + self._pinned
+
+    @overload
+    def __getitem__(self, i: int) -> Entry: ...
+    @overload
+    def __getitem__(self, i: slice) -> tuple[Entry, ...]: ...
+    def __getitem__(self, i: int | slice) -> Entry | tuple[Entry, ...]:
+        if isinstance(i, slice):
+            return tuple(self._entries()[i])
+        if self._pinned and i in (0, -len(self)):
+            return self._index.entries[0]
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(i)
+        return self._index.entries[self._end + i if i < 0 else self._start + i - self._pinned]
+
+    def __iter__(self) -> Iterator[Entry]:
+        return iter(self._entries())
+
+    def __reversed__(self) -> Iterator[Entry]:
+        return reversed(self._entries())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and tuple(self) == tuple(other)
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"History({len(self)} entries, {self._start}..{self._end})"
+
+    def messages(self) -> list[Message]:
+        head = [self._index.messages[0]] if self._pinned else []
+        return head + self._index.messages[self._start : self._end]
+
+    def totals(self) -> _Totals:
+        return self._index.totals(self._pinned, self._start, self._end)
+
+
+@dataclass(frozen=True, slots=True)
+class _Totals:
+    tokens: int
+    untrusted: int
+    digest: str
+    """sha256 over the concatenated digests of the messages, in order."""
+
+
+def _totals(history: Sequence[Entry]) -> _Totals:
+    if isinstance(history, History):
+        return history.totals()
+    return _Totals(
+        tokens=sum(e.tokens for e in history),
+        untrusted=sum(1 for e in history if e.trust is TrustClass.UNTRUSTED),
+        digest=sha("".join([e.digest for e in history])),
+    )
+
+
+class HistoryIndex:
+    """A run's messages as entries, with running totals, kept for the life of a driver.
+
+    The folded state only ever appends messages, so each model call adds the new ones and reads
+    its totals from prefix sums and a running hash instead of walking the whole conversation.
+    """
+
+    def __init__(self, trusted_tools: frozenset[str] = frozenset()) -> None:
+        self.trusted_tools = trusted_tools
+        self._reset()
+
+    def _reset(self) -> None:
+        self.entries: list[Entry] = []
+        self.messages: list[Message] = []
+        self._tokens = [0]  # prefix sums: _tokens[i] is the total of entries[:i]
+        self._untrusted = [0]
+        self._hashers: dict[tuple[bool, int], tuple[int, Any]] = {}
+
+    def view(self, messages: Sequence[Message], seqs: Sequence[int], cursor: int) -> History:
+        """The history a call sees: the first message, then every one added after `cursor`."""
+        if len(seqs) != len(messages):
+            raise ValueError("every message needs the seq of the event that added it")
+        known = len(self.messages)
+        if known > len(messages) or (known and messages[known - 1] is not self.messages[-1]):
+            self._reset()  # not a continuation of what it has seen
+            known = 0
+        for m, seq in zip(messages[known:], seqs[known:], strict=True):
+            entry = entry_for(m, seq, self.trusted_tools)
+            self.entries.append(entry)
+            self.messages.append(m)
+            self._tokens.append(self._tokens[-1] + entry.tokens)
+            self._untrusted.append(self._untrusted[-1] + (entry.trust is TrustClass.UNTRUSTED))
+        start = bisect_right(seqs, cursor) if cursor > 0 else 0
+        pinned = cursor > 0 and start > 0 and bool(messages)
+        return History(self, pinned, start, len(self.entries))
+
+    def totals(self, pinned: bool, start: int, end: int) -> _Totals:
+        first = self.entries[0] if pinned else None
+        tokens = self._tokens[end] - self._tokens[start]
+        untrusted = self._untrusted[end] - self._untrusted[start]
+        if first is not None:
+            tokens += first.tokens
+            untrusted += first.trust is TrustClass.UNTRUSTED
+        fed, hasher = self._hashers.get((pinned, start), (start, None))
+        if hasher is None or fed > end:
+            hasher = hashlib.sha256(first.digest.encode() if first is not None else b"")
+            fed = start
+        for entry in self.entries[fed:end]:
+            hasher.update(entry.digest.encode())
+        self._hashers[(pinned, start)] = (end, hasher)
+        return _Totals(tokens=tokens, untrusted=untrusted, digest=hasher.copy().hexdigest())
 
 
 SUMMARY_PREFIX = (
@@ -172,7 +302,7 @@ class CompiledContext:
 
     items: tuple[ContextItem, ...] = ()
     """Blocks outside the conversation, in the order layers added them."""
-    history: tuple[Entry, ...] = ()
+    history: Sequence[Entry] = ()
     """The conversation since the compaction cursor (the run's task is always kept first)."""
     tools: tuple[ToolSpec, ...] = ()
     """Tools the model may call."""
@@ -212,7 +342,7 @@ class CompiledContext:
         """Estimated input tokens of the whole call."""
         return (
             sum(i.tokens for i in self.items)
-            + sum(e.tokens for e in self.history)
+            + _totals(self.history).tokens
             + sum(_tool_tokens(t) for t in self.tools)
             + (estimate_tokens(_canon(self.output_schema)) if self.output_schema else 0)
         )
@@ -231,7 +361,10 @@ class CompiledContext:
         summary = self.summary
         if summary is not None:
             out.append(Message(role="system", content=SUMMARY_PREFIX + summary.content))
-        out.extend(e.message for e in self.history)
+        if isinstance(self.history, History):
+            out.extend(self.history.messages())
+        else:
+            out.extend(e.message for e in self.history)
         if volatile:
             out.append(Message(role="system", content="\n\n".join(i.content for i in volatile)))
         return tuple(out)
@@ -260,7 +393,7 @@ class CompiledContext:
         if self.history:
             # A hash of the messages' own hashes: the same commitment to every message, without
             # re-serialising the whole history on every call.
-            blob = "".join([_message_digest(e.message) for e in self.history])
+            totals = _totals(self.history)
             first, last = self.history[0].seq, self.history[-1].seq
             rows.append(
                 {
@@ -274,12 +407,10 @@ class CompiledContext:
                         if self.cursor
                         else f"{len(self.history)} messages of the run"
                     ),
-                    "tokens": sum(e.tokens for e in self.history),
+                    "tokens": totals.tokens,
                     "volatile": True,
-                    "sha256": sha(blob),
-                    "untrusted_blocks": sum(
-                        1 for e in self.history if e.trust is TrustClass.UNTRUSTED
-                    ),
+                    "sha256": totals.digest,
+                    "untrusted_blocks": totals.untrusted,
                 }
             )
         return rows
@@ -353,14 +484,14 @@ def compile_context(
     summary: str | None = None,
     cursor: int = 0,
     trusted_tools: frozenset[str] = frozenset(),
+    index: HistoryIndex | None = None,
 ) -> CompiledContext:
     """The context a run's state gives before any middleware: instructions, tools, history.
 
     Messages added by events up to `cursor` are represented by `summary`; the run's first
     message (its task) is always kept verbatim so compaction never loses what was asked.
+    A driver passes the same `index` to every call of a run, so each call only adds what is new.
     """
-    if len(message_seqs) != len(messages):
-        raise ValueError("every message needs the seq of the event that added it")
     items: list[ContextItem] = []
     if instructions:
         items.append(
@@ -386,14 +517,10 @@ def compile_context(
                 why="older turns were compacted into this summary",
             )
         )
-    history = [
-        entry_for(m, seq, trusted_tools)
-        for i, (m, seq) in enumerate(zip(messages, message_seqs, strict=True))
-        if seq > cursor or (i == 0 and cursor > 0)
-    ]
+    history = (index or HistoryIndex(trusted_tools)).view(messages, message_seqs, cursor)
     return CompiledContext(
         items=tuple(items),
-        history=tuple(history),
+        history=history,
         tools=tuple(tools),
         output_schema=output_schema,
         cursor=cursor if summary is not None else 0,
