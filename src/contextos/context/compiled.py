@@ -343,7 +343,7 @@ class CompiledContext:
         return (
             sum(i.tokens for i in self.items)
             + _totals(self.history).tokens
-            + sum(_tool_tokens(t) for t in self.tools)
+            + sum(_tool_row(t)[1] for t in self.tools)
             + (estimate_tokens(_canon(self.output_schema)) if self.output_schema else 0)
         )
 
@@ -376,20 +376,7 @@ class CompiledContext:
         of events, so recording a manifest per call keeps storage per turn constant.
         """
         rows = [_row(i) for i in self.items]
-        rows.extend(
-            {
-                "id": f"tool:{t.name}",
-                "type": ItemType.TOOL_SCHEMA.value,
-                "source": "agent tools",
-                "version": sha(_canon(_spec(t)))[:12],
-                "trust": TrustClass.DEVELOPER.value,
-                "why": "declared by the agent",
-                "tokens": _tool_tokens(t),
-                "volatile": False,
-                "sha256": sha(_canon(_spec(t))),
-            }
-            for t in self.tools
-        )
+        rows.extend(dict(_tool_row(t)[0]) for t in self.tools)  # callers may add to rows
         if self.history:
             # A hash of the messages' own hashes: the same commitment to every message, without
             # re-serialising the whole history on every call.
@@ -439,8 +426,33 @@ def _spec(t: ToolSpec) -> dict[str, Any]:
     return {"name": t.name, "description": t.description, "parameters": t.parameters}
 
 
-def _tool_tokens(t: ToolSpec) -> int:
-    return estimate_tokens(_canon(_spec(t)))
+# A run's tool specs are the same objects call after call; their rows are derived once.
+_TOOL_ROWS: dict[int, tuple[ToolSpec, dict[str, Any], int]] = {}
+
+
+def _tool_row(t: ToolSpec) -> tuple[dict[str, Any], int]:
+    """The manifest row of a tool schema, and its estimated tokens."""
+    cached = _TOOL_ROWS.get(id(t))
+    if cached is not None and cached[0] is t:
+        return cached[1], cached[2]
+    text = _canon(_spec(t))
+    tokens = estimate_tokens(text)
+    digest = sha(text)
+    row = {
+        "id": f"tool:{t.name}",
+        "type": ItemType.TOOL_SCHEMA.value,
+        "source": "agent tools",
+        "version": digest[:12],
+        "trust": TrustClass.DEVELOPER.value,
+        "why": "declared by the agent",
+        "tokens": tokens,
+        "volatile": False,
+        "sha256": digest,
+    }
+    if len(_TOOL_ROWS) >= 4096:
+        _TOOL_ROWS.clear()
+    _TOOL_ROWS[id(t)] = (t, row, tokens)
+    return row, tokens
 
 
 def _message_data(m: Message) -> dict[str, Any]:
