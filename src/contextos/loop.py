@@ -73,11 +73,17 @@ class Driver:
         fields.setdefault("actor", self.actor)
         return cls(run_id=self.state.run_id, seq=self.state.seq + offset, **fields)
 
-    async def commit(self, *events: ev.Event) -> None:
-        """Append events in one transaction (the fence), then fold them in."""
+    async def commit(self, *events: ev.Event, synchronous: bool = True) -> None:
+        """Append events in one transaction (the fence), then fold them in.
+
+        `synchronous=False` does not wait for the disk (see `EventStore.append`): the commit of
+        the next step flushes it.
+        """
         while True:
             try:
-                await self.store.append(self.state.run_id, events, expected_seq=self.state.seq)
+                await self.store.append(
+                    self.state.run_id, events, expected_seq=self.state.seq, synchronous=synchronous
+                )
                 break
             except ConcurrencyConflict:
                 # A canceller may have asked the run to end (RunEnding): fold that in and append
@@ -293,7 +299,13 @@ class Driver:
                     message=message.content or "the model refused",
                 )
             )
-        await self.commit(*events)
+            await self.commit(*events)
+            return
+        # Nothing leaves the process on an answer before the next step commits (a write's
+        # effect is recorded before dispatch, a read's result after it, a final answer's
+        # completion), and that commit flushes this one: a power loss in between only means
+        # the model is asked again, as after any crash during the call.
+        await self.commit(*events, synchronous=False)
 
     async def after_run(self) -> None:
         """Let the stack act on a run that stopped being driven (e.g. write memory)."""

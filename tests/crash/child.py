@@ -25,8 +25,17 @@ class KillingStore(SqliteStore):
         self.kill_after = kill_after
         self.appends = 0
 
-    async def append(self, run_id: RunId, events: Sequence[Event], *, expected_seq: int) -> int:
-        seq = await super().append(run_id, events, expected_seq=expected_seq)
+    async def append(
+        self,
+        run_id: RunId,
+        events: Sequence[Event],
+        *,
+        expected_seq: int,
+        synchronous: bool = True,
+    ) -> int:
+        seq = await super().append(
+            run_id, events, expected_seq=expected_seq, synchronous=synchronous
+        )
         self.appends += 1
         if self.appends == self.kill_after:
             os.kill(os.getpid(), signal.SIGKILL)

@@ -90,8 +90,17 @@ class Crash(BaseException):
 
 
 class CrashAfterAllow(SqliteStore):
-    async def append(self, run_id: RunId, events: Sequence[ev.Event], *, expected_seq: int) -> int:
-        seq = await super().append(run_id, events, expected_seq=expected_seq)
+    async def append(
+        self,
+        run_id: RunId,
+        events: Sequence[ev.Event],
+        *,
+        expected_seq: int,
+        synchronous: bool = True,
+    ) -> int:
+        seq = await super().append(
+            run_id, events, expected_seq=expected_seq, synchronous=synchronous
+        )
         if any(isinstance(e, ev.PolicyDecided) and e.decision == "allow" for e in events):
             raise Crash()
         return seq

@@ -32,8 +32,17 @@ class Crash(BaseException):
 class CrashOnDispatch(SqliteStore):
     """Dies right after recording `dispatched`, before the tool is called."""
 
-    async def append(self, run_id: RunId, events: Sequence[ev.Event], *, expected_seq: int) -> int:
-        seq = await super().append(run_id, events, expected_seq=expected_seq)
+    async def append(
+        self,
+        run_id: RunId,
+        events: Sequence[ev.Event],
+        *,
+        expected_seq: int,
+        synchronous: bool = True,
+    ) -> int:
+        seq = await super().append(
+            run_id, events, expected_seq=expected_seq, synchronous=synchronous
+        )
         if any(isinstance(e, ev.EffectChanged) and e.state == "dispatched" for e in events):
             raise Crash()
         return seq

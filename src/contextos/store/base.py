@@ -50,10 +50,21 @@ class EventStore(Protocol):
 
     url: str
 
-    async def append(self, run_id: RunId, events: Sequence[ev.Event], *, expected_seq: int) -> int:
+    async def append(
+        self,
+        run_id: RunId,
+        events: Sequence[ev.Event],
+        *,
+        expected_seq: int,
+        synchronous: bool = True,
+    ) -> int:
         """Append events numbered expected_seq+1, +2, …; return the new last seq.
 
         `expected_seq=0` creates the run, and its first event must be `RunCreated`.
+        With `synchronous=False` the events are committed and visible at once, safe from a
+        process crash, but the store need not wait for the disk: they become safe from a power
+        loss with the next synchronous commit (the log is written in order). Stores that
+        cannot defer the flush treat every append as synchronous.
         """
         ...
 

@@ -171,7 +171,14 @@ class PostgresStore(PostgresQueue):
 
     # -- EventStore -----------------------------------------------------------------------
 
-    async def append(self, run_id: RunId, events: Sequence[ev.Event], *, expected_seq: int) -> int:
+    async def append(
+        self,
+        run_id: RunId,
+        events: Sequence[ev.Event],
+        *,
+        expected_seq: int,
+        synchronous: bool = True,  # every append is one synchronous statement here
+    ) -> int:
         check_batch(run_id, events, expected_seq)
         delta = summarize(events)
         first, last = events[0], events[-1]

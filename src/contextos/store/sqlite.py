@@ -62,6 +62,8 @@ class _Job:
     """True when `work` manages its own transaction (BEGIN/COMMIT), which then maps onto its
     savepoint; the store's own appends do not and get the bare connection."""
     future: asyncio.Future[Any]
+    synchronous: bool = True
+    """False when the commit need not wait for the disk (see `EventStore.append`)."""
 
 
 class SqliteStore(SqliteQueue):
@@ -123,10 +125,17 @@ class SqliteStore(SqliteQueue):
         """
         return await self._submit(fn, joined=True)  # type: ignore[no-any-return]
 
-    async def _submit(self, work: Callable[[sqlite3.Connection], Any], *, joined: bool) -> Any:
+    async def _submit(
+        self, work: Callable[[sqlite3.Connection], Any], *, joined: bool, synchronous: bool = True
+    ) -> Any:
         if self._closed:
             raise RuntimeError("store is closed")
-        job = _Job(work=work, joined=joined, future=asyncio.get_running_loop().create_future())
+        job = _Job(
+            work=work,
+            joined=joined,
+            future=asyncio.get_running_loop().create_future(),
+            synchronous=synchronous,
+        )
         self._pending.append(job)
         self._schedule_flush()
         return await job.future
@@ -243,7 +252,14 @@ class SqliteStore(SqliteQueue):
 
     # -- EventStore -----------------------------------------------------------------------
 
-    async def append(self, run_id: RunId, events: Sequence[ev.Event], *, expected_seq: int) -> int:
+    async def append(
+        self,
+        run_id: RunId,
+        events: Sequence[ev.Event],
+        *,
+        expected_seq: int,
+        synchronous: bool = True,
+    ) -> int:
         check_batch(run_id, events, expected_seq)
         rows = [
             (
@@ -265,7 +281,7 @@ class SqliteStore(SqliteQueue):
             last=events[-1],
         )
         try:
-            seq: int = await self._submit(work, joined=False)
+            seq: int = await self._submit(work, joined=False, synchronous=synchronous)
             return seq
         except sqlite3.IntegrityError as exc:
             # The database's own guards (terminal triggers, primary key) caught a writer that
@@ -366,6 +382,18 @@ def _write_batch(conn: sqlite3.Connection, batch: list[_Job]) -> list[Any]:
 
     A job that fails leaves no rows and gets its error back; the others commit.
     """
+    if any(job.synchronous for job in batch):
+        return _write_jobs(conn, batch)
+    # In WAL mode NORMAL skips the fsync of this commit; the next FULL one flushes the log
+    # up to and including it, since frames are written in order.
+    conn.execute("PRAGMA synchronous=NORMAL")
+    try:
+        return _write_jobs(conn, batch)
+    finally:
+        conn.execute("PRAGMA synchronous=FULL")
+
+
+def _write_jobs(conn: sqlite3.Connection, batch: list[_Job]) -> list[Any]:
     if len(batch) == 1 and not batch[0].joined:
         return [_write_alone(conn, batch[0])]
     conn.execute("BEGIN IMMEDIATE")
