@@ -175,9 +175,12 @@ class Gateway:
         if tool.idempotency_arg:
             kwargs[tool.idempotency_arg] = ctx.idempotency_key
         limit = tool.timeout_s if timeout_s is None else min(tool.timeout_s, timeout_s)
-        if tool.is_async:
-            return await asyncio.wait_for(tool.fn(**kwargs), timeout=max(limit, 0))
-        return await asyncio.wait_for(asyncio.to_thread(tool.fn, **kwargs), timeout=max(limit, 0))
+        # A timeout scope, not wait_for: the tool runs in the caller's task, with no task of
+        # its own to create and schedule on every call.
+        async with asyncio.timeout(max(limit, 0)):
+            if tool.is_async:
+                return await tool.fn(**kwargs)
+            return await asyncio.to_thread(tool.fn, **kwargs)
 
     async def reconcile(self, tool: Tool, idempotency_key: str) -> Any:
         """Ask the tool what became of the call with this key (None: it never took effect)."""
