@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
@@ -38,8 +38,6 @@ from contextos.store.base import EventStore
 from contextos.tools.contract import Tool, ToolContext
 from contextos.tools.gateway import Gateway, ToolOutcome, error_outcome, refusal_outcome
 from contextos.tools.saga import Saga, needs_settling, unsettled
-
-T = TypeVar("T")
 
 CANCEL_POLL_S = 0.25
 """How often an in-flight tool call checks whether its run is being ended."""
@@ -76,6 +74,35 @@ class _Batch:
         if self.events:
             await self.journal.commit(*self.events)
             self.events = []
+
+
+class _EndingWatcher:
+    """Polls a run's log while a slow call is in flight; cancels the call if the run is ending."""
+
+    def __init__(self, runner: ToolRunner, task: asyncio.Task[Any]) -> None:
+        self.runner = runner
+        self.task = task
+        self.cut = False
+        self.polling: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self.polling = asyncio.ensure_future(self._poll())
+
+    def stop(self) -> None:
+        if self.polling is not None and not self.polling.done():
+            self.polling.cancel()
+
+    async def _poll(self) -> None:
+        while True:
+            try:
+                ending = await self.runner._ending_requested()
+            except Exception:
+                return  # the store is unreachable: the call's own commit will say so
+            if ending:
+                self.cut = True
+                self.task.cancel()
+                return
+            await asyncio.sleep(CANCEL_POLL_S)
 
 
 class ToolRunner:
@@ -530,26 +557,29 @@ class ToolRunner:
         )
 
     async def _attempt(self, tool: Tool, args: BaseModel, ctx: ToolContext) -> Any:
-        """One dispatch, cut short if the run is being ended meanwhile."""
+        """One dispatch, cut short if another process starts ending the run meanwhile.
+
+        The call runs in this task. Only a call still running after `CANCEL_POLL_S` gets a
+        watcher that polls the log, so a quick call costs no extra task or status read.
+        """
         deadline = self.state.deadline_at
         remaining = (deadline - _now()).total_seconds() if deadline is not None else None
-        work = asyncio.ensure_future(self.gw.dispatch(tool, args, ctx, timeout_s=remaining))
-        return await self._watched(work)
-
-    async def _watched(self, work: asyncio.Future[T]) -> T:
-        """Await `work`, cancelling it when another process starts ending the run."""
+        task = asyncio.current_task()
+        assert task is not None
+        watcher = _EndingWatcher(self, task)
+        handle = asyncio.get_running_loop().call_later(CANCEL_POLL_S, watcher.start)
         try:
-            while True:
-                done, _ = await asyncio.wait({work}, timeout=CANCEL_POLL_S)
-                if done:
-                    return work.result()
-                if await self._ending_requested():
-                    work.cancel()
-                    await asyncio.gather(work, return_exceptions=True)
-                    raise _Ending("the run is being ended; the call was cancelled in flight")
+            result = await self.gw.dispatch(tool, args, ctx, timeout_s=remaining)
+        except asyncio.CancelledError:
+            if not watcher.cut:
+                raise
         finally:
-            if not work.done():
-                work.cancel()
+            handle.cancel()
+            watcher.stop()
+        if watcher.cut:
+            task.uncancel()  # the cancellation was ours, not the caller's
+            raise _Ending("the run is being ended; the call was cancelled in flight")
+        return result
 
     async def _ending_requested(self) -> bool:
         s = self.state
