@@ -39,8 +39,9 @@ from contextos.policy.decision import PolicyHook
 from contextos.policy.identity import Principal, RunContext
 from contextos.policy.rules import Policy
 from contextos.runs import FailureReason, RunId, RunStatus
-from contextos.state import RunState, apply, fold
+from contextos.state import RunState, apply
 from contextos.store import EventStore, RunSummary, open_store
+from contextos.store.base import load_state
 from contextos.store.queue import Lease, QueueEntry, queue_of
 from contextos.tools.effects import needs_settling
 from contextos.tools.gateway import Gateway
@@ -367,7 +368,10 @@ class Runtime:
             if driver.stop_requested and driver.state.status is RunStatus.RUNNING:
                 await self._hand_back(driver.state, "the worker is shutting down")
             await self._release(held)
-        return RunResult.from_state(await self.state(state.run_id))
+        # The driver's state is the log up to its seq; fold in whatever others added since.
+        for event in await self.store.read(state.run_id, after_seq=driver.state.seq):
+            apply(driver.state, event)
+        return RunResult.from_state(driver.state)
 
     # -- leases ---------------------------------------------------------------------------
 
@@ -603,7 +607,7 @@ class Runtime:
         return await self.store.read(RunId(run_id))
 
     async def state(self, run_id: str) -> RunState:
-        return fold(await self.events(run_id), run_id)
+        return await load_state(self.store, RunId(run_id))
 
     async def result(self, run_id: str) -> RunResult:
         return RunResult.from_state(await self.state(run_id))

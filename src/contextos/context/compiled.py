@@ -114,7 +114,6 @@ class Entry:
     """Content guards already applied."""
     # Derived from `message` on first use; `replace()` starts a copy without them.
     _tokens: int = field(default=-1, init=False, repr=False, compare=False)
-    _digest: str = field(default="", init=False, repr=False, compare=False)
 
     @property
     def tokens(self) -> int:
@@ -127,11 +126,13 @@ class Entry:
         return self._tokens
 
     @property
-    def digest(self) -> str:
-        """sha256 of the message as the model sees it."""
-        if not self._digest:
-            object.__setattr__(self, "_digest", sha(_canon(_message_data(self.message))))
-        return self._digest
+    def canonical(self) -> bytes:
+        """The message as the model sees it, as unambiguous bytes: each field length-prefixed."""
+        m = self.message
+        fields = [m.role, m.content, m.tool_call_id or ""]
+        for c in m.tool_calls:
+            fields += (c.id, c.name, c.arguments)
+        return "".join([f"{len(f)}:{f}" for f in fields]).encode()
 
     def with_content(self, content: str, guard: str | None = None) -> Entry:
         guards = self.guards | {guard} if guard else self.guards
@@ -224,7 +225,7 @@ class _Totals:
     tokens: int
     untrusted: int
     digest: str
-    """sha256 over the concatenated digests of the messages, in order."""
+    """sha256 over the messages' canonical forms, in order."""
 
 
 def _totals(history: Sequence[Entry]) -> _Totals:
@@ -233,7 +234,7 @@ def _totals(history: Sequence[Entry]) -> _Totals:
     return _Totals(
         tokens=sum(e.tokens for e in history),
         untrusted=sum(1 for e in history if e.trust is TrustClass.UNTRUSTED),
-        digest=sha("".join([e.digest for e in history])),
+        digest=hashlib.sha256(b"".join([e.canonical for e in history])).hexdigest(),
     )
 
 
@@ -282,10 +283,10 @@ class HistoryIndex:
             untrusted += first.trust is TrustClass.UNTRUSTED
         fed, hasher = self._hashers.get((pinned, start), (start, None))
         if hasher is None or fed > end:
-            hasher = hashlib.sha256(first.digest.encode() if first is not None else b"")
+            hasher = hashlib.sha256(first.canonical if first is not None else b"")
             fed = start
         for entry in self.entries[fed:end]:
-            hasher.update(entry.digest.encode())
+            hasher.update(entry.canonical)
         self._hashers[(pinned, start)] = (end, hasher)
         return _Totals(tokens=tokens, untrusted=untrusted, digest=hasher.copy().hexdigest())
 
@@ -378,8 +379,8 @@ class CompiledContext:
         rows = [_row(i) for i in self.items]
         rows.extend(dict(_tool_row(t)[0]) for t in self.tools)  # callers may add to rows
         if self.history:
-            # A hash of the messages' own hashes: the same commitment to every message, without
-            # re-serialising the whole history on every call.
+            # One hash commits to every message; the index keeps it running, so a call does not
+            # re-serialise the whole history.
             totals = _totals(self.history)
             first, last = self.history[0].seq, self.history[-1].seq
             rows.append(
@@ -453,15 +454,6 @@ def _tool_row(t: ToolSpec) -> tuple[dict[str, Any], int]:
         _TOOL_ROWS.clear()
     _TOOL_ROWS[id(t)] = (t, row, tokens)
     return row, tokens
-
-
-def _message_data(m: Message) -> dict[str, Any]:
-    return {
-        "role": m.role,
-        "content": m.content,
-        "tool_calls": [[c.id, c.name, c.arguments] for c in m.tool_calls],
-        "tool_call_id": m.tool_call_id,
-    }
 
 
 def _canon(data: Any) -> str:
