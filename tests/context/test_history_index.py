@@ -95,7 +95,10 @@ def test_an_index_fed_another_conversation_starts_over() -> None:
     a, seqs = conversation(4, random.Random(5))
     b, _ = conversation(4, random.Random(6))
     index = HistoryIndex()
-    compiled(a, seqs, 0, index)
+    before = compiled(a, seqs, 0, index)
     context = compiled(b, seqs, 0, index)
     assert [e.message for e in context.history] == b
     assert context.manifest() == walked(context).manifest()
+    # A view taken before the index started over still shows what it showed.
+    assert [e.message for e in before.history] == a
+    assert before.manifest() == walked(before).manifest()

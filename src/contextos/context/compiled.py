@@ -167,18 +167,19 @@ class History(Sequence[Entry]):
     costs what one early in it does.
     """
 
-    __slots__ = ("_end", "_index", "_pinned", "_start")
+    __slots__ = ("_end", "_entries", "_index", "_messages", "_pinned", "_start")
 
     def __init__(self, index: HistoryIndex, pinned: bool, start: int, end: int) -> None:
         self._index = index
+        self._entries = index.entries  # the lists as they are now: an index that starts over
+        self._messages = index.messages  # replaces them, and this view stays what it was
         self._pinned = pinned  # the run's first message is kept ahead of a compacted range
         self._start = start
         self._end = end
 
-    def _entries(self) -> list[Entry]:
-        entries = self._index.entries
-        head = [entries[0]] if self._pinned else []
-        return head + entries[self._start : self._end]
+    def _visible(self) -> list[Entry]:
+        head = self._entries[:1] if self._pinned else []
+        return head + self._entries[self._start : self._end]
 
     def __len__(self) -> int:
         return self._end - self._start + self._pinned
@@ -189,19 +190,19 @@ class History(Sequence[Entry]):
     def __getitem__(self, i: slice) -> tuple[Entry, ...]: ...
     def __getitem__(self, i: int | slice) -> Entry | tuple[Entry, ...]:
         if isinstance(i, slice):
-            return tuple(self._entries()[i])
-        if self._pinned and i in (0, -len(self)):
-            return self._index.entries[0]
+            return tuple(self._visible()[i])
         n = len(self)
         if not -n <= i < n:
             raise IndexError(i)
-        return self._index.entries[self._end + i if i < 0 else self._start + i - self._pinned]
+        if self._pinned and i in (0, -n):
+            return self._entries[0]
+        return self._entries[self._end + i if i < 0 else self._start + i - self._pinned]
 
     def __iter__(self) -> Iterator[Entry]:
-        return iter(self._entries())
+        return iter(self._visible())
 
     def __reversed__(self) -> Iterator[Entry]:
-        return reversed(self._entries())
+        return reversed(self._visible())
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Sequence) and tuple(self) == tuple(other)
@@ -213,10 +214,12 @@ class History(Sequence[Entry]):
         return f"History({len(self)} entries, {self._start}..{self._end})"
 
     def messages(self) -> list[Message]:
-        head = [self._index.messages[0]] if self._pinned else []
-        return head + self._index.messages[self._start : self._end]
+        head = self._messages[:1] if self._pinned else []
+        return head + self._messages[self._start : self._end]
 
     def totals(self) -> _Totals:
+        if self._index.entries is not self._entries:
+            return _walked_totals(self._visible())
         return self._index.totals(self._pinned, self._start, self._end)
 
 
@@ -229,8 +232,10 @@ class _Totals:
 
 
 def _totals(history: Sequence[Entry]) -> _Totals:
-    if isinstance(history, History):
-        return history.totals()
+    return history.totals() if isinstance(history, History) else _walked_totals(history)
+
+
+def _walked_totals(history: Sequence[Entry]) -> _Totals:
     return _Totals(
         tokens=sum(e.tokens for e in history),
         untrusted=sum(1 for e in history if e.trust is TrustClass.UNTRUSTED),
