@@ -104,7 +104,7 @@ def apply(state: RunState, event: ev.Event) -> RunState:
         raise EventDecodeError(
             state.run_id, event.seq, f"log has a gap or repeat: expected seq {state.seq + 1}"
         )
-    new_status = ev.status_after(event)
+    new_status = type(event).SETS_STATUS  # ev.status_after, inlined: this runs per event
     if new_status is not None and state.seq > 0 and not can_transition(state.status, new_status):
         raise EventDecodeError(
             state.run_id,
@@ -206,7 +206,9 @@ def apply(state: RunState, event: ev.Event) -> RunState:
         case _:
             assert_never(event)
     # Each new message remembers its event, whichever case above added it.
-    state.message_seqs.extend([event.seq] * (len(state.messages) - len(state.message_seqs)))
+    added = len(state.messages) - len(state.message_seqs)
+    if added:
+        state.message_seqs.extend([event.seq] * added)
     if new_status is not None:
         state.status = new_status
     state.seq = event.seq

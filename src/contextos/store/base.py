@@ -9,6 +9,7 @@ from typing import Protocol, runtime_checkable
 
 from contextos import events as ev
 from contextos.runs import RunId, RunStatus
+from contextos.state import RunState, fold
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -85,6 +86,22 @@ class EventStore(Protocol):
     async def close(self) -> None:
         """Release connections and threads."""
         ...
+
+
+@runtime_checkable
+class StateStore(Protocol):
+    """A store that loads a run's folded state itself, from a snapshot and the log after it."""
+
+    async def state(self, run_id: RunId) -> RunState:
+        """The run's state, equal to `fold(await read(run_id))`. Raises RunNotFound."""
+        ...
+
+
+async def load_state(store: EventStore, run_id: RunId) -> RunState:
+    """A run's folded state: the store's own way when it has one, else the fold of its log."""
+    if isinstance(store, StateStore):
+        return await store.state(run_id)
+    return fold(await store.read(run_id), run_id)
 
 
 def check_batch(run_id: RunId, events: Sequence[ev.Event], expected_seq: int) -> None:

@@ -143,6 +143,18 @@ FROM events e JOIN events c ON c.run_id = e.run_id AND c.seq = 1
 WHERE e.type IN ('model_responded', 'context_compacted')
 GROUP BY 1, 2;
 """,
+    # 4: snapshots of a run's folded state, a cache that spares a load most of the log. One row
+    # per run (the newest); `format` names the code that folded and encoded it, and a load
+    # ignores a snapshot of another format. Not events: rewritten freely, even for ended runs.
+    """
+CREATE TABLE snapshots (
+    run_id TEXT PRIMARY KEY,
+    seq INTEGER NOT NULL,
+    format TEXT NOT NULL,
+    state BLOB NOT NULL,
+    written_at TEXT NOT NULL DEFAULT (datetime('now'))
+);
+""",
 ]
 
 
@@ -306,5 +318,15 @@ FROM (SELECT run_id, occurred_at, contextos_json(payload) -> 'usage' AS usage
       FROM events WHERE type IN ('model_responded', 'context_compacted')) AS e
 JOIN events c ON c.run_id = e.run_id AND c.seq = 1
 GROUP BY 1, 2;
+""",
+    # 4: snapshots of a run's folded state, as SQLite's migration 4.
+    """
+CREATE TABLE snapshots (
+    run_id text PRIMARY KEY,
+    seq bigint NOT NULL,
+    format text NOT NULL,
+    state bytea NOT NULL,
+    written_at timestamptz NOT NULL DEFAULT now()
+);
 """,
 ]

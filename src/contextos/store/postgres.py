@@ -9,7 +9,7 @@ terminal runs frozen, whatever SQL reaches them.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -28,6 +28,7 @@ from contextos.errors import (
     StoreError,
 )
 from contextos.runs import TERMINAL, RunId, RunStatus
+from contextos.store import snapshots
 from contextos.store.base import RunSummary, check_batch, summarize
 from contextos.store.migrations import POSTGRES_MIGRATIONS
 from contextos.store.postgres_queue import PostgresQueue
@@ -97,7 +98,7 @@ def redact(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-class PostgresStore(PostgresQueue):
+class PostgresStore(PostgresQueue, snapshots.Snapshotting):
     """EventStore (and RunQueue) on a PostgreSQL database.
 
     The pool opens, and the schema is migrated, on first use. `search_path` in the URL
@@ -119,6 +120,8 @@ class PostgresStore(PostgresQueue):
         self._pool: AsyncConnectionPool | None = None
         self._opening: asyncio.Lock | None = None
         self._closed = False
+        self._folds = snapshots.Folds()
+        self._tasks: set[asyncio.Task[None]] = set()
 
     # -- plumbing -------------------------------------------------------------------------
 
@@ -163,7 +166,16 @@ class PostgresStore(PostgresQueue):
         async with pool.connection() as conn:
             yield conn
 
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
     async def close(self) -> None:
+        if not self._closed and self._pool is not None:
+            self._unsaved()
+        while self._tasks:  # snapshots being written
+            await asyncio.gather(*self._tasks, return_exceptions=True)
         self._closed = True
         if self._pool is not None:
             pool, self._pool = self._pool, None
@@ -224,6 +236,7 @@ class PostgresStore(PostgresQueue):
                     raise RunIsTerminal(run_id, await _status(conn, run_id)) from exc
                 raise StoreError(str(exc), run_id=run_id) from exc
             if row is not None and row[0] == len(events):
+                self._folded(run_id, expected_seq, events)
                 return last.seq
             cur = await conn.execute(
                 "SELECT last_seq, status FROM runs WHERE run_id = %s", (run_id,)
@@ -237,21 +250,34 @@ class PostgresStore(PostgresQueue):
         raise ConcurrencyConflict(run_id, expected_seq, last_seq)
 
     async def read(self, run_id: RunId, *, after_seq: int = 0) -> list[ev.Event]:
+        rows = await self._read_rows(run_id, after_seq)
+        return [ev.decode(run_id, seq, t, v, payload) for seq, t, v, payload in rows]
+
+    async def _read_rows(self, run_id: RunId, after_seq: int) -> list[snapshots.Row]:
+        async with self._conn() as conn:
+            return await _events(conn, run_id, after_seq)
+
+    async def _read_snapshot(
+        self, run_id: RunId
+    ) -> tuple[snapshots.Snapshot | None, list[snapshots.Row]]:
         async with self._conn() as conn:
             cur = await conn.execute(
-                "SELECT seq, type, schema_version, payload FROM events"
-                " WHERE run_id = %s AND seq > %s ORDER BY seq",
-                (run_id, after_seq),
+                "SELECT seq, format, state FROM snapshots WHERE run_id = %s AND format = %s",
+                (run_id, snapshots.FORMAT),
             )
-            rows = await cur.fetchall()
-            if not rows and after_seq == 0:
-                cur = await conn.execute("SELECT 1 FROM runs WHERE run_id = %s", (run_id,))
-                if await cur.fetchone() is None:
-                    raise RunNotFound(run_id)
-        return [
-            ev.decode(run_id, int(seq), str(t), int(v), bytes(payload))
-            for seq, t, v, payload in rows
-        ]
+            row = await cur.fetchone()
+            snap = None if row is None else (int(row[0]), str(row[1]), bytes(row[2]))
+            return snap, await _events(conn, run_id, snap[0] if snap is not None else 0)
+
+    async def _write_snapshot(self, run_id: RunId, seq: int, blob: bytes) -> None:
+        async with self._conn() as conn:
+            await conn.execute(
+                "INSERT INTO snapshots (run_id, seq, format, state) VALUES (%s, %s, %s, %s)"
+                " ON CONFLICT (run_id) DO UPDATE SET seq = EXCLUDED.seq,"
+                " format = EXCLUDED.format, state = EXCLUDED.state, written_at = now()"
+                " WHERE EXCLUDED.seq > snapshots.seq OR EXCLUDED.format <> snapshots.format",
+                (run_id, seq, snapshots.FORMAT, blob),
+            )
 
     async def get_run(self, run_id: RunId) -> RunSummary:
         async with self._conn() as conn:
@@ -326,6 +352,22 @@ class PostgresStore(PostgresQueue):
                 expected=len(POSTGRES_MIGRATIONS),
             )
         return current
+
+
+async def _events(
+    conn: psycopg.AsyncConnection[Any], run_id: RunId, after_seq: int
+) -> list[snapshots.Row]:
+    cur = await conn.execute(
+        "SELECT seq, type, schema_version, payload FROM events"
+        " WHERE run_id = %s AND seq > %s ORDER BY seq",
+        (run_id, after_seq),
+    )
+    rows = await cur.fetchall()
+    if not rows and after_seq == 0:
+        cur = await conn.execute("SELECT 1 FROM runs WHERE run_id = %s", (run_id,))
+        if await cur.fetchone() is None:
+            raise RunNotFound(run_id)
+    return [(int(seq), str(t), int(v), bytes(payload)) for seq, t, v, payload in rows]
 
 
 async def _last_seq(conn: psycopg.AsyncConnection[Any], run_id: str) -> int:

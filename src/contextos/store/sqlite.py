@@ -11,9 +11,10 @@ loop, and the expected-seq check fences writers either way.
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
@@ -28,11 +29,14 @@ from contextos.errors import (
     RunNotFound,
 )
 from contextos.runs import TERMINAL, RunId, RunStatus
+from contextos.store import snapshots
 from contextos.store.base import RunSummary, SummaryDelta, check_batch, summarize
 from contextos.store.migrations import SQLITE_MIGRATIONS
 from contextos.store.sqlite_queue import SqliteQueue
 
 T = TypeVar("T")
+
+log = logging.getLogger("contextos.store")
 
 _TERMINAL_SQL = ", ".join(f"'{s.value}'" for s in sorted(TERMINAL))
 
@@ -66,7 +70,7 @@ class _Job:
     """False when the commit need not wait for the disk (see `EventStore.append`)."""
 
 
-class SqliteStore(SqliteQueue):
+class SqliteStore(SqliteQueue, snapshots.Snapshotting):
     """EventStore on a SQLite file."""
 
     def __init__(self, path: str | Path, *, busy_timeout_s: float = 30.0) -> None:
@@ -82,6 +86,7 @@ class SqliteStore(SqliteQueue):
         """Set while the connection is in use on the store's thread (another process held the
         lock); everything else waits for it, so the connection is never used by two threads."""
         self._tasks: set[asyncio.Task[None]] = set()
+        self._folds = snapshots.Folds()
 
     # -- plumbing -------------------------------------------------------------------------
 
@@ -175,6 +180,7 @@ class SqliteStore(SqliteQueue):
     async def close(self) -> None:
         if self._closed:
             return
+        self._unsaved()
         # In-flight appends commit first, and their callers hear so.
         while self._pending or self._tasks or self._lent is not None:
             if self._tasks:
@@ -245,7 +251,7 @@ class SqliteStore(SqliteQueue):
             return
         _deliver(batch, results)
 
-    def _spawn(self, work: Any) -> None:
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -282,6 +288,7 @@ class SqliteStore(SqliteQueue):
         )
         try:
             seq: int = await self._submit(work, joined=False, synchronous=synchronous)
+            self._folded(run_id, expected_seq, events)
             return seq
         except sqlite3.IntegrityError as exc:
             # The database's own guards (terminal triggers, primary key) caught a writer that
@@ -293,20 +300,29 @@ class SqliteStore(SqliteQueue):
             raise ConcurrencyConflict(run_id, expected_seq, summary.last_seq) from exc
 
     async def read(self, run_id: RunId, *, after_seq: int = 0) -> list[ev.Event]:
-        def _read(conn: sqlite3.Connection) -> list[tuple[int, str, int, bytes]]:
-            rows = conn.execute(
-                "SELECT seq, type, schema_version, payload FROM events"
-                " WHERE run_id = ? AND seq > ? ORDER BY seq",
-                (run_id, after_seq),
-            ).fetchall()
-            if not rows and after_seq == 0:
-                exists = conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-                if exists is None:
-                    raise RunNotFound(run_id)
-            return rows
-
-        rows = await self._query(_read)
+        rows = await self._read_rows(run_id, after_seq)
         return [ev.decode(run_id, seq, t, v, payload) for seq, t, v, payload in rows]
+
+    async def _read_snapshot(
+        self, run_id: RunId
+    ) -> tuple[snapshots.Snapshot | None, list[snapshots.Row]]:
+        def _read(conn: sqlite3.Connection) -> tuple[Any, list[snapshots.Row]]:
+            snap = conn.execute(
+                "SELECT seq, format, state FROM snapshots WHERE run_id = ? AND format = ?",
+                (run_id, snapshots.FORMAT),
+            ).fetchone()
+            return snap, _events(conn, run_id, snap[0] if snap is not None else 0)
+
+        return await self._query(_read)
+
+    async def _read_rows(self, run_id: RunId, after_seq: int) -> list[snapshots.Row]:
+        return await self._query(lambda conn: _events(conn, run_id, after_seq))
+
+    async def _write_snapshot(self, run_id: RunId, seq: int, blob: bytes) -> None:
+        # A cache, so its commit need not wait for the disk.
+        await self._submit(
+            lambda conn: _save_snapshot(conn, run_id, seq, blob), joined=False, synchronous=False
+        )
 
     async def get_run(self, run_id: RunId) -> RunSummary:
         def _get(conn: sqlite3.Connection) -> tuple[object, ...] | None:
@@ -368,6 +384,34 @@ class SqliteStore(SqliteQueue):
 
 
 _TERMINAL_VALUES = frozenset(s.value for s in TERMINAL)
+
+
+def _events(conn: sqlite3.Connection, run_id: RunId, after_seq: int) -> list[snapshots.Row]:
+    rows: list[snapshots.Row] = conn.execute(
+        "SELECT seq, type, schema_version, payload FROM events"
+        " WHERE run_id = ? AND seq > ? ORDER BY seq",
+        (run_id, after_seq),
+    ).fetchall()
+    if not rows and after_seq == 0:
+        exists = conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        if exists is None:
+            raise RunNotFound(run_id)
+    return rows
+
+
+def _save_snapshot(conn: sqlite3.Connection, run_id: RunId, seq: int, blob: bytes) -> None:
+    """Keep the newest snapshot of a run (or the first of this code's format)."""
+    row = conn.execute("SELECT seq, format FROM snapshots WHERE run_id = ?", (run_id,)).fetchone()
+    if row is not None:
+        if row[0] >= seq and row[1] == snapshots.FORMAT:
+            return
+        # Delete, then insert: an UPDATE writes the new blob before it frees the old one's
+        # pages, and the file would keep room for two.
+        conn.execute("DELETE FROM snapshots WHERE run_id = ?", (run_id,))
+    conn.execute(
+        "INSERT INTO snapshots (run_id, seq, format, state) VALUES (?, ?, ?, ?)",
+        (run_id, seq, snapshots.FORMAT, blob),
+    )
 
 
 def _is_busy(exc: sqlite3.OperationalError) -> bool:

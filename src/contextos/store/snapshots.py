@@ -1,0 +1,305 @@
+"""Snapshots of a run's folded state: a cache that spares a load most of the run's log.
+
+The log stays the only truth. A snapshot names the seq it was folded up to and the format of
+the code that folded and encoded it; a load that finds none, one of another format, or one
+that does not decode into that run at that seq, folds the whole log instead.
+
+A store keeps, beside the logs it appends to, the folded state of those runs (`Folds`): writing
+a snapshot then costs an encode, never a re-read of the log.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import sys
+from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pydantic_core
+from pydantic import TypeAdapter, ValidationError
+
+from contextos import events as ev
+from contextos.errors import EventDecodeError
+from contextos.runs import RunId, RunStatus
+from contextos.state import RunState, apply
+
+log = logging.getLogger("contextos.store")
+
+EVERY = 128
+"""A run's snapshot is rewritten once its log has grown this many events past the last one…"""
+GROWTH = 16
+"""…or a 1/GROWTH of its length, if more: a snapshot's cost grows with the run, and so does
+the gap between two, which keeps the cost per event constant while a load folds at most a
+1/GROWTH of the log on top of its snapshot."""
+AT_REST = 64
+"""It is also written when the run stops (parks, is let go, or the store closes) with at least
+this many events since the last one, so short runs never pay for one; and when a run of at
+least EVERY events ends, whatever came since the last one, since no append will follow."""
+CAPACITY = 4096
+"""Runs whose folded state a store keeps in memory at most; the least recently appended go."""
+
+SNAPSHOT_VERSION = 1
+"""Bump when the encoding changes in a way the format's fingerprint cannot see."""
+
+_STATE: TypeAdapter[RunState] = TypeAdapter(RunState)
+
+# The modules that define the fold and every record a state holds.
+_SOURCES = (
+    "contextos.state",
+    "contextos.events",
+    "contextos.messages",
+    "contextos.ledger",
+    "contextos.runs",
+)
+
+
+def _format() -> str:
+    """This code's snapshot format: its encoding, the fold and the shapes of what it folds.
+
+    The source of the fold's modules goes into it, so that a change to how a state is built
+    can never meet a snapshot made before it (a forgotten version bump would go unnoticed).
+    """
+    digest = hashlib.sha256(f"{SNAPSHOT_VERSION}/{pydantic_core.__version__}".encode())
+    for name, cls in sorted(ev.EVENT_TYPES.items()):
+        digest.update(f"/{name}:{cls.SCHEMA_VERSION}".encode())
+    for module in _SOURCES:
+        path = getattr(sys.modules[module], "__file__", None)
+        try:
+            digest.update(Path(path).read_bytes() if path else module.encode())
+        except OSError:  # no source shipped: the versions above decide alone
+            digest.update(module.encode())
+    return f"{SNAPSHOT_VERSION}.{digest.hexdigest()[:20]}"
+
+
+FORMAT = _format()
+"""The format this code writes, and the only one it reads."""
+
+
+def encode(state: RunState) -> bytes:
+    return _STATE.dump_json(state)
+
+
+def restore(run_id: RunId, seq: int, fmt: str, blob: bytes) -> RunState | None:
+    """The snapshot's state, or None when it cannot be trusted (the caller folds the log)."""
+    if fmt != FORMAT:
+        return None
+    try:
+        state = _STATE.validate_json(blob)
+    except ValidationError as exc:
+        log.warning("ignoring the snapshot of run %s at #%d: %s", run_id, seq, exc)
+        return None
+    if state.run_id != run_id or state.seq != seq:
+        log.warning(
+            "ignoring the snapshot of run %s at #%d: it holds run %s at #%d",
+            run_id,
+            seq,
+            state.run_id,
+            state.seq,
+        )
+        return None
+    return state
+
+
+Row = tuple[int, str, int, bytes]
+"""An event row: seq, type, schema version, payload."""
+
+
+def replay(state: RunState, rows: Sequence[Row]) -> RunState:
+    """Fold event rows into `state`; a corrupt or unknown row stops with its run and seq."""
+    run_id = state.run_id
+    for seq, event_type, version, payload in rows:
+        apply(state, ev.decode(run_id, seq, event_type, version, payload))
+    return state
+
+
+@dataclass(frozen=True, slots=True)
+class Due:
+    """A snapshot the store should write now."""
+
+    run_id: RunId
+    """The run."""
+    seq: int
+    """The seq it is folded up to."""
+    blob: bytes | None
+    """The encoded state; None when this store does not hold the state and must load it."""
+
+
+@dataclass(slots=True)
+class _Run:
+    state: RunState | None
+    """Folded up to `state.seq`; None when unknown here (the run was resumed, or went stale)."""
+    last: int
+    """The last seq this store appended."""
+    saved: int
+    """Seq of the newest snapshot written, or where this store began to follow the run."""
+    loading: bool = False
+    """True while the store loads the state to snapshot it."""
+
+
+class Folds:
+    """The folded state of the runs a store appends to, and when to snapshot it.
+
+    Only the store touches these states: they are folded from the events it committed, and
+    never handed out (a load decodes its own copy).
+    """
+
+    def __init__(
+        self,
+        *,
+        every: int = EVERY,
+        growth: int = GROWTH,
+        at_rest: int = AT_REST,
+        capacity: int = CAPACITY,
+    ) -> None:
+        self.every = every
+        self.growth = growth
+        self.at_rest = at_rest
+        self.capacity = capacity
+        self._runs: dict[RunId, _Run] = {}
+
+    def appended(self, run_id: RunId, expected_seq: int, events: Sequence[ev.Event]) -> Due | None:
+        """Fold a committed batch in; return the snapshot to write, if one is due."""
+        last = events[-1].seq
+        run = self._runs.pop(run_id, None)
+        if expected_seq == 0:
+            run = _Run(state=RunState(run_id=run_id), last=0, saved=0)
+        elif run is None:
+            run = _Run(state=None, last=expected_seq, saved=expected_seq)
+        state = run.state
+        if state is not None:
+            if state.seq == expected_seq:
+                try:
+                    for event in events:
+                        apply(state, event)
+                except EventDecodeError as exc:
+                    log.debug("run %s: no snapshots from this batch: %s", run_id, exc)
+                    run.state = None
+            elif state.seq < last:  # another writer moved the log on
+                run.state = None
+            # else a load already read this batch
+        run.last = max(run.last, last)
+        status = next((s for e in reversed(events) if (s := ev.status_after(e))), None)
+        if status is not None and status.is_terminal:
+            need = 1 if last >= self.every else self.at_rest
+        else:  # an ended run is forgotten; the others stay, the least recent going first
+            self._runs[run_id] = run
+            while len(self._runs) > self.capacity:
+                del self._runs[next(iter(self._runs))]
+            resting = status is not None and status is not RunStatus.RUNNING
+            need = self.at_rest if resting else self.gap(run.saved)
+        if run.loading or last - run.saved < need:
+            return None
+        if run.state is None:
+            run.loading = True
+            return Due(run_id=run_id, seq=last, blob=None)
+        run.saved = run.state.seq  # written from now on: no second one while this one is
+        return Due(run_id=run_id, seq=run.state.seq, blob=encode(run.state))
+
+    def gap(self, seq: int) -> int:
+        """Events a run with a snapshot at `seq` may grow before the next one."""
+        return max(self.every, seq // self.growth)
+
+    def loaded(self, run_id: RunId, state: RunState | None) -> None:
+        """Adopt a state the store loaded to snapshot (its own copy); None: the load failed."""
+        run = self._runs.get(run_id)
+        if run is None:
+            return
+        run.loading = False
+        if state is not None and run.state is None and state.seq >= run.last:
+            run.state = state
+
+    def saved(self, run_id: RunId, seq: int) -> None:
+        run = self._runs.get(run_id)
+        if run is not None:
+            run.saved = max(run.saved, seq)
+
+    def unsaved(self) -> list[Due]:
+        """Snapshots worth writing before the store closes, and forget every run."""
+        due = [
+            Due(run_id=run_id, seq=run.state.seq, blob=encode(run.state))
+            for run_id, run in self._runs.items()
+            if run.state is not None and run.state.seq - run.saved >= self.at_rest
+        ]
+        self._runs.clear()
+        return due
+
+
+Snapshot = tuple[int, str, bytes]
+"""A snapshot row: seq, format, encoded state."""
+
+
+class Snapshotting:
+    """The snapshot half of a store, over a few primitives each backend provides.
+
+    `state` loads from the newest trusted snapshot; appends keep `Folds` and write the
+    snapshots it asks for in the background (a failed write is logged, never raised: the
+    events are committed, and the next load folds a little more).
+    """
+
+    _folds: Folds
+
+    async def _read_snapshot(self, run_id: RunId) -> tuple[Snapshot | None, list[Row]]:
+        """The run's snapshot in this code's FORMAT (if any), and the events after it."""
+        raise NotImplementedError
+
+    async def _read_rows(self, run_id: RunId, after_seq: int) -> list[Row]:
+        """Event rows after a seq; RunNotFound for an unknown run."""
+        raise NotImplementedError
+
+    async def _write_snapshot(self, run_id: RunId, seq: int, blob: bytes) -> None:
+        """Keep this snapshot unless the run has a newer one of this FORMAT."""
+        raise NotImplementedError
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run `work` in the background; the store waits for it before it closes."""
+        raise NotImplementedError
+
+    async def state(self, run_id: RunId) -> RunState:
+        """The run's folded state: its snapshot, when one can be trusted, and the log after it."""
+        state, folded = await self._load(run_id)
+        if folded >= self._folds.gap(state.seq - folded):  # worth a fresh one for the next load
+            blob = encode(state)
+            self._spawn(self._snapshot(Due(run_id=run_id, seq=state.seq, blob=blob)))
+        return state
+
+    async def _load(self, run_id: RunId) -> tuple[RunState, int]:
+        """A state of the caller's own, and how many events were folded on top of a snapshot."""
+        snap, rows = await self._read_snapshot(run_id)
+        state = restore(run_id, *snap) if snap is not None else None
+        if snap is not None and state is None:
+            rows = await self._read_rows(run_id, 0)
+        return replay(state or RunState(run_id=run_id), rows), len(rows)
+
+    def _folded(self, run_id: RunId, expected_seq: int, events: Sequence[ev.Event]) -> None:
+        """Keep a committed batch's run folded; snapshot it when one is due."""
+        try:
+            due = self._folds.appended(run_id, expected_seq, events)
+        except Exception:  # a cache: its failure must never fail a committed append
+            log.exception("run %s: cannot fold the appended events for a snapshot", run_id)
+            return
+        if due is not None:
+            self._spawn(self._snapshot(due))
+
+    def _unsaved(self) -> None:
+        """Snapshot the runs this store stops following (it is closing)."""
+        for due in self._folds.unsaved():
+            self._spawn(self._snapshot(due))
+
+    async def _snapshot(self, due: Due) -> None:
+        run_id, seq, blob = due.run_id, due.seq, due.blob
+        try:
+            if blob is None:  # this store does not follow the run's state: load it
+                state: RunState | None = None
+                try:
+                    state, _ = await self._load(run_id)
+                finally:
+                    self._folds.loaded(run_id, state)
+                seq, blob = state.seq, encode(state)
+            await self._write_snapshot(run_id, seq, blob)
+        except Exception:
+            log.warning("run %s: snapshot at #%d not written", run_id, seq, exc_info=True)
+            return
+        self._folds.saved(run_id, seq)
