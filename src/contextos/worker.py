@@ -34,6 +34,7 @@ from contextos.runtime import Runtime
 from contextos.scheduler import fire_due, retry_at
 from contextos.store import EventStore, open_store
 from contextos.store.queue import Lease, RunQueue, WorkerInfo, WorkerStatus, queue_of
+from contextos.triggers import fire_due as fire_triggers
 
 log = logging.getLogger("contextos.worker")
 
@@ -56,6 +57,11 @@ class WorkerConfig:
     """Fire due cron schedules (safe on every worker: each tick fires once)."""
     schedule_poll_s: float = 1.0
     """How often it looks for due schedules."""
+    triggers: bool = True
+    """Start the runs that run triggers owe (safe on every worker: each firing starts one)."""
+    trigger_poll_s: float = 1.0
+    """How often it looks for firings no worker has started yet (the run ended elsewhere, or
+    its worker died before firing)."""
     max_attempts: int = 10
     """A run whose worker died or failed this many times is failed with runtime_crashed."""
     retry_base_s: float = 1.0
@@ -128,6 +134,7 @@ class Worker:
         log.info("worker %s started (concurrency %d)", self.worker_id, self.config.concurrency)
         heartbeats = asyncio.create_task(self._heartbeats())
         schedules = asyncio.create_task(self._schedules()) if self.config.schedules else None
+        triggers = asyncio.create_task(self._triggers()) if self.config.triggers else None
         try:
             while not self._stopping:
                 self._wake.clear()
@@ -144,6 +151,8 @@ class Worker:
             if schedules is not None:
                 # A pass that started a tick's run also moves the schedule on: let it end.
                 await asyncio.gather(schedules, return_exceptions=True)
+            if triggers is not None:
+                await asyncio.gather(triggers, return_exceptions=True)
             heartbeats.cancel()
             await asyncio.gather(heartbeats, return_exceptions=True)
             with contextlib.suppress(Exception):
@@ -182,6 +191,8 @@ class Worker:
             result = await self.runtime.resume(lease.run_id, lease=lease)
             self.driven += 1
             log.info("run %s: %s", lease.run_id, result.status.value)
+            if result.status.is_terminal:
+                await self._fire_triggers(lease.run_id)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -252,6 +263,30 @@ class Worker:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.config.schedule_poll_s):
                     await self._stop.wait()
+
+    async def _triggers(self) -> None:
+        while not self._stopping:
+            await self._fire_triggers(None)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.config.trigger_poll_s):
+                    await self._stop.wait()
+
+    async def _fire_triggers(self, run_id: RunId | None) -> None:
+        """Start the runs that run triggers owe after `run_id` (just ended here), or any."""
+        if not self.config.triggers:
+            return
+        try:
+            for fired in await fire_triggers(self.runtime, run_id=run_id, agents=self._agents):
+                log.info(
+                    "trigger %s: after run %s -> run %s",
+                    fired.trigger,
+                    fired.source_run,
+                    fired.run_id or "none (chain too deep)",
+                )
+                if fired.run_id is not None:
+                    self._wake.set()
+        except Exception:
+            log.exception("firing triggers failed; the next pass tries again")
 
 
 def run_worker(
@@ -410,6 +445,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--heartbeat", type=float, default=defaults.heartbeat_s)
     parser.add_argument("--agent", action="append", default=None, help="only this agent name")
     parser.add_argument("--no-schedules", action="store_true", help="do not fire schedules")
+    parser.add_argument("--no-triggers", action="store_true", help="do not fire run triggers")
     parser.add_argument("--max-attempts", type=int, default=defaults.max_attempts)
     parser.add_argument("--retry-base", type=float, default=defaults.retry_base_s)
     parser.add_argument("--worker-id", default=None)
@@ -427,6 +463,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         heartbeat_s=args.heartbeat,
         agents=tuple(args.agent) if args.agent else None,
         schedules=not args.no_schedules,
+        triggers=not args.no_triggers,
         max_attempts=args.max_attempts,
         retry_base_s=args.retry_base,
     )

@@ -155,6 +155,47 @@ CREATE TABLE snapshots (
     written_at TEXT NOT NULL DEFAULT (datetime('now'))
 );
 """,
+    # 5: triggers (a run of an agent started when a run of another agent ends, or by a
+    # webhook) and the firings they still owe. A firing is written by the database in the same
+    # transaction as the run's ending, so no ending is lost whoever ended the run; workers
+    # delete it once the triggered run is started. Times are UNIX seconds (REAL).
+    f"""
+CREATE TABLE triggers (
+    name TEXT PRIMARY KEY,
+    kind TEXT NOT NULL CHECK (kind IN ('run', 'webhook')),
+    agent_ref TEXT NOT NULL,
+    agent_name TEXT NOT NULL,
+    source_agent TEXT,
+    on_status TEXT NOT NULL CHECK (on_status IN ('completed', 'failed', 'any')),
+    input_template TEXT,
+    secret_env TEXT,
+    allow_cycle INTEGER NOT NULL DEFAULT 0,
+    max_depth INTEGER NOT NULL DEFAULT 10,
+    priority INTEGER NOT NULL DEFAULT 0,
+    tenant TEXT NOT NULL DEFAULT '',
+    created_at REAL NOT NULL
+);
+CREATE INDEX triggers_by_source ON triggers (source_agent);
+CREATE TABLE trigger_firings (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    trigger_name TEXT NOT NULL,
+    run_id TEXT NOT NULL,
+    status TEXT NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    not_before REAL,
+    UNIQUE (trigger_name, run_id)
+);
+CREATE INDEX trigger_firings_by_run ON trigger_firings (run_id);
+CREATE TRIGGER trigger_firings_on_end AFTER UPDATE OF status ON runs
+WHEN NEW.status IN {_TERMINAL} AND OLD.status NOT IN {_TERMINAL}
+BEGIN
+    INSERT OR IGNORE INTO trigger_firings (trigger_name, run_id, status)
+    SELECT name, NEW.run_id, NEW.status FROM triggers
+    WHERE kind = 'run' AND source_agent = NEW.agent_name
+      AND (on_status = 'any' OR on_status = NEW.status
+           OR (on_status = 'failed' AND NEW.status = 'expired'));
+END;
+""",
 ]
 
 
@@ -328,5 +369,51 @@ CREATE TABLE snapshots (
     state bytea NOT NULL,
     written_at timestamptz NOT NULL DEFAULT now()
 );
+""",
+    # 5: triggers and the firings they still owe, as SQLite's migration 5. Runs the first
+    # append creates already ended (one batch from RunCreated to the end) fire too.
+    f"""
+CREATE TABLE triggers (
+    name text PRIMARY KEY,
+    kind text NOT NULL CHECK (kind IN ('run', 'webhook')),
+    agent_ref text NOT NULL,
+    agent_name text NOT NULL,
+    source_agent text,
+    on_status text NOT NULL CHECK (on_status IN ('completed', 'failed', 'any')),
+    input_template text,
+    secret_env text,
+    allow_cycle boolean NOT NULL DEFAULT false,
+    max_depth integer NOT NULL DEFAULT 10,
+    priority integer NOT NULL DEFAULT 0,
+    tenant text NOT NULL DEFAULT '',
+    created_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX triggers_by_source ON triggers (source_agent) WHERE kind = 'run';
+CREATE TABLE trigger_firings (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    trigger_name text NOT NULL,
+    run_id text NOT NULL,
+    status text NOT NULL,
+    attempts integer NOT NULL DEFAULT 0,
+    not_before timestamptz,
+    UNIQUE (trigger_name, run_id)
+);
+CREATE INDEX trigger_firings_by_run ON trigger_firings (run_id);
+CREATE FUNCTION contextos_trigger_firings() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO trigger_firings (trigger_name, run_id, status)
+    SELECT name, NEW.run_id, NEW.status FROM triggers
+    WHERE kind = 'run' AND source_agent = NEW.agent_name
+      AND (on_status = 'any' OR on_status = NEW.status
+           OR (on_status = 'failed' AND NEW.status = 'expired'))
+    ON CONFLICT DO NOTHING;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER trigger_firings_on_end AFTER UPDATE OF status ON runs
+    FOR EACH ROW WHEN (NEW.status IN {_TERMINAL} AND OLD.status NOT IN {_TERMINAL})
+    EXECUTE FUNCTION contextos_trigger_firings();
+CREATE TRIGGER trigger_firings_on_create AFTER INSERT ON runs
+    FOR EACH ROW WHEN (NEW.status IN {_TERMINAL})
+    EXECUTE FUNCTION contextos_trigger_firings();
 """,
 ]

@@ -20,11 +20,15 @@ from contextos.runs import RunId
 from contextos.store.queue import (
     DEFAULT_LIMIT_NAME,
     CatchUp,
+    Firing,
     Lease,
     Limit,
     LimitScope,
     QueueEntry,
     Schedule,
+    Trigger,
+    TriggerKind,
+    TriggerOn,
     WorkerInfo,
     WorkerStatus,
 )
@@ -79,6 +83,12 @@ _CLAIM_LOCK = "SELECT pg_advisory_xact_lock(hashtext('contextos.claim.' || curre
 _SCHEDULE_COLUMNS = (
     "name, agent_ref, cron, input, timezone, catch_up, misfire_grace_s, priority, tenant,"
     " next_tick_at, last_tick_at, last_run_id, created_at"
+)
+
+
+_TRIGGER_COLUMNS = (
+    "name, kind, agent_ref, agent_name, source_agent, on_status, input_template, secret_env,"
+    " allow_cycle, max_depth, priority, tenant, created_at"
 )
 
 
@@ -413,6 +423,102 @@ class PostgresQueue:
                 (next_tick_at, last_tick_at, last_run_id, name, expected_next),
             )
             return cur.rowcount == 1
+
+    # -- triggers -------------------------------------------------------------------------
+
+    async def add_trigger(self, trigger: Trigger) -> None:
+        t = trigger
+        async with self._conn() as conn:
+            try:
+                await conn.execute(
+                    f"INSERT INTO triggers ({_TRIGGER_COLUMNS}) VALUES"
+                    " (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, COALESCE(%s, now()))",
+                    (
+                        t.name,
+                        TriggerKind(t.kind).value,
+                        t.agent_ref,
+                        t.agent_name,
+                        t.source_agent or None,
+                        TriggerOn(t.on).value,
+                        t.input,
+                        t.secret_env,
+                        t.allow_cycle,
+                        t.max_depth,
+                        t.priority,
+                        t.tenant,
+                        t.created_at,
+                    ),
+                )
+            except pg_errors.UniqueViolation as exc:
+                raise ConfigError(
+                    f"a trigger named {t.name!r} exists already", trigger=t.name
+                ) from exc
+
+    async def list_triggers(self) -> list[Trigger]:
+        async with self._conn() as conn:
+            cur = await conn.execute(f"SELECT {_TRIGGER_COLUMNS} FROM triggers ORDER BY name")
+            rows = await cur.fetchall()
+        return [_trigger(row) for row in rows]
+
+    async def remove_trigger(self, name: str) -> bool:
+        async with self._conn() as conn, conn.transaction():
+            await conn.execute("DELETE FROM trigger_firings WHERE trigger_name = %s", (name,))
+            cur = await conn.execute("DELETE FROM triggers WHERE name = %s", (name,))
+            return cur.rowcount == 1
+
+    async def due_firings(self, *, run_id: RunId | None = None, limit: int = 100) -> list[Firing]:
+        async with self._conn() as conn:
+            if run_id is not None:
+                cur = await conn.execute(
+                    "SELECT trigger_name, run_id, status, attempts FROM trigger_firings"
+                    " WHERE run_id = %s ORDER BY id LIMIT %s",
+                    (run_id, limit),
+                )
+            else:
+                cur = await conn.execute(
+                    "SELECT trigger_name, run_id, status, attempts FROM trigger_firings"
+                    " WHERE not_before IS NULL OR not_before <= now() ORDER BY id LIMIT %s",
+                    (limit,),
+                )
+            rows = await cur.fetchall()
+        return [
+            Firing(trigger=str(t), run_id=RunId(str(r)), status=str(s), attempts=int(a))
+            for t, r, s, a in rows
+        ]
+
+    async def firing_done(self, trigger: str, run_id: RunId) -> None:
+        async with self._conn() as conn:
+            await conn.execute(
+                "DELETE FROM trigger_firings WHERE trigger_name = %s AND run_id = %s",
+                (trigger, run_id),
+            )
+
+    async def defer_firing(self, trigger: str, run_id: RunId, *, not_before: datetime) -> None:
+        async with self._conn() as conn:
+            await conn.execute(
+                "UPDATE trigger_firings SET attempts = attempts + 1, not_before = %s"
+                " WHERE trigger_name = %s AND run_id = %s",
+                (not_before, trigger, run_id),
+            )
+
+
+def _trigger(row: Sequence[Any]) -> Trigger:
+    (name, kind, ref, agent, source, on, template, secret, cycle, depth, prio, tenant, at) = row
+    return Trigger(
+        name=str(name),
+        kind=TriggerKind(str(kind)),
+        agent_ref=str(ref),
+        agent_name=str(agent),
+        source_agent=str(source or ""),
+        on=TriggerOn(str(on)),
+        input=None if template is None else str(template),
+        secret_env=None if secret is None else str(secret),
+        allow_cycle=bool(cycle),
+        max_depth=int(depth),
+        priority=int(prio),
+        tenant=str(tenant),
+        created_at=_utc(at),
+    )
 
 
 def _schedule(row: Sequence[Any]) -> Schedule:

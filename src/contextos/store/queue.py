@@ -154,6 +154,73 @@ class Schedule:
     """When it was added (UTC)."""
 
 
+class TriggerKind(StrEnum):
+    """What starts a trigger's runs."""
+
+    RUN = "run"
+    """A run of the source agent finishing."""
+    WEBHOOK = "webhook"
+    """An HTTP request to `POST /v1/hooks/NAME`."""
+
+
+class TriggerOn(StrEnum):
+    """Which endings of a source run fire a run trigger."""
+
+    COMPLETED = "completed"
+    """The source run completed."""
+    FAILED = "failed"
+    """The source run failed or expired (not cancelled by a person)."""
+    ANY = "any"
+    """Any ending: completed, failed, cancelled or expired."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Trigger:
+    """Starts a run of an agent when a run of another agent ends, or when a webhook is called."""
+
+    name: str
+    """Unique name (also the webhook's path: `/v1/hooks/NAME`)."""
+    kind: TriggerKind
+    """Run-finished or webhook."""
+    agent_ref: str
+    """Where to import the agent it starts from (`path.py:attr` or `module:attr`)."""
+    agent_name: str
+    """That agent's name when the trigger was added (to find cycles between triggers)."""
+    source_agent: str = ""
+    """Run triggers: the name of the agent whose runs ending fire it."""
+    on: TriggerOn = TriggerOn.COMPLETED
+    """Run triggers: which endings fire it."""
+    input: str | None = None
+    """Run triggers: template of the new run's input (`{output}`, `{run_id}`, `{status}`, …);
+    None: the source run's output."""
+    secret_env: str | None = None
+    """Webhooks: the environment variable holding the HMAC-SHA256 secret (None: unsigned)."""
+    allow_cycle: bool = False
+    """Whether it may close a loop of triggers (an agent triggering itself, A → B → A)."""
+    max_depth: int = 10
+    """A run this many triggers down a chain starts nothing more."""
+    priority: int = 0
+    """Priority of the runs it starts."""
+    tenant: str = ""
+    """Tenant of the runs it starts (empty: the source run's)."""
+    created_at: datetime | None = None
+    """When it was added (UTC)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Firing:
+    """A source run that ended and the run trigger it fires: due until the run is started."""
+
+    trigger: str
+    """The trigger's name."""
+    run_id: RunId
+    """The source run."""
+    status: str
+    """How the source run ended."""
+    attempts: int = 0
+    """Times starting the run failed (the agent would not load, the store was unreachable)."""
+
+
 @runtime_checkable
 class RunQueue(Protocol):
     """Queue, leases, limits, worker registry and schedules; kept by each store backend."""
@@ -241,10 +308,43 @@ class RunQueue(Protocol):
         """Move a schedule on to its next tick, unless another worker already did (False)."""
         ...
 
+    async def add_trigger(self, trigger: Trigger) -> None:
+        """Add a trigger; ConfigError when the name is taken."""
+        ...
+
+    async def list_triggers(self) -> list[Trigger]:
+        """All triggers by name."""
+        ...
+
+    async def remove_trigger(self, name: str) -> bool:
+        """Delete a trigger and the firings it still owes; False when there was none."""
+        ...
+
+    async def due_firings(self, *, run_id: RunId | None = None, limit: int = 100) -> list[Firing]:
+        """Firings not done yet (oldest first; past their back-off), or those of one run.
+
+        The database records a firing in the same transaction as the run's ending, for every
+        run trigger listening to the run's agent; it stays until `firing_done`.
+        """
+        ...
+
+    async def firing_done(self, trigger: str, run_id: RunId) -> None:
+        """Forget a firing whose run was started (or that must never start one)."""
+        ...
+
+    async def defer_firing(self, trigger: str, run_id: RunId, *, not_before: datetime) -> None:
+        """Count a failed attempt at a firing and leave it alone until `not_before`."""
+        ...
+
 
 def tick_key(schedule: str, tick: datetime) -> str:
     """The idempotency key of the run a schedule starts for one tick: the same everywhere."""
     return f"schedule:{schedule}:{tick.isoformat()}"
+
+
+def trigger_key(trigger: str, source: str) -> str:
+    """The idempotency key of the run a trigger starts for one source run or webhook delivery."""
+    return f"trigger:{trigger}:{source}"
 
 
 def queue_of(store: object) -> RunQueue | None:
@@ -255,14 +355,19 @@ def queue_of(store: object) -> RunQueue | None:
 __all__ = [
     "DEFAULT_LIMIT_NAME",
     "CatchUp",
+    "Firing",
     "Lease",
     "Limit",
     "LimitScope",
     "QueueEntry",
     "RunQueue",
     "Schedule",
+    "Trigger",
+    "TriggerKind",
+    "TriggerOn",
     "WorkerInfo",
     "WorkerStatus",
     "queue_of",
     "tick_key",
+    "trigger_key",
 ]

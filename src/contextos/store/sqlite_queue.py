@@ -19,11 +19,15 @@ from contextos.runs import RunId
 from contextos.store.queue import (
     DEFAULT_LIMIT_NAME,
     CatchUp,
+    Firing,
     Lease,
     Limit,
     LimitScope,
     QueueEntry,
     Schedule,
+    Trigger,
+    TriggerKind,
+    TriggerOn,
     WorkerInfo,
     WorkerStatus,
 )
@@ -63,6 +67,12 @@ _WITHIN_LIMITS = f"""
 _SCHEDULE_COLUMNS = (
     "name, agent_ref, cron, input, timezone, catch_up, misfire_grace_s, priority, tenant,"
     " next_tick_at, last_tick_at, last_run_id, created_at"
+)
+
+
+_TRIGGER_COLUMNS = (
+    "name, kind, agent_ref, agent_name, source_agent, on_status, input_template, secret_env,"
+    " allow_cycle, max_depth, priority, tenant, created_at"
 )
 
 
@@ -476,6 +486,113 @@ class SqliteQueue:
                 return cur.rowcount == 1
 
         return await self._run(_advance)
+
+    # -- triggers -------------------------------------------------------------------------
+
+    async def add_trigger(self, trigger: Trigger) -> None:
+        t = trigger
+
+        def _add(conn: sqlite3.Connection) -> None:
+            with _immediate(conn):
+                try:
+                    conn.execute(
+                        f"INSERT INTO triggers ({_TRIGGER_COLUMNS})"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (
+                            t.name,
+                            TriggerKind(t.kind).value,
+                            t.agent_ref,
+                            t.agent_name,
+                            t.source_agent or None,
+                            TriggerOn(t.on).value,
+                            t.input,
+                            t.secret_env,
+                            int(t.allow_cycle),
+                            t.max_depth,
+                            t.priority,
+                            t.tenant,
+                            _ts(t.created_at) or time.time(),
+                        ),
+                    )
+                except sqlite3.IntegrityError as exc:
+                    raise ConfigError(
+                        f"a trigger named {t.name!r} exists already", trigger=t.name
+                    ) from exc
+
+        await self._run(_add)
+
+    async def list_triggers(self) -> list[Trigger]:
+        def _list(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
+            return conn.execute(f"SELECT {_TRIGGER_COLUMNS} FROM triggers ORDER BY name").fetchall()
+
+        return [_trigger(row) for row in await self._run(_list)]
+
+    async def remove_trigger(self, name: str) -> bool:
+        def _remove(conn: sqlite3.Connection) -> bool:
+            with _immediate(conn):
+                conn.execute("DELETE FROM trigger_firings WHERE trigger_name = ?", (name,))
+                return conn.execute("DELETE FROM triggers WHERE name = ?", (name,)).rowcount == 1
+
+        return await self._run(_remove)
+
+    async def due_firings(self, *, run_id: RunId | None = None, limit: int = 100) -> list[Firing]:
+        def _due(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
+            if run_id is not None:
+                return conn.execute(
+                    "SELECT trigger_name, run_id, status, attempts FROM trigger_firings"
+                    " WHERE run_id = ? ORDER BY id LIMIT ?",
+                    (run_id, limit),
+                ).fetchall()
+            return conn.execute(
+                "SELECT trigger_name, run_id, status, attempts FROM trigger_firings"
+                " WHERE not_before IS NULL OR not_before <= ? ORDER BY id LIMIT ?",
+                (time.time(), limit),
+            ).fetchall()
+
+        return [
+            Firing(trigger=str(t), run_id=RunId(str(r)), status=str(s), attempts=int(a))
+            for t, r, s, a in await self._run(_due)
+        ]
+
+    async def firing_done(self, trigger: str, run_id: RunId) -> None:
+        def _done(conn: sqlite3.Connection) -> None:
+            with _immediate(conn):
+                conn.execute(
+                    "DELETE FROM trigger_firings WHERE trigger_name = ? AND run_id = ?",
+                    (trigger, run_id),
+                )
+
+        await self._run(_done)
+
+    async def defer_firing(self, trigger: str, run_id: RunId, *, not_before: datetime) -> None:
+        def _defer(conn: sqlite3.Connection) -> None:
+            with _immediate(conn):
+                conn.execute(
+                    "UPDATE trigger_firings SET attempts = attempts + 1, not_before = ?"
+                    " WHERE trigger_name = ? AND run_id = ?",
+                    (not_before.timestamp(), trigger, run_id),
+                )
+
+        await self._run(_defer)
+
+
+def _trigger(row: tuple[Any, ...]) -> Trigger:
+    (name, kind, ref, agent, source, on, template, secret, cycle, depth, prio, tenant, at) = row
+    return Trigger(
+        name=str(name),
+        kind=TriggerKind(str(kind)),
+        agent_ref=str(ref),
+        agent_name=str(agent),
+        source_agent=str(source or ""),
+        on=TriggerOn(str(on)),
+        input=None if template is None else str(template),
+        secret_env=None if secret is None else str(secret),
+        allow_cycle=bool(cycle),
+        max_depth=int(depth),
+        priority=int(prio),
+        tenant=str(tenant),
+        created_at=_dt(at),
+    )
 
 
 def _schedule(row: tuple[Any, ...]) -> Schedule:
