@@ -24,9 +24,10 @@ from rich.text import Text
 from contextos import timeline
 from contextos.agents import load_agent
 from contextos.errors import ContextOSError
-from contextos.events import ModelResponded, encode
+from contextos.events import ModelResponded, RunCreated, encode
 from contextos.runs import RunStatus
 from contextos.runtime import RunResult, Runtime
+from contextos.triggers import started_by
 
 T = TypeVar("T")
 
@@ -316,6 +317,9 @@ def show(
     console.print(table)
     if context:
         _print_contexts(events)
+    origin = started_by(events[0].metadata) if isinstance(events[0], RunCreated) else None
+    if origin:
+        console.print(Text(origin, style="dim"))
     _print_result(result, False)
 
 
@@ -501,6 +505,11 @@ schedule_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(schedule_app, name="schedule")
+trigger_app = typer.Typer(
+    help="Triggers: start a run when a run of another agent ends, or on a webhook call.",
+    no_args_is_help=True,
+)
+app.add_typer(trigger_app, name="trigger")
 
 
 @app.command()
@@ -513,6 +522,7 @@ def worker(
         list[str] | None, typer.Option(help="Claim only runs of this agent (repeatable).")
     ] = None,
     schedules: Annotated[bool, typer.Option(help="Fire due cron schedules.")] = True,
+    triggers: Annotated[bool, typer.Option(help="Start the runs run triggers owe.")] = True,
     max_attempts: Annotated[
         int, typer.Option(help="Failed attempts before a run is failed (runtime_crashed).")
     ] = 10,
@@ -536,6 +546,7 @@ def worker(
         poll_s=poll,
         agents=tuple(agent) if agent else None,
         schedules=schedules,
+        triggers=triggers,
         max_attempts=max_attempts,
     )
     try:
@@ -706,6 +717,157 @@ def schedule_remove(
     if not _call(store, work):
         _fail(ContextOSError(f"no schedule named {name!r}"))
     console.print(f"removed schedule [bold]{name}[/]")
+
+
+@trigger_app.command("add")
+def trigger_add(
+    name: Annotated[str, typer.Argument(help="A unique name (a webhook's URL path too).")],
+    agent_ref: Annotated[str, typer.Argument(help="The agent to start: file.py:attr or mod:attr.")],
+    after: Annotated[
+        str | None, typer.Option(help="Fire when a run of this agent (by name) ends.")
+    ] = None,
+    on: Annotated[str, typer.Option(help="Which endings fire it: completed, failed or any.")] = (
+        "completed"
+    ),
+    input: Annotated[
+        str | None,
+        typer.Option(
+            help="Input template: {output}, {run_id}, {status}, {failure}, {agent}, "
+            "{input} (default: the finished run's output)"
+        ),
+    ] = None,
+    webhook: Annotated[bool, typer.Option(help="Fire on POST /v1/hooks/NAME instead.")] = False,
+    secret_env: Annotated[
+        str | None, typer.Option(help="Env var with the webhook's HMAC-SHA256 secret.")
+    ] = None,
+    allow_cycle: Annotated[
+        bool, typer.Option(help="Allow a loop of triggers (an agent starting itself).")
+    ] = False,
+    max_depth: Annotated[int, typer.Option(help="Triggers a chain may go down.")] = 10,
+    priority: Annotated[int, typer.Option(help="Priority of its runs.")] = 0,
+    tenant: Annotated[str, typer.Option(help="Tenant of its runs (default: the source's).")] = "",
+    store: StoreOption = None,
+) -> None:
+    """Add a trigger; its runs start once per finished run or webhook delivery."""
+    from contextos.store.queue import queue_of
+    from contextos.triggers import add_trigger, describe
+
+    async def work(rt: Runtime) -> Any:
+        queue = queue_of(rt.store)
+        if queue is None:
+            raise ContextOSError("this store keeps no run queue")
+        return await add_trigger(
+            queue,
+            name,
+            agent_ref,
+            after=after,
+            on=on,
+            input=input,
+            webhook=webhook,
+            secret_env=secret_env,
+            allow_cycle=allow_cycle,
+            max_depth=max_depth,
+            priority=priority,
+            tenant=tenant,
+        )
+
+    added = _call(store, work)
+    console.print(
+        f"trigger [bold]{added.name}[/]: starts {added.agent_name}", Text(describe(added))
+    )
+
+
+@trigger_app.command("list")
+def trigger_list(store: StoreOption = None, as_json: JsonOption = False) -> None:
+    """List triggers: what fires each one and what it starts."""
+    from contextos.store.queue import queue_of
+    from contextos.triggers import describe
+
+    async def work(rt: Runtime) -> Any:
+        queue = queue_of(rt.store)
+        return [] if queue is None else await queue.list_triggers()
+
+    rows = _call(store, work)
+    if as_json:
+        _print_json(rows)
+        return
+    if not rows:
+        console.print("[dim]no triggers — add one with `contextos trigger add`[/]")
+        return
+    table = Table(title=f"triggers ({len(rows)})", title_justify="left")
+    for col in ("name", "fires", "starts", "input", "loops"):
+        table.add_column(col, overflow="fold")
+    for t in rows:
+        default = "request body" if t.kind.value == "webhook" else "source output"
+        loops = f"{'allowed' if t.allow_cycle else 'refused'}, depth ≤ {t.max_depth}"
+        table.add_row(
+            t.name,
+            Text(describe(t)),
+            Text(f"{t.agent_name} ({t.agent_ref})"),
+            Text(t.input if t.input is not None else default),
+            "-" if t.kind.value == "webhook" else loops,
+        )
+    console.print(table)
+
+
+@trigger_app.command("remove")
+def trigger_remove(
+    name: Annotated[str, typer.Argument(help="The trigger to remove.")],
+    store: StoreOption = None,
+) -> None:
+    """Remove a trigger (runs it started stay; firings it still owed are dropped)."""
+    from contextos.store.queue import queue_of
+
+    async def work(rt: Runtime) -> bool:
+        queue = queue_of(rt.store)
+        return queue is not None and await queue.remove_trigger(name)
+
+    if not _call(store, work):
+        _fail(ContextOSError(f"no trigger named {name!r}"))
+    console.print(f"removed trigger [bold]{name}[/]")
+
+
+@app.command()
+def serve(
+    store: StoreOption = None,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8080,
+    agent: Annotated[
+        list[str] | None,
+        typer.Option(help="An agent POST /v1/runs may start, file.py:attr (repeatable)."),
+    ] = None,
+    any_agent: Annotated[
+        bool, typer.Option(help="Start any agent reference a client names (trusted clients).")
+    ] = False,
+    token_env: Annotated[
+        str | None, typer.Option(help="Env var with a bearer token every request must carry.")
+    ] = None,
+    worker: Annotated[bool, typer.Option(help="Also drive queued runs in this process.")] = False,
+    concurrency: Annotated[int, typer.Option(help="Runs that worker drives at once.")] = 4,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+) -> None:
+    """Serve the HTTP API (see docs/api.md): runs, events, interrupts, webhooks.
+
+    Needs the api extra: pip install 'contextos\\[api]'.
+    """
+    try:
+        from contextos.api import ApiConfig
+        from contextos.api import serve as run_server
+        from contextos.api.app import token_from_env
+    except ImportError as exc:
+        _fail(ContextOSError(f"the HTTP API needs {exc.name}: pip install 'contextos[api]'"))
+    try:
+        config = ApiConfig(
+            store=store,
+            agents=tuple(agent or ()),
+            any_agent=any_agent,
+            token=token_from_env(token_env),
+            worker=worker,
+            worker_concurrency=concurrency,
+        )
+        run_server(config, host=host, port=port, log_level=log_level)
+    except ContextOSError as exc:
+        _fail(exc)
 
 
 @app.command()

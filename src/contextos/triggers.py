@@ -413,9 +413,14 @@ def started_by(metadata: Mapping[str, Any]) -> str | None:
 def describe(trigger: Trigger) -> str:
     """What fires a trigger, in a few words."""
     if trigger.kind is TriggerKind.WEBHOOK:
-        signed = f", signed with ${trigger.secret_env}" if trigger.secret_env else ", unsigned"
-        return f"POST /v1/hooks/{trigger.name}{signed}"
-    return f"after {trigger.source_agent} {trigger.on.value}"
+        signed = f"signed with ${trigger.secret_env}" if trigger.secret_env else "unsigned"
+        return f"on POST /v1/hooks/{trigger.name} ({signed})"
+    ends = {
+        TriggerOn.COMPLETED: "completes",
+        TriggerOn.FAILED: "fails or expires",
+        TriggerOn.ANY: "ends",
+    }[trigger.on]
+    return f"after a {trigger.source_agent} run {ends}"
 
 
 __all__ = [

@@ -1,0 +1,8 @@
+"""The HTTP API (`contextos serve`): runs, their events, interrupts and webhook triggers.
+
+Needs the `api` extra: `pip install 'contextos[api]'`.
+"""
+
+from contextos.api.app import API_VERSION, ApiConfig, create_app, serve
+
+__all__ = ["API_VERSION", "ApiConfig", "create_app", "serve"]

@@ -1,0 +1,130 @@
+"""Request bodies (Pydantic, unknown fields refused) and the JSON views of runs and events."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from datetime import datetime
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from contextos import events as ev
+from contextos.state import RunState
+from contextos.store.base import RunSummary
+from contextos.triggers import started_by
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class StartRun(_Body):
+    """`POST /v1/runs`."""
+
+    agent: str = Field(min_length=1, description="An agent reference (or name) the server serves.")
+    input: str = Field(description="The task for the agent.")
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Labels kept on the run.")
+    priority: int = Field(default=0, description="Higher is claimed first.")
+    tenant: str | None = Field(default=None, description="For per-tenant concurrency limits.")
+
+
+class CancelRun(_Body):
+    """`POST /v1/runs/{id}/cancel` (the body is optional)."""
+
+    reason: str = ""
+
+
+class Approve(_Body):
+    """`POST /v1/interrupts/{id}/approve`."""
+
+    approver: str = Field(min_length=1, description="Who approves; must hold the role asked.")
+    expires_in: float | None = Field(default=None, gt=0, description="Seconds it stays valid.")
+    conditions: dict[str, Any] | None = Field(
+        default=None, description="What the action must still meet, e.g. max_amount."
+    )
+    action_hash: str | None = Field(
+        default=None, description="Approve only if the frozen action has this hash."
+    )
+
+
+class Deny(_Body):
+    """`POST /v1/interrupts/{id}/deny`."""
+
+    approver: str = Field(min_length=1)
+    reason: str = ""
+
+
+class Answer(_Body):
+    """`POST /v1/interrupts/{id}/answer`."""
+
+    value: Any = Field(description="A word, or an object matching the answer_schema.")
+    answered_by: str = Field(min_length=1)
+
+
+def jsonable(value: Any) -> Any:
+    """Dataclasses, enums and datetimes as plain JSON values."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value
+
+
+def run_view(state: RunState) -> dict[str, Any]:
+    """A run as `GET /v1/runs/{id}` shows it."""
+    failure = None
+    if state.failure_reason is not None or state.failure_message:
+        failure = {
+            "reason": state.failure_reason.value if state.failure_reason else None,
+            "message": state.failure_message,
+        }
+    return {
+        "run_id": state.run_id,
+        "status": state.status.value,
+        "agent": {"name": state.agent_name, "version": state.agent_version, "ref": state.agent_ref},
+        "input": state.input,
+        "output": state.output,
+        "structured_output": jsonable(state.structured_output),
+        "failure": failure,
+        "turns": state.turns,
+        "usage": jsonable(state.usage),
+        "metadata": jsonable(state.metadata),
+        "started_by": started_by(state.metadata),
+        "waiting_on": sorted(state.pending_interrupts),
+        "last_seq": state.seq,
+        "created_at": jsonable(state.created_at),
+        "updated_at": jsonable(state.updated_at),
+    }
+
+
+def summary_view(summary: RunSummary) -> dict[str, Any]:
+    """A run as `GET /v1/runs` lists it."""
+    view: dict[str, Any] = jsonable(summary)
+    return view
+
+
+def event_view(event: ev.Event) -> dict[str, Any]:
+    """An event as stored (the same JSON `contextos show --json` prints)."""
+    decoded: dict[str, Any] = json.loads(ev.encode(event))
+    return decoded
+
+
+__all__ = [
+    "Answer",
+    "Approve",
+    "CancelRun",
+    "Deny",
+    "StartRun",
+    "event_view",
+    "jsonable",
+    "run_view",
+    "summary_view",
+]
