@@ -39,7 +39,8 @@ AT_REST = 64
 this many events since the last one, so short runs never pay for one; and when a run of at
 least EVERY events ends, whatever came since the last one, since no append will follow."""
 CAPACITY = 4096
-"""Runs whose folded state a store keeps in memory at most; the least recently appended go."""
+"""Runs a store keeps track of at most (the least recently appended go first); only those it
+drives now keep their folded state."""
 
 SNAPSHOT_VERSION = 1
 """Bump when the encoding changes in a way the format's fingerprint cannot see."""
@@ -137,6 +138,8 @@ class _Run:
     """Seq of the newest snapshot written, or where this store began to follow the run."""
     loading: bool = False
     """True while the store loads the state to snapshot it."""
+    resting: bool = False
+    """True when its last batch parked, released or ended it: its state is not kept."""
 
 
 class Folds:
@@ -182,21 +185,25 @@ class Folds:
             # else a load already read this batch
         run.last = max(run.last, last)
         status = next((s for e in reversed(events) if (s := ev.status_after(e))), None)
-        if status is not None and status.is_terminal:
+        run.resting = status is not None and status is not RunStatus.RUNNING
+        if status is not None and status.is_terminal:  # no append will follow: forget it
             need = 1 if last >= self.every else self.at_rest
-        else:  # an ended run is forgotten; the others stay, the least recent going first
-            self._runs[run_id] = run
+        else:
+            self._runs[run_id] = run  # the least recently appended go first
             while len(self._runs) > self.capacity:
                 del self._runs[next(iter(self._runs))]
-            resting = status is not None and status is not RunStatus.RUNNING
-            need = self.at_rest if resting else self.gap(run.saved)
-        if run.loading or last - run.saved < need:
-            return None
-        if run.state is None:
-            run.loading = True
-            return Due(run_id=run_id, seq=last, blob=None)
-        run.saved = run.state.seq  # written from now on: no second one while this one is
-        return Due(run_id=run_id, seq=run.state.seq, blob=encode(run.state))
+            need = self.at_rest if run.resting else self.gap(run.saved)
+        due = None
+        if not run.loading and last - run.saved >= need:
+            if run.state is None:
+                run.loading = True
+                due = Due(run_id=run_id, seq=last, blob=None)
+            else:
+                due = Due(run_id=run_id, seq=run.state.seq, blob=encode(run.state))
+                run.saved = run.state.seq  # no second one while this one is being written
+        if run.resting:  # parked, let go or ended: nobody here drives it now
+            run.state = None
+        return due
 
     def gap(self, seq: int) -> int:
         """Events a run with a snapshot at `seq` may grow before the next one."""
@@ -208,7 +215,7 @@ class Folds:
         if run is None:
             return
         run.loading = False
-        if state is not None and run.state is None and state.seq >= run.last:
+        if state is not None and run.state is None and not run.resting and state.seq >= run.last:
             run.state = state
 
     def saved(self, run_id: RunId, seq: int) -> None:
