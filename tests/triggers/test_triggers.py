@@ -1,0 +1,301 @@
+"""Run triggers in one process, on both backends: what fires, once, with what input, and the
+guards (refused definitions, loops, chain depth, agents that will not load)."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+
+import pytest
+from helpers import (
+    AGENTS,
+    FAILING_WRITER,
+    LOOPER,
+    PUBLISHER,
+    REVIEWER,
+    WRITER,
+    created,
+    queue,
+    runs_of,
+    wait_until,
+)
+
+from contextos import Runtime, load_agent
+from contextos.errors import ConfigError
+from contextos.runs import RunId, RunStatus
+from contextos.state import RunState
+from contextos.store.queue import TriggerKind, TriggerOn, trigger_key
+from contextos.triggers import (
+    add_trigger,
+    check_template,
+    fire_due,
+    render_input,
+    started_by,
+    trigger_run_id,
+)
+
+
+async def run_writer(rt: Runtime, ref: str = WRITER, input: str = "write it") -> RunId:
+    """A source run driven to its end here, with no worker anywhere."""
+    result = await rt.run(load_agent(ref), input, agent_ref=ref)
+    assert result.status.is_terminal
+    return result.run_id
+
+
+# -- defining triggers ------------------------------------------------------------------------
+
+
+async def test_bad_triggers_are_refused_and_nothing_is_stored(backend_url: str) -> None:
+    async with Runtime(backend_url) as rt:
+        q = queue(rt)
+        refused = {
+            "bad trigger name": dict(name="no spaces", after="writer"),
+            "either --after": dict(name="t"),
+            "either --after ": dict(name="t", after="writer", webhook=True),
+            "unknown --on": dict(name="t", after="writer", on="sometimes"),
+            "unknown field {outptu}": dict(name="t", after="writer", input="{outptu}"),
+            "--secret-env is for webhooks": dict(name="t", after="writer", secret_env="S"),
+            "--input is for run triggers": dict(name="t", webhook=True, input="{output}"),
+            "name of an environment variable": dict(name="t", webhook=True, secret_env="a b"),
+            "--max-depth": dict(name="t", after="writer", max_depth=0),
+        }
+        for message, kwargs in refused.items():
+            with pytest.raises(ConfigError, match=message.replace("{", r"\{").strip()):
+                await add_trigger(q, agent_ref=REVIEWER, **kwargs)  # type: ignore[arg-type]
+        with pytest.raises(ConfigError, match="agent reference"):
+            await add_trigger(q, "t", f"{AGENTS}:nobody", after="writer")
+        assert await q.list_triggers() == []
+
+        await add_trigger(q, "review", REVIEWER, after="writer", input="Review: {output}")
+        with pytest.raises(ConfigError, match="exists already"):
+            await add_trigger(q, "review", REVIEWER, after="writer")
+        (stored,) = await q.list_triggers()
+        assert (stored.kind, stored.agent_name, stored.source_agent, stored.on) == (
+            TriggerKind.RUN,
+            "reviewer",
+            "writer",
+            TriggerOn.COMPLETED,
+        )
+        assert stored.input == "Review: {output}" and stored.created_at is not None
+
+
+async def test_loops_need_allow_cycle(backend_url: str) -> None:
+    async with Runtime(backend_url) as rt:
+        q = queue(rt)
+        with pytest.raises(ConfigError, match="looper → looper"):
+            await add_trigger(q, "again", LOOPER, after="looper")
+        await add_trigger(q, "review", REVIEWER, after="writer")
+        await add_trigger(q, "publish", PUBLISHER, after="reviewer")
+        with pytest.raises(ConfigError, match="publisher → writer → reviewer → publisher"):
+            await add_trigger(q, "rewrite", WRITER, after="publisher")
+        assert [t.name for t in await q.list_triggers()] == ["publish", "review"]
+        await add_trigger(q, "again", LOOPER, after="looper", allow_cycle=True, max_depth=3)
+        await add_trigger(q, "rewrite", WRITER, after="publisher", allow_cycle=True)
+        assert len(await q.list_triggers()) == 4
+
+
+def test_input_templates() -> None:
+    source = RunState(
+        run_id=RunId("run_src"),
+        status=RunStatus.COMPLETED,
+        agent_name="writer",
+        input="write it",
+        output="the draft",
+    )
+    template = "{agent} {status} {run_id} on {{{input}}}: {output}{failure}"
+    check_template(template)
+    assert render_input(template, source) == "writer completed run_src on {write it}: the draft"
+    assert render_input(None, source) == "the draft"
+    # Substitution is literal: an output that looks like a field stays as it is.
+    tricky = RunState(run_id=RunId("r"), status=RunStatus.COMPLETED, output="{run_id}")
+    assert render_input("got {output}", tricky) == "got {run_id}"
+    failed = RunState(
+        run_id=RunId("r"), status=RunStatus.FAILED, failure_message="budget exhausted"
+    )
+    assert render_input(None, failed) == "budget exhausted"
+    for bad in ("{output.__class__}", "{output!r}", "{output:>10}", "{0}", "{", "{nope}"):
+        with pytest.raises(ConfigError, match="bad input template"):
+            check_template(bad)
+
+
+# -- firing exactly once ----------------------------------------------------------------------
+
+
+async def test_a_finished_run_starts_one_run_however_many_workers_fire(backend_url: str) -> None:
+    runtimes = [Runtime(backend_url) for _ in range(3)]
+    try:
+        rt = runtimes[0]
+        q = queue(rt)
+        await add_trigger(
+            q, "review", REVIEWER, after="writer", input="Review ({status}, {run_id}): {output}"
+        )
+        source = await run_writer(rt)
+        (owed,) = await q.due_firings()
+        assert (owed.trigger, owed.run_id, owed.status) == ("review", source, "completed")
+
+        fired = await asyncio.gather(*(fire_due(r) for r in runtimes))
+        started = {f.run_id for per_worker in fired for f in per_worker}
+        assert started == {trigger_run_id("review", source)}
+        (reviews,) = [await runs_of(rt, "reviewer")]
+        assert reviews == [trigger_run_id("review", source)]
+        first = await created(rt, reviews[0])
+        assert first.input == f"Review (completed, {source}): draft: the quarterly report"
+        assert first.agent_ref == REVIEWER
+        assert first.metadata == {
+            "trigger": "review",
+            "source_run": source,
+            "source_status": "completed",
+            "chain_depth": 1,
+        }
+        entry = await q.queue_entry(reviews[0])
+        assert entry is not None and entry.idempotency_key == trigger_key("review", source)
+
+        # The firing is gone: later passes, and a restarted process, read nothing and start
+        # nothing.
+        assert await q.due_firings() == []
+        assert await fire_due(runtimes[1]) == []
+        async with Runtime(backend_url) as restarted:
+            assert await fire_due(restarted) == []
+        assert await runs_of(rt, "reviewer") == reviews
+    finally:
+        for r in runtimes:
+            await r.close()
+
+
+async def test_a_start_that_died_before_the_firing_was_done_is_not_repeated(
+    backend_url: str,
+) -> None:
+    async with Runtime(backend_url) as rt:
+        q = queue(rt)
+        await add_trigger(q, "review", REVIEWER, after="writer")
+        source = await run_writer(rt)
+        # A worker started the trigger's run, then died before forgetting the firing.
+        first = await rt.start(
+            load_agent(REVIEWER),
+            "draft: the quarterly report",
+            run_id=trigger_run_id("review", source),
+            agent_ref=REVIEWER,
+            idempotency_key=trigger_key("review", source),
+        )
+        assert len(await q.due_firings()) == 1
+        (fired,) = await fire_due(rt)
+        assert fired.run_id == first
+        assert await runs_of(rt, "reviewer") == [first]
+        assert await q.due_firings() == []
+
+
+async def test_which_endings_fire(backend_url: str) -> None:
+    async with Runtime(backend_url) as rt:
+        q = queue(rt)
+        for on in TriggerOn:
+            await add_trigger(q, f"on-{on.value}", REVIEWER, after="writer", on=on)
+        completed = await run_writer(rt)
+        failed = await run_writer(rt, FAILING_WRITER)
+        assert (await rt.result(failed)).status is RunStatus.FAILED
+        cancelled = await rt.start(load_agent(WRITER), "never mind", agent_ref=WRITER)
+        await rt.cancel(cancelled, reason="not needed")
+        await run_writer(rt, REVIEWER)  # another agent's ending fires nothing
+
+        owed = {(f.trigger, f.run_id, f.status) for f in await q.due_firings()}
+        assert owed == {
+            ("on-completed", completed, "completed"),
+            ("on-any", completed, "completed"),
+            ("on-failed", failed, "failed"),
+            ("on-any", failed, "failed"),
+            ("on-any", cancelled, "cancelled"),
+        }
+        fired = await fire_due(rt)
+        assert len({f.run_id for f in fired}) == 5
+        inputs = {(await created(rt, str(f.run_id))).input for f in fired}
+        assert inputs == {
+            "draft: the quarterly report",
+            "the run used all 1 model turns",
+            "not needed",  # the reason the source run was cancelled
+        }
+
+
+async def test_only_endings_after_the_trigger_was_added_fire_and_removal_drops_firings(
+    backend_url: str,
+) -> None:
+    async with Runtime(backend_url) as rt:
+        q = queue(rt)
+        before = await run_writer(rt)
+        await add_trigger(q, "review", REVIEWER, after="writer")
+        after = await run_writer(rt)
+        assert [f.run_id for f in await q.due_firings()] == [after]
+        assert before != after
+
+        await add_trigger(q, "publish", PUBLISHER, after="writer")
+        pending = await run_writer(rt)
+        assert await q.remove_trigger("publish")
+        assert not await q.remove_trigger("publish")
+        assert {(f.trigger, f.run_id) for f in await q.due_firings()} == {
+            ("review", after),
+            ("review", pending),
+        }
+        await fire_due(rt)
+        assert len(await runs_of(rt, "reviewer")) == 2
+        assert await runs_of(rt, "publisher") == []
+
+
+async def test_a_chain_stops_at_its_depth(backend_url: str) -> None:
+    async with Runtime(backend_url) as rt:
+        q = queue(rt)
+        await add_trigger(q, "again", LOOPER, after="looper", allow_cycle=True, max_depth=3)
+        run_id = await run_writer(rt, LOOPER)
+        depths = []
+        while True:
+            (fired,) = await fire_due(rt)
+            if fired.run_id is None:
+                break
+            first = await created(rt, fired.run_id)
+            depths.append(first.metadata["chain_depth"])
+            assert first.metadata["source_run"] == run_id
+            run_id = (await rt.resume(fired.run_id)).run_id
+        assert depths == [1, 2, 3]
+        assert len(await runs_of(rt, "looper")) == 4
+        assert await q.due_firings() == []
+
+
+async def test_a_firing_whose_agent_will_not_load_waits_and_the_rest_go_on(
+    backend_url: str, tmp_path: Path
+) -> None:
+    copy = tmp_path / "agents_copy.py"
+    shutil.copy(Path(AGENTS), copy)
+    async with Runtime(backend_url) as rt:
+        q = queue(rt)
+        await add_trigger(q, "fragile", f"{copy}:reviewer", after="writer")
+        await add_trigger(q, "sturdy", PUBLISHER, after="writer")
+        copy.rename(tmp_path / "gone.py")  # a deploy removed the file the trigger names
+        source = await run_writer(rt)
+
+        fired = await fire_due(rt)
+        assert [(f.trigger, f.source_run) for f in fired] == [("sturdy", source)]
+        assert await runs_of(rt, "reviewer") == []
+        # The failed firing stays owed, backing off: not due at once.
+        assert await q.due_firings() == []
+        (owed,) = await q.due_firings(run_id=source)
+        assert (owed.trigger, owed.attempts) == ("fragile", 1)
+
+        (tmp_path / "gone.py").rename(copy)  # the file is back
+
+        async def retried() -> bool:
+            return bool(await fire_due(rt))
+
+        await wait_until(retried, what="the back-off to pass")
+        assert len(await runs_of(rt, "reviewer")) == 1
+        assert await q.due_firings(run_id=source) == []
+
+
+def test_started_by_says_what_started_a_run() -> None:
+    assert started_by({}) is None
+    assert started_by(
+        {"trigger": "review", "source_run": "run_a", "source_status": "failed", "chain_depth": 2}
+    ) == ("started by trigger review after run run_a failed (chain depth 2)")
+    assert started_by({"trigger": "hook", "delivery": "d-1"}) == (
+        "started by webhook hook, delivery d-1"
+    )
+    assert started_by({"schedule": "daily", "tick": "2026-01-01T06:00:00+00:00"}) == (
+        "started by schedule daily, tick 2026-01-01T06:00:00+00:00"
+    )
