@@ -79,6 +79,7 @@ class Worker:
         *,
         config: WorkerConfig | None = None,
         worker_id: str | None = None,
+        policy: str | os.PathLike[str] | None = None,
     ) -> None:
         self.config = config or WorkerConfig()
         if isinstance(store, str) and store.startswith(("postgresql://", "postgres://")):
@@ -86,7 +87,11 @@ class Worker:
 
             # A connection for each run in flight, plus heartbeats, claims and schedules.
             store = PostgresStore(store, max_size=max(10, self.config.concurrency + 4))
-        self.runtime = Runtime(store, worker_id=worker_id, lease_s=self.config.lease_s)
+        # The policy decides the runs' tool calls: None reads $CONTEXTOS_POLICY, like every
+        # process that drives runs must.
+        self.runtime = Runtime(
+            store, worker_id=worker_id, lease_s=self.config.lease_s, policy=policy
+        )
         self.worker_id = self.runtime.worker_id
         queue = queue_of(self.runtime.store)
         if queue is None:

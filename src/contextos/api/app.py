@@ -144,7 +144,11 @@ def create_app(config: ApiConfig | None = None) -> FastAPI:
             if cfg.worker:
                 from contextos.worker import Worker, WorkerConfig
 
-                worker = Worker(cfg.store, config=WorkerConfig(concurrency=cfg.worker_concurrency))
+                worker = Worker(
+                    cfg.store,
+                    config=WorkerConfig(concurrency=cfg.worker_concurrency),
+                    policy=cfg.policy,
+                )
                 worker_task = asyncio.create_task(worker.run())
             yield
         finally:

@@ -1,0 +1,39 @@
+"""A real API server on 127.0.0.1 (a free port) in a thread of the test process."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import uvicorn
+
+from contextos.api import ApiConfig, create_app
+
+AGENTS = "tests/api/agents.py"
+GREETER = f"{AGENTS}:greeter"
+PAYER = f"{AGENTS}:payer"
+ASKER = f"{AGENTS}:asker"
+
+
+@contextmanager
+def serving(config: ApiConfig) -> Iterator[str]:
+    """Serve `config` until the block ends; yields the base URL."""
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(config), host="127.0.0.1", port=0, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, name="api-server", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise AssertionError("the API server did not start")
+        time.sleep(0.02)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=60)
+        assert not thread.is_alive(), "the API server did not stop"
