@@ -850,6 +850,11 @@ def serve(
 
     Needs the api extra: pip install 'contextos\\[api]'.
     """
+    import logging
+
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     try:
         from contextos.api import ApiConfig
         from contextos.api import serve as run_server
