@@ -10,8 +10,8 @@ from typing import Any
 
 import httpx
 import pytest
-from agents import PAYMENTS_ENV, POLICY
-from server import ASKER, PAYER, serving
+from api_agents import PAYMENTS_ENV, POLICY
+from api_server import ASKER, PAYER, serving
 
 from contextos.api import ApiConfig
 

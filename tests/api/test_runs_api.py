@@ -7,7 +7,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from server import GREETER, serving
+from api_server import GREETER, serving
 
 from contextos import Runtime
 from contextos.api import ApiConfig

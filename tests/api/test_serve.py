@@ -19,8 +19,8 @@ from contextos.store.queue import queue_of
 from contextos.triggers import DELIVERY_HEADER, add_trigger
 
 ROOT = Path(__file__).resolve().parents[2]
-WRITER = "tests/triggers/agents.py:writer"
-REVIEWER = "tests/triggers/agents.py:reviewer"
+WRITER = "tests/triggers/trigger_agents.py:writer"
+REVIEWER = "tests/triggers/trigger_agents.py:reviewer"
 
 
 def port_of(log: Path, proc: subprocess.Popen[bytes]) -> int:

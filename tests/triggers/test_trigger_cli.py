@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from helpers import LOOPER, REVIEWER, ROOT, WRITER
+from trigger_helpers import LOOPER, REVIEWER, ROOT, WRITER
 
 from contextos import Runtime
 from contextos.triggers import fire_due

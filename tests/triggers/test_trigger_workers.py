@@ -6,7 +6,7 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
-from helpers import (
+from trigger_helpers import (
     GATED,
     PUBLISHER,
     REVIEWER,

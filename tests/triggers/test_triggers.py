@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import (
+from trigger_helpers import (
     AGENTS,
     FAILING_WRITER,
     LOOPER,

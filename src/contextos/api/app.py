@@ -68,15 +68,14 @@ class ApiConfig:
 class Api:
     """What the routes share: the runtime, the configuration, the agents allowed."""
 
-    def __init__(self, config: ApiConfig, runtime: Runtime) -> None:
+    def __init__(self, config: ApiConfig, runtime: Runtime, agents: dict[str, Agent]) -> None:
         self.config = config
         self.runtime = runtime
-        self.agents: dict[str, Agent] = {}
+        self.agents = dict(agents)
         """Loaded agents by reference (also the webhook triggers' cache)."""
         self.allowed: dict[str, str] = {}
         """Allowed agent reference or name -> reference."""
-        for ref in config.agents:
-            agent = self.agents[ref] = load_agent(ref)  # a bad --agent fails at startup
+        for ref, agent in agents.items():
             self.allowed[ref] = ref
             self.allowed.setdefault(agent.name, ref)
 
@@ -131,8 +130,13 @@ ApiDep = Annotated[Api, Depends(_api)]
 
 
 def create_app(config: ApiConfig | None = None) -> FastAPI:
-    """The app; the runtime (and the in-process worker) start with it and stop with it."""
+    """The app; the runtime (and the in-process worker) start with it and stop with it.
+
+    The agents it may start are imported now: a bad reference fails here (ConfigError), not at
+    the first request.
+    """
     cfg = config or ApiConfig()
+    served = {ref: load_agent(ref) for ref in cfg.agents}
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -140,7 +144,7 @@ def create_app(config: ApiConfig | None = None) -> FastAPI:
         worker_task: asyncio.Task[None] | None = None
         worker = None
         try:
-            app.state.api = Api(cfg, runtime)
+            app.state.api = Api(cfg, runtime, served)
             if cfg.worker:
                 from contextos.worker import Worker, WorkerConfig
 

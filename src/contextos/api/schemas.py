@@ -65,6 +65,8 @@ class Answer(_Body):
 
 def jsonable(value: Any) -> Any:
     """Dataclasses, enums and datetimes as plain JSON values."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, dict):

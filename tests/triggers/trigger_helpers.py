@@ -15,7 +15,7 @@ from contextos.runs import RunId
 from contextos.store.queue import RunQueue, queue_of
 
 ROOT = Path(__file__).resolve().parents[2]
-AGENTS = "tests/triggers/agents.py"
+AGENTS = "tests/triggers/trigger_agents.py"
 WRITER = f"{AGENTS}:writer"
 FAILING_WRITER = f"{AGENTS}:failing_writer"
 REVIEWER = f"{AGENTS}:reviewer"

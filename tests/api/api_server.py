@@ -11,7 +11,7 @@ import uvicorn
 
 from contextos.api import ApiConfig, create_app
 
-AGENTS = "tests/api/agents.py"
+AGENTS = "tests/api/api_agents.py"
 GREETER = f"{AGENTS}:greeter"
 PAYER = f"{AGENTS}:payer"
 ASKER = f"{AGENTS}:asker"
