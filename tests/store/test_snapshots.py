@@ -9,6 +9,7 @@ crashes and releases.
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -489,9 +490,14 @@ async def test_snapshots_are_written_as_the_log_grows_and_equal_its_fold(
 async def test_a_store_that_closes_snapshots_the_runs_it_drove(backend_url: str, raw: Raw) -> None:
     log = Log("r1")
     first = open_store(backend_url)
-    await write(first, log.busy(rounds=6))
-    assert snapshots.AT_REST <= log.seq < snapshots.EVERY  # no snapshot yet
-    assert raw.snapshot("r1") is None
+    await write(first, log.busy(rounds=12))
+
+    async def written() -> bool:
+        return raw.snapshot("r1") is not None
+
+    await eventually(written)
+    snap = raw.snapshot("r1")
+    assert snap is not None and log.seq - snap[0] >= snapshots.AT_REST
     await first.close()
     assert await assert_snapshot_is_the_fold_in(backend_url, raw, "r1") == log.seq
 
@@ -532,6 +538,22 @@ async def test_a_long_run_that_ends_is_snapshotted_whole_and_stays_frozen(
     with pytest.raises(RunIsTerminal):
         await store.append(log.run_id, [late], expected_seq=late.seq - 1)
     assert (await store.get_run(log.run_id)).last_seq == late.seq - 1
+
+
+def test_the_message_memo_encodes_only_new_messages_and_starts_over_on_a_rewrite() -> None:
+    memo = snapshots.MessageMemo()
+    messages = [Message(role="user", content="a"), Message(role="assistant", content="b")]
+    assert contents(memo.encoded(messages)) == ["a", "b"]
+    messages.append(Message(role="user", content="c"))
+    assert contents(memo.encoded(messages)) == ["a", "b", "c"]
+    messages[1] = Message(role="assistant", content="B")  # not a growth: encode all again
+    assert contents(memo.encoded(messages)) == ["a", "B", "c"]
+    assert contents(memo.encoded(messages[:1])) == ["a"]
+    assert contents(memo.encoded([])) == []
+
+
+def contents(items: list[bytes]) -> list[str]:
+    return [m["content"] for m in json.loads(b"[" + b"".join(items) + b"]")]
 
 
 # -- a snapshot is never trusted blindly -------------------------------------------------------

@@ -4,8 +4,9 @@ The log stays the only truth. A snapshot names the seq it was folded up to and t
 the code that folded and encoded it; a load that finds none, one of another format, or one
 that does not decode into that run at that seq, folds the whole log instead.
 
-A store keeps, beside the logs it appends to, the folded state of those runs (`Folds`): writing
-a snapshot then costs an encode, never a re-read of the log.
+Once a run is long enough to need one, the store that appends to it loads its state and
+keeps folding the events it commits into it (`Folds`), so that each later snapshot costs an
+encode of what is new, never a re-read of the log. Short runs cost nothing.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from contextos import events as ev
 from contextos.errors import EventDecodeError
+from contextos.messages import Message
 from contextos.runs import RunId, RunStatus
 from contextos.state import RunState, apply
 
@@ -36,16 +38,17 @@ the gap between two, which keeps the cost per event constant while a load folds 
 1/GROWTH of the log on top of its snapshot."""
 AT_REST = 64
 """It is also written when the run stops (parks, is let go, or the store closes) with at least
-this many events since the last one, so short runs never pay for one; and when a run of at
-least EVERY events ends, whatever came since the last one, since no append will follow."""
+this many events since the last one; and when a run of at least EVERY events ends, whatever
+came since the last one, since no append will follow."""
 CAPACITY = 4096
-"""Runs a store keeps track of at most (the least recently appended go first); only those it
-drives now keep their folded state."""
+"""Runs a store keeps track of at most (the least recently appended go first); only the long
+ones it drives now keep their folded state."""
 
 SNAPSHOT_VERSION = 1
 """Bump when the encoding changes in a way the format's fingerprint cannot see."""
 
 _STATE: TypeAdapter[RunState] = TypeAdapter(RunState)
+_MESSAGES: TypeAdapter[list[Message]] = TypeAdapter(list[Message])
 
 # The modules that define the fold and every record a state holds.
 _SOURCES = (
@@ -79,8 +82,41 @@ FORMAT = _format()
 """The format this code writes, and the only one it reads."""
 
 
-def encode(state: RunState) -> bytes:
-    return _STATE.dump_json(state)
+def encode(state: RunState, memo: MessageMemo | None = None) -> bytes:
+    """The state as JSON; `memo` keeps each message's JSON from one call to the next."""
+    if memo is None:
+        return _STATE.dump_json(state)
+    rest = _STATE.dump_json(state, exclude={"messages"})
+    parts = [b'{"messages":[', *memo.encoded(state.messages), b"],", rest[1:]]
+    return b"".join(parts)
+
+
+class MessageMemo:
+    """The JSON of a run's messages, kept between snapshots: the fold only ever appends to a
+    state's messages, so each snapshot encodes just the new ones (and the whole list again if
+    the list turns out not to have grown from the one seen last)."""
+
+    __slots__ = ("_chunks", "_seen")
+
+    def __init__(self) -> None:
+        self._seen: list[Message] = []
+        self._chunks: list[bytes] = []
+        """The JSON array items of `_seen`, a run of them per snapshot."""
+
+    def encoded(self, messages: list[Message]) -> list[bytes]:
+        """`messages` as the items of a JSON array: its inside, in pieces to concatenate."""
+        seen = self._seen
+        grown = len(messages) >= len(seen) and all(
+            a is b for a, b in zip(seen, messages, strict=False)
+        )
+        if not grown:
+            seen.clear()
+            self._chunks.clear()
+        new = messages[len(seen) :]
+        if new:
+            seen.extend(new)
+            self._chunks.append((b"," if self._chunks else b"") + _MESSAGES.dump_json(new)[1:-1])
+        return self._chunks
 
 
 def restore(run_id: RunId, seq: int, fmt: str, blob: bytes) -> RunState | None:
@@ -130,12 +166,15 @@ class Due:
 
 @dataclass(slots=True)
 class _Run:
-    state: RunState | None
-    """Folded up to `state.seq`; None when unknown here (the run was resumed, or went stale)."""
     last: int
     """The last seq this store appended."""
     saved: int
     """Seq of the newest snapshot written, or where this store began to follow the run."""
+    state: RunState | None = None
+    """Folded up to `state.seq`, once the run needed a snapshot; None until then, while the
+    store loads it, and when it went stale (another writer) or the run stopped here."""
+    memo: MessageMemo | None = None
+    """Its messages' JSON, while `state` is kept."""
     loading: bool = False
     """True while the store loads the state to snapshot it."""
     resting: bool = False
@@ -143,7 +182,8 @@ class _Run:
 
 
 class Folds:
-    """The folded state of the runs a store appends to, and when to snapshot it.
+    """The runs a store appends to: when each needs a snapshot, and the folded state of the
+    long ones it drives.
 
     Only the store touches these states: they are folded from the events it committed, and
     never handed out (a load decodes its own copy).
@@ -167,10 +207,8 @@ class Folds:
         """Fold a committed batch in; return the snapshot to write, if one is due."""
         last = events[-1].seq
         run = self._runs.pop(run_id, None)
-        if expected_seq == 0:
-            run = _Run(state=RunState(run_id=run_id), last=0, saved=0)
-        elif run is None:
-            run = _Run(state=None, last=expected_seq, saved=expected_seq)
+        if run is None:
+            run = _Run(last=expected_seq, saved=expected_seq)
         state = run.state
         if state is not None:
             if state.seq == expected_seq:
@@ -184,7 +222,9 @@ class Folds:
                 run.state = None
             # else a load already read this batch
         run.last = max(run.last, last)
-        status = next((s for e in reversed(events) if (s := ev.status_after(e))), None)
+        status = None
+        for event in events:
+            status = type(event).SETS_STATUS or status
         run.resting = status is not None and status is not RunStatus.RUNNING
         if status is not None and status.is_terminal:  # no append will follow: forget it
             need = 1 if last >= self.every else self.at_rest
@@ -199,15 +239,21 @@ class Folds:
                 run.loading = True
                 due = Due(run_id=run_id, seq=last, blob=None)
             else:
-                due = Due(run_id=run_id, seq=run.state.seq, blob=encode(run.state))
+                run.memo = run.memo or MessageMemo()
+                due = Due(run_id=run_id, seq=run.state.seq, blob=encode(run.state, run.memo))
                 run.saved = run.state.seq  # no second one while this one is being written
         if run.resting:  # parked, let go or ended: nobody here drives it now
-            run.state = None
+            run.state = run.memo = None
         return due
 
     def gap(self, seq: int) -> int:
         """Events a run with a snapshot at `seq` may grow before the next one."""
         return max(self.every, seq // self.growth)
+
+    def last(self, run_id: RunId) -> int:
+        """The last seq this store appended to the run (0 if it does not follow it)."""
+        run = self._runs.get(run_id)
+        return 0 if run is None else run.last
 
     def loaded(self, run_id: RunId, state: RunState | None) -> None:
         """Adopt a state the store loaded to snapshot (its own copy); None: the load failed."""
@@ -226,7 +272,7 @@ class Folds:
     def unsaved(self) -> list[Due]:
         """Snapshots worth writing before the store closes, and forget every run."""
         due = [
-            Due(run_id=run_id, seq=run.state.seq, blob=encode(run.state))
+            Due(run_id=run_id, seq=run.state.seq, blob=encode(run.state, run.memo))
             for run_id, run in self._runs.items()
             if run.state is not None and run.state.seq - run.saved >= self.at_rest
         ]
@@ -292,16 +338,25 @@ class Snapshotting:
 
     def _unsaved(self) -> None:
         """Snapshot the runs this store stops following (it is closing)."""
-        for due in self._folds.unsaved():
+        try:
+            dues = self._folds.unsaved()
+        except Exception:  # a cache: it must never keep the store from closing
+            log.exception("cannot snapshot the runs this store drove")
+            return
+        for due in dues:
             self._spawn(self._snapshot(due))
 
     async def _snapshot(self, due: Due) -> None:
         run_id, seq, blob = due.run_id, due.seq, due.blob
         try:
-            if blob is None:  # this store does not follow the run's state: load it
+            if blob is None:  # this store does not hold the run's state yet: load it
                 state: RunState | None = None
                 try:
                     state, _ = await self._load(run_id)
+                    for _ in range(3):  # appends that committed meanwhile
+                        if state.seq >= self._folds.last(run_id):
+                            break
+                        replay(state, await self._read_rows(run_id, state.seq))
                 finally:
                     self._folds.loaded(run_id, state)
                 seq, blob = state.seq, encode(state)
