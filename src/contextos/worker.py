@@ -451,6 +451,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--agent", action="append", default=None, help="only this agent name")
     parser.add_argument("--no-schedules", action="store_true", help="do not fire schedules")
     parser.add_argument("--no-triggers", action="store_true", help="do not fire run triggers")
+    parser.add_argument(
+        "--trigger-poll",
+        type=float,
+        default=defaults.trigger_poll_s,
+        help="seconds between looks for firings no worker started",
+    )
     parser.add_argument("--max-attempts", type=int, default=defaults.max_attempts)
     parser.add_argument("--retry-base", type=float, default=defaults.retry_base_s)
     parser.add_argument("--worker-id", default=None)
@@ -469,6 +475,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         agents=tuple(args.agent) if args.agent else None,
         schedules=not args.no_schedules,
         triggers=not args.no_triggers,
+        trigger_poll_s=args.trigger_poll,
         max_attempts=args.max_attempts,
         retry_base_s=args.retry_base,
     )

@@ -55,6 +55,23 @@ async def test_a_chain_of_triggers_runs_through_a_worker(backend_url: str, tmp_p
         assert await q.due_firings() == []
 
 
+async def test_the_worker_that_ends_a_run_fires_at_once(backend_url: str, tmp_path: Path) -> None:
+    async with Runtime(backend_url) as rt:
+        q = queue(rt)
+        await add_trigger(q, "review", REVIEWER, after="writer")
+        # This worker looks for firings nobody started once, at startup, then not for an hour:
+        # a review can only come from the worker firing as the run it drove ends.
+        procs = [spawn_worker(backend_url, tmp_path / "w.log", "--trigger-poll", "3600")]
+        try:
+            await rt.start(load_agent(PUBLISHER), "warm up", agent_ref=PUBLISHER)
+            await wait_until(lambda: all_done(rt, "publisher", 1), what="the first run")
+            source = await rt.start(load_agent(WRITER), "write it", agent_ref=WRITER)
+            await wait_until(lambda: all_done(rt, "reviewer", 1), what="the review")
+        finally:
+            stop_all(procs)
+        assert await started_after(rt, "reviewer") == {source: await runs_of(rt, "reviewer")}
+
+
 async def test_a_worker_catches_up_on_endings_nobody_fired(
     backend_url: str, tmp_path: Path
 ) -> None:
