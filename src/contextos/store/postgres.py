@@ -264,6 +264,7 @@ class PostgresStore(PostgresQueue, snapshots.Snapshotting):
             cur = await conn.execute(
                 "SELECT seq, format, state FROM snapshots WHERE run_id = %s AND format = %s",
                 (run_id, snapshots.FORMAT),
+                binary=True,  # bytes as they are, not as hex text to decode
             )
             row = await cur.fetchone()
             snap = None if row is None else (int(row[0]), str(row[1]), bytes(row[2]))
@@ -361,6 +362,7 @@ async def _events(
         "SELECT seq, type, schema_version, payload FROM events"
         " WHERE run_id = %s AND seq > %s ORDER BY seq",
         (run_id, after_seq),
+        binary=True,  # payloads as they are, not as hex text to decode
     )
     rows = await cur.fetchall()
     if not rows and after_seq == 0:
