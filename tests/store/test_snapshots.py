@@ -585,7 +585,7 @@ async def test_a_valid_snapshot_is_what_a_load_starts_from(store: EventStore, ra
     assert loaded.seq == full.seq and loaded.messages == full.messages
 
 
-@pytest.mark.parametrize("flaw", ["format", "seq", "run", "garbage", "shape"])
+@pytest.mark.parametrize("flaw", ["format", "seq", "run", "garbage", "shape", "ahead"])
 async def test_a_snapshot_that_does_not_match_is_ignored(
     store: EventStore, raw: Raw, flaw: str
 ) -> None:
@@ -600,6 +600,9 @@ async def test_a_snapshot_that_does_not_match_is_ignored(
         seq -= 1  # the row says one seq, the state another
     elif flaw == "run":
         state.run_id = RunId("r2")
+        blob = snapshots.encode(state)
+    elif flaw == "ahead":  # a snapshot past the end of the log
+        seq = state.seq = full.seq + 5
         blob = snapshots.encode(state)
     elif flaw == "garbage":
         blob = b'{"run_id": "r1", "seq": '

@@ -262,8 +262,9 @@ class PostgresStore(PostgresQueue, snapshots.Snapshotting):
     ) -> tuple[snapshots.Snapshot | None, list[snapshots.Row]]:
         async with self._conn() as conn:
             cur = await conn.execute(
-                "SELECT seq, format, state FROM snapshots WHERE run_id = %s AND format = %s",
-                (run_id, snapshots.FORMAT),
+                "SELECT seq, format, state FROM snapshots WHERE run_id = %s AND format = %s"
+                " AND seq <= (SELECT last_seq FROM runs WHERE run_id = %s)",  # never ahead
+                (run_id, snapshots.FORMAT, run_id),
                 binary=True,  # bytes as they are, not as hex text to decode
             )
             row = await cur.fetchone()

@@ -308,8 +308,9 @@ class SqliteStore(SqliteQueue, snapshots.Snapshotting):
     ) -> tuple[snapshots.Snapshot | None, list[snapshots.Row]]:
         def _read(conn: sqlite3.Connection) -> tuple[Any, list[snapshots.Row]]:
             snap = conn.execute(
-                "SELECT seq, format, state FROM snapshots WHERE run_id = ? AND format = ?",
-                (run_id, snapshots.FORMAT),
+                "SELECT seq, format, state FROM snapshots WHERE run_id = ? AND format = ?"
+                " AND seq <= (SELECT last_seq FROM runs WHERE run_id = ?)",  # never ahead
+                (run_id, snapshots.FORMAT, run_id),
             ).fetchone()
             return snap, _events(conn, run_id, snap[0] if snap is not None else 0)
 
