@@ -775,6 +775,8 @@ def trigger_add(
     console.print(
         f"trigger [bold]{added.name}[/]: starts {added.agent_name}", Text(describe(added))
     )
+    if added.secret_env:
+        console.print(f"[dim]set {added.secret_env} where `contextos serve` runs[/]")
 
 
 @trigger_app.command("list")

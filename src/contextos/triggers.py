@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from contextos.agents import Agent, load_agent
-from contextos.errors import ConfigError, ContextOSError, RunNotFound
+from contextos.errors import ConfigError, RunNotFound
 from contextos.runs import RunId
 from contextos.scheduler import retry_at
 from contextos.store.queue import (
@@ -282,13 +282,16 @@ async def fire_due(
             continue
         try:
             out.append(await _fire(runtime, queue, trigger, firing, cache))
-        except ContextOSError as exc:
+        except Exception as exc:
+            # Whatever stops this one (an agent module that fails to import, a refused
+            # authority), the firings behind it go on; this one waits and tries again.
             attempt = firing.attempts + 1
             log.error(
-                "trigger %s: cannot start a run after %s (attempt %d): %s",
+                "trigger %s: cannot start a run after %s (attempt %d): %s: %s",
                 trigger.name,
                 firing.run_id,
                 attempt,
+                type(exc).__name__,
                 exc,
             )
             await queue.defer_firing(firing.trigger, firing.run_id, not_before=retry_at(attempt))

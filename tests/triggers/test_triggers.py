@@ -288,6 +288,23 @@ async def test_a_firing_whose_agent_will_not_load_waits_and_the_rest_go_on(
         assert await q.due_firings(run_id=source) == []
 
 
+async def test_an_agent_that_raises_while_loading_holds_up_no_other_firing(
+    backend_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with Runtime(backend_url) as rt:
+        q = queue(rt)
+        await add_trigger(q, "fragile", f"{AGENTS}:fragile", after="writer")
+        monkeypatch.setenv("CONTEXTOS_TEST_BREAK", "1")
+        first = await run_writer(rt)
+        await add_trigger(q, "sturdy", PUBLISHER, after="writer")
+        second = await run_writer(rt)
+        # The fragile firing of the first run is the oldest: the ones behind it still start.
+        fired = await fire_due(rt)
+        assert [(f.trigger, f.source_run) for f in fired] == [("sturdy", second)]
+        owed = {(f.trigger, f.run_id, f.attempts) for f in await q.due_firings(run_id=first)}
+        assert owed == {("fragile", first, 1)}
+
+
 def test_started_by_says_what_started_a_run() -> None:
     assert started_by({}) is None
     assert started_by(

@@ -60,3 +60,14 @@ def gated() -> Agent:
                 raise TimeoutError("the test never said go")
             time.sleep(0.02)
     return reviewer
+
+
+BREAK_ENV = "CONTEXTOS_TEST_BREAK"
+"""When set, building `fragile` fails the way a broken deploy does."""
+
+
+def fragile() -> Agent:
+    """The reviewer, from a factory that raises (not a ContextOSError) when BREAK_ENV is set."""
+    if os.environ.get(BREAK_ENV):
+        raise RuntimeError("the agent's setup failed")
+    return reviewer
