@@ -1,0 +1,421 @@
+"""Operations: workers, limits, cron schedules, run triggers, the HTTP server, doctor."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from contextos.cli.common import (
+    JsonOption,
+    StoreOption,
+    age,
+    app,
+    call,
+    console,
+    fail,
+    print_json,
+)
+from contextos.errors import ContextOSError
+from contextos.runtime import Runtime
+
+schedule_app = typer.Typer(
+    help="Cron schedules: start a run of an agent at every tick, once across all workers.",
+    no_args_is_help=True,
+)
+app.add_typer(schedule_app, name="schedule")
+trigger_app = typer.Typer(
+    help="Triggers: start a run when a run of another agent ends, or on a webhook call.",
+    no_args_is_help=True,
+)
+app.add_typer(trigger_app, name="trigger")
+
+
+@app.command()
+def worker(
+    store: StoreOption = None,
+    concurrency: Annotated[int, typer.Option(help="Runs driven at once.")] = 4,
+    lease: Annotated[float, typer.Option(help="Lease seconds (renewed every third).")] = 30.0,
+    poll: Annotated[float, typer.Option(help="Seconds between looks at an idle queue.")] = 1.0,
+    agent: Annotated[
+        list[str] | None, typer.Option(help="Claim only runs of this agent (repeatable).")
+    ] = None,
+    schedules: Annotated[bool, typer.Option(help="Fire due cron schedules.")] = True,
+    triggers: Annotated[bool, typer.Option(help="Start the runs run triggers owe.")] = True,
+    max_attempts: Annotated[
+        int, typer.Option(help="Failed attempts before a run is failed (runtime_crashed).")
+    ] = 10,
+    worker_id: Annotated[str | None, typer.Option(help="Name this worker.")] = None,
+    log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING or ERROR.")] = "INFO",
+) -> None:
+    """Claim queued runs and drive them; SIGTERM drains (each run finishes its step).
+
+    Run many, on many machines, against one store.
+    """
+    import logging
+
+    from contextos.worker import WorkerConfig, run_worker
+
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    config = WorkerConfig(
+        concurrency=concurrency,
+        lease_s=lease,
+        poll_s=poll,
+        agents=tuple(agent) if agent else None,
+        schedules=schedules,
+        triggers=triggers,
+        max_attempts=max_attempts,
+    )
+    try:
+        run_worker(store, config=config, worker_id=worker_id)
+    except ContextOSError as exc:
+        fail(exc)
+
+
+@app.command()
+def workers(
+    store: StoreOption = None,
+    all_: Annotated[bool, typer.Option("--all", help="Include stopped and silent ones.")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """List live workers and the runs they hold leases on."""
+    from contextos.worker import list_workers
+
+    rows = call(store, lambda rt: list_workers(rt.store, live_within_s=None if all_ else 60))
+    if as_json:
+        print_json(rows)
+        return
+    if not rows:
+        console.print("[dim]no live workers — start one with `contextos worker`[/]")
+        return
+    table = Table(title=f"workers ({len(rows)})", title_justify="left")
+    for col in ("worker", "host", "pid", "status", "heartbeat", "leases"):
+        table.add_column(col)
+    for w in rows:
+        leases = ", ".join(lease.run_id for lease in w.leases) or "-"
+        beat = age(w.heartbeat_at) + " ago" if w.heartbeat_at else "-"
+        table.add_row(
+            w.worker_id,
+            w.host,
+            str(w.pid),
+            w.status.value,
+            beat,
+            f"{len(w.leases)}/{w.concurrency} {leases}",
+        )
+    console.print(table)
+
+
+@app.command()
+def limit(
+    max_running: Annotated[
+        int | None, typer.Argument(help="Runs at once; omit to list the limits.")
+    ] = None,
+    tenant: Annotated[str | None, typer.Option(help="Per tenant ('*': each tenant).")] = None,
+    agent: Annotated[str | None, typer.Option(help="Per agent ('*': each agent).")] = None,
+    remove: Annotated[bool, typer.Option(help="Remove the limit instead.")] = False,
+    store: StoreOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Show or set concurrency limits (global, per tenant, per agent) shared by all workers."""
+    from contextos.store.queue import LimitScope, queue_of
+
+    scope, name = LimitScope.GLOBAL, ""
+    if tenant is not None:
+        scope, name = LimitScope.TENANT, tenant
+    if agent is not None:
+        scope, name = LimitScope.AGENT, agent
+
+    async def work(rt: Runtime) -> Any:
+        queue = queue_of(rt.store)
+        if queue is None:
+            raise ContextOSError("this store keeps no run queue")
+        if remove or max_running is not None:
+            await queue.set_limit(scope, name, None if remove else max_running)
+        return await queue.limits()
+
+    rows = call(store, work)
+    if as_json:
+        print_json(rows)
+        return
+    for lim in rows:
+        console.print(f"{lim.scope.value:7} {lim.name or '-':20} {lim.max_running}")
+    if not rows:
+        console.print("[dim]no limits: workers take as much as their concurrency allows[/]")
+
+
+@schedule_app.command("add")
+def schedule_add(
+    name: Annotated[str, typer.Argument(help="A unique name.")],
+    agent_ref: Annotated[str, typer.Argument(help="path/to/file.py:attr or module:attr.")],
+    cron: Annotated[str, typer.Option(help='Cron expression, e.g. "0 6 * * *".')],
+    input: Annotated[str, typer.Option(help="The input of each run.")] = "",
+    timezone: Annotated[str, typer.Option(help="Time zone the cron is read in.")] = "UTC",
+    catch_up: Annotated[
+        str, typer.Option(help="Ticks missed while no worker ran: skip or run_once.")
+    ] = "skip",
+    misfire_grace: Annotated[
+        float, typer.Option(help="Seconds late a tick may fire and still be on time.")
+    ] = 60.0,
+    priority: Annotated[int, typer.Option(help="Priority of its runs.")] = 0,
+    tenant: Annotated[str, typer.Option(help="Tenant of its runs.")] = "",
+    store: StoreOption = None,
+) -> None:
+    """Add a cron schedule; workers fire each tick exactly once."""
+    from contextos.scheduler import add_schedule
+    from contextos.store.queue import queue_of
+
+    async def work(rt: Runtime) -> Any:
+        queue = queue_of(rt.store)
+        if queue is None:
+            raise ContextOSError("this store keeps no run queue")
+        return await add_schedule(
+            queue,
+            name,
+            agent_ref,
+            cron,
+            input=input,
+            timezone=timezone,
+            catch_up=catch_up,
+            misfire_grace_s=misfire_grace,
+            priority=priority,
+            tenant=tenant,
+        )
+
+    try:
+        added = call(store, work)
+    except ValueError:
+        fail(ContextOSError(f"unknown catch-up policy {catch_up!r}: use skip or run_once"))
+    console.print(f"schedule [bold]{added.name}[/]: next tick {added.next_tick_at.isoformat()}")
+
+
+@schedule_app.command("list")
+def schedule_list(store: StoreOption = None, as_json: JsonOption = False) -> None:
+    """List schedules with their next tick and last run."""
+    from contextos.store.queue import queue_of
+
+    async def work(rt: Runtime) -> Any:
+        queue = queue_of(rt.store)
+        return [] if queue is None else await queue.list_schedules()
+
+    rows = call(store, work)
+    if as_json:
+        print_json(rows)
+        return
+    if not rows:
+        console.print("[dim]no schedules — add one with `contextos schedule add`[/]")
+        return
+    table = Table(title=f"schedules ({len(rows)})", title_justify="left")
+    for col in ("name", "cron", "agent", "catch-up", "next tick", "last run"):
+        table.add_column(col)
+    for s in rows:
+        table.add_row(
+            s.name,
+            f"{s.cron} ({s.timezone})",
+            Text(s.agent_ref),
+            s.catch_up.value,
+            s.next_tick_at.isoformat(),
+            s.last_run_id or "-",
+        )
+    console.print(table)
+
+
+@schedule_app.command("remove")
+def schedule_remove(
+    name: Annotated[str, typer.Argument(help="The schedule to remove.")],
+    store: StoreOption = None,
+) -> None:
+    """Remove a schedule (runs it started stay)."""
+    from contextos.store.queue import queue_of
+
+    async def work(rt: Runtime) -> bool:
+        queue = queue_of(rt.store)
+        return queue is not None and await queue.remove_schedule(name)
+
+    if not call(store, work):
+        fail(ContextOSError(f"no schedule named {name!r}"))
+    console.print(f"removed schedule [bold]{name}[/]")
+
+
+@trigger_app.command("add")
+def trigger_add(
+    name: Annotated[str, typer.Argument(help="A unique name (a webhook's URL path too).")],
+    agent_ref: Annotated[str, typer.Argument(help="The agent to start: file.py:attr or mod:attr.")],
+    after: Annotated[
+        str | None, typer.Option(help="Fire when a run of this agent (by name) ends.")
+    ] = None,
+    on: Annotated[str, typer.Option(help="Which endings fire it: completed, failed or any.")] = (
+        "completed"
+    ),
+    input: Annotated[
+        str | None,
+        typer.Option(
+            help="Input template: {output}, {run_id}, {status}, {failure}, {agent}, "
+            "{input} (default: the finished run's output)"
+        ),
+    ] = None,
+    webhook: Annotated[bool, typer.Option(help="Fire on POST /v1/hooks/NAME instead.")] = False,
+    secret_env: Annotated[
+        str | None, typer.Option(help="Env var with the webhook's HMAC-SHA256 secret.")
+    ] = None,
+    allow_cycle: Annotated[
+        bool, typer.Option(help="Allow a loop of triggers (an agent starting itself).")
+    ] = False,
+    max_depth: Annotated[int, typer.Option(help="Triggers a chain may go down.")] = 10,
+    priority: Annotated[int, typer.Option(help="Priority of its runs.")] = 0,
+    tenant: Annotated[str, typer.Option(help="Tenant of its runs (default: the source's).")] = "",
+    store: StoreOption = None,
+) -> None:
+    """Add a trigger; its runs start once per finished run or webhook delivery."""
+    from contextos.store.queue import queue_of
+    from contextos.triggers import add_trigger, describe
+
+    async def work(rt: Runtime) -> Any:
+        queue = queue_of(rt.store)
+        if queue is None:
+            raise ContextOSError("this store keeps no run queue")
+        return await add_trigger(
+            queue,
+            name,
+            agent_ref,
+            after=after,
+            on=on,
+            input=input,
+            webhook=webhook,
+            secret_env=secret_env,
+            allow_cycle=allow_cycle,
+            max_depth=max_depth,
+            priority=priority,
+            tenant=tenant,
+        )
+
+    added = call(store, work)
+    console.print(
+        f"trigger [bold]{added.name}[/]: starts {added.agent_name}", Text(describe(added))
+    )
+    if added.secret_env:
+        console.print(f"[dim]set {added.secret_env} where `contextos serve` runs[/]")
+
+
+@trigger_app.command("list")
+def trigger_list(store: StoreOption = None, as_json: JsonOption = False) -> None:
+    """List triggers: what fires each one and what it starts."""
+    from contextos.store.queue import queue_of
+    from contextos.triggers import describe
+
+    async def work(rt: Runtime) -> Any:
+        queue = queue_of(rt.store)
+        return [] if queue is None else await queue.list_triggers()
+
+    rows = call(store, work)
+    if as_json:
+        print_json(rows)
+        return
+    if not rows:
+        console.print("[dim]no triggers — add one with `contextos trigger add`[/]")
+        return
+    table = Table(title=f"triggers ({len(rows)})", title_justify="left")
+    for col in ("name", "fires", "starts", "input", "loops"):
+        table.add_column(col, overflow="fold")
+    for t in rows:
+        default = "request body" if t.kind.value == "webhook" else "source output"
+        loops = f"{'allowed' if t.allow_cycle else 'refused'}, depth ≤ {t.max_depth}"
+        table.add_row(
+            t.name,
+            Text(describe(t)),
+            Text(f"{t.agent_name} ({t.agent_ref})"),
+            Text(t.input if t.input is not None else default),
+            "-" if t.kind.value == "webhook" else loops,
+        )
+    console.print(table)
+
+
+@trigger_app.command("remove")
+def trigger_remove(
+    name: Annotated[str, typer.Argument(help="The trigger to remove.")],
+    store: StoreOption = None,
+) -> None:
+    """Remove a trigger (runs it started stay; firings it still owed are dropped)."""
+    from contextos.store.queue import queue_of
+
+    async def work(rt: Runtime) -> bool:
+        queue = queue_of(rt.store)
+        return queue is not None and await queue.remove_trigger(name)
+
+    if not call(store, work):
+        fail(ContextOSError(f"no trigger named {name!r}"))
+    console.print(f"removed trigger [bold]{name}[/]")
+
+
+@app.command()
+def serve(
+    store: StoreOption = None,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8080,
+    agent: Annotated[
+        list[str] | None,
+        typer.Option(help="An agent POST /v1/runs may start, file.py:attr (repeatable)."),
+    ] = None,
+    any_agent: Annotated[
+        bool, typer.Option(help="Start any agent reference a client names (trusted clients).")
+    ] = False,
+    token_env: Annotated[
+        str | None, typer.Option(help="Env var with a bearer token every request must carry.")
+    ] = None,
+    worker: Annotated[bool, typer.Option(help="Also drive queued runs in this process.")] = False,
+    concurrency: Annotated[int, typer.Option(help="Runs that worker drives at once.")] = 4,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+) -> None:
+    """Serve the HTTP API (see docs/api.md): runs, events, interrupts, webhooks.
+
+    Needs the api extra: pip install 'contextos\\[api]'.
+    """
+    import logging
+
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        from contextos.api import ApiConfig
+        from contextos.api import serve as run_server
+        from contextos.api.app import token_from_env
+    except ImportError as exc:
+        fail(ContextOSError(f"the HTTP API needs {exc.name}: pip install 'contextos[api]'"))
+    try:
+        config = ApiConfig(
+            store=store,
+            agents=tuple(agent or ()),
+            any_agent=any_agent,
+            token=token_from_env(token_env),
+            worker=worker,
+            worker_concurrency=concurrency,
+        )
+        run_server(config, host=host, port=port, log_level=log_level)
+    except ContextOSError as exc:
+        fail(exc)
+
+
+@app.command()
+def doctor(
+    store: StoreOption = None,
+    model: Annotated[
+        str | None, typer.Option(help="Model string to check [default: $CONTEXTOS_MODEL].")
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Check the store (reachable, migrated) and the model configuration; changes nothing."""
+    from contextos.worker import doctor as checks_for
+
+    checks = asyncio.run(checks_for(store, model=model))
+    if as_json:
+        print_json(checks)
+    else:
+        for c in checks:
+            mark = "[green]ok[/]  " if c.ok else "[red]FAIL[/]"
+            console.print(f"{mark} {c.name:10}", Text(c.detail))
+    if not all(c.ok for c in checks):
+        raise typer.Exit(code=1)
