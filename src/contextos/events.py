@@ -471,7 +471,6 @@ class RunEnding(_Event):
     """Structured error fields of a failure."""
 
 
-
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ContextCompacted(_Event):
     """Older turns were summarized; later calls start their history after `through_seq`."""
@@ -489,6 +488,7 @@ class ContextCompacted(_Event):
     """Messages folded into the summary."""
     tokens_before: int = 0
     """Estimated tokens of what was summarized."""
+
 
 Event = Annotated[
     RunCreated
