@@ -64,9 +64,9 @@ class RunState:
     """The recorded policy decision for each decided tool call."""
     pending_interrupts: dict[str, ev.InterruptRaised] = field(default_factory=dict)
     """Questions raised to people and not answered yet, by interrupt id."""
-    resolutions: dict[
-        str, ev.ApprovalGranted | ev.ApprovalDenied | ev.InterruptAnswered
-    ] = field(default_factory=dict)
+    resolutions: dict[str, ev.ApprovalGranted | ev.ApprovalDenied | ev.InterruptAnswered] = field(
+        default_factory=dict
+    )
     """How each answered interrupt was resolved, by interrupt id."""
     interrupt_by_call: dict[str, ev.InterruptRaised] = field(default_factory=dict)
     """The latest interrupt raised about each tool call (answered or not)."""
