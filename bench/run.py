@@ -812,11 +812,12 @@ The profile table above says where ContextOS's time goes in this run.
   transaction and deriving it from the log on read, which saves pages per commit; encoding
   events without pydantic on the write path; and a compiled core for the encode and the
   commit.
-- **Loading a 1,000-turn run in under 10 ms.** A load reads one snapshot and decodes it: the
-  run's 2,000 messages are most of its 640 kB, and building them as objects is about 5 ms of
-  the total (6 to 7 ms on a quiet machine, more when the neighbours are busy). What would
-  make it steadily faster: messages decoded only when a model call needs them (most readers
-  of a state want its status, usage and ledger), or a binary encoding of the snapshot.
+- **Loading a 1,000-turn run in under 10 ms** is met, with little room: a load reads one
+  snapshot and decodes it, the run's 2,000 messages are most of its 640 kB, and building them
+  as objects is about 5 ms of the 6 to 7 ms a quiet machine takes; busy neighbours push single
+  loads past 10 ms. What would make it steadily faster: messages decoded only when a model
+  call needs them (most readers of a state want its status, usage and ledger), or a binary
+  encoding of the snapshot.
 """
 
 
