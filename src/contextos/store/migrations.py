@@ -416,4 +416,28 @@ CREATE TRIGGER trigger_firings_on_create AFTER INSERT ON runs
     FOR EACH ROW WHEN (NEW.status IN {_TERMINAL})
     EXECUTE FUNCTION contextos_trigger_firings();
 """,
+    # 6: wake idle workers (LISTEN contextos_work) when work becomes ready, from the same
+    # transaction: a rolled-back start wakes nobody, and a committed one is claimable when the
+    # wake-up arrives. A run is ready when it is created, when a person's answer puts it back
+    # in the queue, and when its lease is given back; a new schedule may tick sooner than any
+    # a worker knows of. Payload: `KIND SCHEMA` (the channel is shared by all schemas).
+    """
+CREATE FUNCTION contextos_work_ready() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('contextos_work', TG_ARGV[0] || ' ' || TG_TABLE_SCHEMA);
+    RETURN NULL;
+END $$;
+CREATE TRIGGER work_ready_on_create AFTER INSERT ON runs
+    FOR EACH ROW WHEN (NEW.status IN ('queued', 'running'))
+    EXECUTE FUNCTION contextos_work_ready('runs');
+CREATE TRIGGER work_ready_on_answer AFTER UPDATE OF status ON runs
+    FOR EACH ROW WHEN (NEW.status IN ('queued', 'running')
+                       AND OLD.status NOT IN ('queued', 'running'))
+    EXECUTE FUNCTION contextos_work_ready('runs');
+CREATE TRIGGER work_ready_on_release AFTER UPDATE OF lease_owner ON run_queue
+    FOR EACH ROW WHEN (NEW.lease_owner IS NULL AND OLD.lease_owner IS NOT NULL)
+    EXECUTE FUNCTION contextos_work_ready('runs');
+CREATE TRIGGER work_ready_on_schedule AFTER INSERT ON schedules
+    FOR EACH ROW EXECUTE FUNCTION contextos_work_ready('schedules');
+""",
 ]
