@@ -453,6 +453,30 @@ class InterruptAnswered(_Event):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class InterruptExpired(_Event):
+    """Nobody answered an interrupt by its deadline; what was declared for that case happens.
+
+    `deny` and `default` put the run back in the queue; `fail` is followed, in the same append,
+    by the `RunExpired` that ends the run.
+    """
+
+    SETS_STATUS = RunStatus.QUEUED
+    type: Literal["interrupt_expired"] = "interrupt_expired"
+    interrupt_id: str
+    """The interrupt that expired."""
+    kind: str
+    """Its kind."""
+    expires_at: datetime
+    """The deadline it carried."""
+    on_expiry: Literal["deny", "fail", "default"]
+    """What was declared to happen, and so happened."""
+    value: dict[str, Any] = field(default_factory=dict)
+    """For `default`: the answer given in place of a person's."""
+    reason: str = ""
+    """In words, for people and the model."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class RunEnding(_Event):
     """The run will fail or be cancelled once its effects are settled (the saga).
 
@@ -514,6 +538,7 @@ Event = Annotated[
     | ApprovalDenied
     | ApprovalRevoked
     | InterruptAnswered
+    | InterruptExpired
     | ContextCompacted,
     Field(discriminator="type"),
 ]
@@ -594,6 +619,7 @@ __all__ = [
     "ContextBound",
     "ContextCompacted",
     "InterruptAnswered",
+    "InterruptExpired",
     "Event",
     "EffectChanged",
     "EffectProposed",
