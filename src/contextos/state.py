@@ -64,9 +64,9 @@ class RunState:
     """The recorded policy decision for each decided tool call."""
     pending_interrupts: dict[str, ev.InterruptRaised] = field(default_factory=dict)
     """Questions raised to people and not answered yet, by interrupt id."""
-    resolutions: dict[str, ev.ApprovalGranted | ev.ApprovalDenied | ev.InterruptAnswered] = field(
-        default_factory=dict
-    )
+    resolutions: dict[
+        str, ev.ApprovalGranted | ev.ApprovalDenied | ev.InterruptAnswered | ev.InterruptExpired
+    ] = field(default_factory=dict)
     """How each answered interrupt was resolved, by interrupt id."""
     interrupt_by_call: dict[str, ev.InterruptRaised] = field(default_factory=dict)
     """The latest interrupt raised about each tool call (answered or not)."""
@@ -176,7 +176,12 @@ def apply(state: RunState, event: ev.Event) -> RunState:
             state.ending = event
         case ev.ContextBound():
             state.context = event
-        case ev.ApprovalGranted() | ev.ApprovalDenied() | ev.InterruptAnswered():
+        case (
+            ev.ApprovalGranted()
+            | ev.ApprovalDenied()
+            | ev.InterruptAnswered()
+            | ev.InterruptExpired()
+        ):
             state.pending_interrupts.pop(event.interrupt_id, None)
             state.resolutions[event.interrupt_id] = event
         case ev.ApprovalRevoked():
