@@ -25,6 +25,7 @@
     ├── AuthorityWidened              a child run asked for more authority than its parent has
     ├── InterruptNotFound             no interrupt with that id
     ├── ApprovalRefused               an approval, denial, answer or revocation was not accepted
+    │   └── AnswerTooLate             the interrupt expired before the answer came
     └── AnswerInvalid                 an answer does not match its interrupt's answer schema
 
 Cancelling a run cancels its in-flight asyncio task: `asyncio.CancelledError` is a
@@ -182,6 +183,12 @@ class InterruptNotFound(PolicyError):
 
 class ApprovalRefused(PolicyError):
     code = "approval_refused"
+
+
+class AnswerTooLate(ApprovalRefused):
+    """The interrupt expired unanswered; what was declared for that already happened."""
+
+    code = "interrupt_expired"
 
 
 class AnswerInvalid(PolicyError):
