@@ -40,7 +40,7 @@ from contextos.policy.identity import Principal, RunContext
 from contextos.policy.rules import Policy
 from contextos.runs import FailureReason, RunId, RunStatus
 from contextos.state import RunState, apply
-from contextos.store import EventStore, RunSummary, open_store
+from contextos.store import EventStore, RunSummary, open_store, wakeup
 from contextos.store.base import load_state
 from contextos.store.queue import Lease, QueueEntry, queue_of
 from contextos.tools.effects import needs_settling
@@ -249,6 +249,8 @@ class Runtime:
             if entry.idempotency_key is None:
                 raise
             return rid, None  # a concurrent start with the same key recorded it first
+        if lease is None:  # a worker in this process need not wait for its next poll
+            wakeup.wake_local(self.store)
         return rid, lease
 
     async def run(
@@ -576,7 +578,7 @@ class Runtime:
         Refused (ApprovalRefused) when `action_hash` is not the frozen action's, the approver
         lacks the role, started the run, or the conditions are already broken.
         """
-        return await self.governance.approve(
+        approval = await self.governance.approve(
             self.store,
             interrupt_id,
             approver=approver,
@@ -584,16 +586,21 @@ class Runtime:
             conditions=conditions,
             action_hash=action_hash,
         )
+        wakeup.wake_local(self.store)  # the run is queued again
+        return approval
 
     async def deny(self, interrupt_id: str, *, approver: str, reason: str = "") -> None:
         """Refuse an interrupt's action: the model is told, the run goes on without it."""
         await self.governance.deny(self.store, interrupt_id, approver=approver, reason=reason)
+        wakeup.wake_local(self.store)
 
     async def answer(self, interrupt_id: str, value: Any, *, answered_by: str) -> dict[str, Any]:
         """Answer an interrupt with a value matching its kind's schema."""
-        return await self.governance.answer(
+        answer = await self.governance.answer(
             self.store, interrupt_id, value, answered_by=answered_by
         )
+        wakeup.wake_local(self.store)
+        return answer
 
     async def revoke(self, approval_id: str, *, revoked_by: str, reason: str = "") -> Approval:
         """Withdraw an approval; an action that has not run yet will not run on it."""

@@ -29,14 +29,21 @@ from contextos.errors import (
     MigrationError,
     RunIsTerminal,
 )
+from contextos.events import utcnow
 from contextos.runs import FailureReason, RunId
 from contextos.runtime import Runtime
 from contextos.scheduler import fire_due, retry_at
 from contextos.store import EventStore, open_store
 from contextos.store.queue import Lease, RunQueue, WorkerInfo, WorkerStatus, queue_of
+from contextos.store.wakeup import Ready, Wakeup, wakeup_for
 from contextos.triggers import fire_due as fire_triggers
 
 log = logging.getLogger("contextos.worker")
+
+POLL_S = 1.0
+"""The default poll interval when only this process can wake the worker (SQLite)."""
+FALLBACK_POLL_S = 30.0
+"""The default poll interval when the store wakes workers (PostgreSQL NOTIFY)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -47,16 +54,19 @@ class WorkerConfig:
     """Runs it drives at once."""
     lease_s: float = 30.0
     """Lease length; renewed every third of it. A dead worker's runs wait this long."""
-    poll_s: float = 1.0
-    """How often an idle worker asks the queue for work."""
+    poll_s: float | None = None
+    """How often an idle worker asks the queue for work unless woken sooner. None: 1 s on
+    SQLite (other processes cannot wake it), 30 s on PostgreSQL (NOTIFY wakes it; polling only
+    covers a lost wake-up). Runs waiting on a timer are looked at when it is due, if sooner."""
     heartbeat_s: float = 5.0
     """How often it tells the registry it is alive."""
     agents: tuple[str, ...] | None = None
     """Claim only runs of these agent names (None: any)."""
     schedules: bool = True
     """Fire due cron schedules (safe on every worker: each tick fires once)."""
-    schedule_poll_s: float = 1.0
-    """How often it looks for due schedules."""
+    schedule_poll_s: float | None = None
+    """Longest wait between looks for due schedules (it wakes for the next known tick, and on
+    PostgreSQL when a schedule is added). None: the poll interval in effect."""
     triggers: bool = True
     """Start the runs that run triggers owe (safe on every worker: each firing starts one)."""
     trigger_poll_s: float = 1.0
@@ -101,6 +111,9 @@ class Worker:
         """Runs driven to a stop (finished, waiting or handed back) by this worker."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
+        self._schedules_wake = asyncio.Event()
+        self.wakeup: Wakeup = wakeup_for(self.runtime.store, name=self.worker_id)
+        """What wakes this worker when work is ready (LISTEN/NOTIFY or in-process)."""
         self._stopping = False
         self._stop = asyncio.Event()
         self._agents: dict[str, Agent] = {}
@@ -120,10 +133,21 @@ class Worker:
         self.runtime.drain()
         self._stop.set()
         self._wake.set()
+        self._schedules_wake.set()
 
     @property
     def status(self) -> WorkerStatus:
         return WorkerStatus.DRAINING if self._stopping else WorkerStatus.RUNNING
+
+    @property
+    def poll_s(self) -> float:
+        """The poll interval in effect (see WorkerConfig.poll_s)."""
+        if self.config.poll_s is not None:
+            return self.config.poll_s
+        return FALLBACK_POLL_S if self.wakeup.reaches_other_processes else POLL_S
+
+    def _woken(self, ready: Ready) -> None:
+        (self._schedules_wake if ready is Ready.SCHEDULES else self._wake).set()
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -138,14 +162,16 @@ class Worker:
         )
         log.info("worker %s started (concurrency %d)", self.worker_id, self.config.concurrency)
         heartbeats = asyncio.create_task(self._heartbeats())
+        await self.wakeup.start(self._woken)
         schedules = asyncio.create_task(self._schedules()) if self.config.schedules else None
         triggers = asyncio.create_task(self._triggers()) if self.config.triggers else None
         try:
             while not self._stopping:
                 self._wake.clear()
                 await self._fill()
+                wait_s = await self._idle_wait_s()
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self.config.poll_s):
+                    async with asyncio.timeout(wait_s):
                         await self._wake.wait()
         finally:
             self._stopping = True
@@ -160,6 +186,7 @@ class Worker:
                 await asyncio.gather(triggers, return_exceptions=True)
             heartbeats.cancel()
             await asyncio.gather(heartbeats, return_exceptions=True)
+            await self.wakeup.close()
             with contextlib.suppress(Exception):
                 await self.queue.worker_heartbeat(self.worker_id, WorkerStatus.STOPPED)
             await self.runtime.close()
@@ -180,6 +207,19 @@ class Worker:
             task = asyncio.create_task(self._execute(lease))
             self._tasks.add(task)
             task.add_done_callback(self._done)
+
+    async def _idle_wait_s(self) -> float:
+        """How long to wait for a wake-up: the poll interval, or less when a timer falls due."""
+        poll = self.poll_s
+        if self._stopping or len(self._tasks) >= self.config.concurrency:
+            return poll  # a run ending here wakes the loop
+        try:
+            due = await self.queue.next_due()
+        except Exception:
+            log.exception("reading the queue's next timer failed")
+            return poll
+        # A little past the due time: the claim then sees it due.
+        return poll if due is None else min(poll, due + 0.01)
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
@@ -252,6 +292,7 @@ class Worker:
 
     async def _schedules(self) -> None:
         while not self._stopping:
+            self._schedules_wake.clear()
             try:
                 for fired in await fire_due(self.runtime, agents=self._agents):
                     for tick, run_id in fired.runs:
@@ -265,9 +306,25 @@ class Worker:
                         self._wake.set()
             except Exception:
                 log.exception("firing schedules failed")
+            wait_s = await self._schedules_wait_s()
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.config.schedule_poll_s):
-                    await self._stop.wait()
+                async with asyncio.timeout(wait_s):
+                    await self._schedules_wake.wait()
+
+    async def _schedules_wait_s(self) -> float:
+        """Until the next known tick, at most the schedule poll interval."""
+        cap = self.config.schedule_poll_s
+        cap = self.poll_s if cap is None else cap
+        try:
+            ticks = [s.next_tick_at for s in await self.queue.list_schedules()]
+        except Exception:
+            log.exception("reading the schedules failed")
+            return cap
+        if not ticks:
+            return cap
+        until = (min(ticks) - utcnow()).total_seconds()
+        # A tick left due after a pass failed to fire: the next try waits a second, not less.
+        return min(cap, until + 0.01 if until > 0 else 1.0)
 
     async def _triggers(self) -> None:
         while not self._stopping:
@@ -446,7 +503,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--store", default=None, help="store URL (default: $CONTEXTOS_STORE)")
     parser.add_argument("--concurrency", type=int, default=defaults.concurrency)
     parser.add_argument("--lease", type=float, default=defaults.lease_s, help="seconds")
-    parser.add_argument("--poll", type=float, default=defaults.poll_s, help="seconds")
+    parser.add_argument(
+        "--poll",
+        type=float,
+        default=defaults.poll_s,
+        help="seconds between looks at an idle queue (default: 1 on SQLite, 30 on PostgreSQL,"
+        " where NOTIFY wakes workers)",
+    )
     parser.add_argument("--heartbeat", type=float, default=defaults.heartbeat_s)
     parser.add_argument("--agent", action="append", default=None, help="only this agent name")
     parser.add_argument("--no-schedules", action="store_true", help="do not fire schedules")

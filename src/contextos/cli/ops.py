@@ -39,7 +39,13 @@ def worker(
     store: StoreOption = None,
     concurrency: Annotated[int, typer.Option(help="Runs driven at once.")] = 4,
     lease: Annotated[float, typer.Option(help="Lease seconds (renewed every third).")] = 30.0,
-    poll: Annotated[float, typer.Option(help="Seconds between looks at an idle queue.")] = 1.0,
+    poll: Annotated[
+        float | None,
+        typer.Option(
+            help="Seconds between looks at an idle queue (default: 1 on SQLite, 30 on"
+            " PostgreSQL, where NOTIFY wakes workers at once)."
+        ),
+    ] = None,
     agent: Annotated[
         list[str] | None, typer.Option(help="Claim only runs of this agent (repeatable).")
     ] = None,

@@ -78,6 +78,17 @@ FOR UPDATE OF q SKIP LOCKED
 """
 )
 
+# When the next run that waits on a timer may be claimed: a live lease's expiry (its worker
+# may die) or a not-before time, whichever is later. Seconds from the database's clock.
+_NEXT_DUE = """
+SELECT EXTRACT(EPOCH FROM min(t) - now()) FROM (
+    SELECT CASE WHEN q.lease_owner IS NOT NULL AND q.lease_expires_at > now()
+                THEN GREATEST(q.lease_expires_at, q.not_before) ELSE q.not_before END AS t
+    FROM run_queue q JOIN runs r ON r.run_id = q.run_id
+    WHERE r.status IN ('queued', 'running')
+) AS due WHERE t > now()
+"""
+
 _CLAIM_LOCK = "SELECT pg_advisory_xact_lock(hashtext('contextos.claim.' || current_schema()))"
 
 _SCHEDULE_COLUMNS = (
@@ -237,6 +248,12 @@ class PostgresQueue:
                 (not_before, 1 if failed else 0, lease.run_id, lease.worker_id, lease.token),
             )
             return cur.rowcount == 1
+
+    async def next_due(self) -> float | None:
+        async with self._conn() as conn:
+            cur = await conn.execute(_NEXT_DUE)
+            row = await cur.fetchone()
+        return None if row is None or row[0] is None else max(0.0, float(row[0]))
 
     async def queue_entry(self, run_id: RunId) -> QueueEntry | None:
         async with self._conn() as conn:

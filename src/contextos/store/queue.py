@@ -263,6 +263,12 @@ class RunQueue(Protocol):
         """The run's queue row, if it has one."""
         ...
 
+    async def next_due(self) -> float | None:
+        """Seconds until a queued or running run that cannot be claimed now may become
+        claimable (its not-before time passes, or its lease expires unless renewed); None
+        when no run waits on a timer. What an idle worker sleeps for at most."""
+        ...
+
     async def set_limit(self, scope: LimitScope, name: str, max_running: int | None) -> None:
         """Set (or with None, remove) a concurrency limit."""
         ...

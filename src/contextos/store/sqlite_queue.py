@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from contextos.errors import ConfigError
 from contextos.runs import RunId
+from contextos.store import wakeup
 from contextos.store.queue import (
     DEFAULT_LIMIT_NAME,
     CatchUp,
@@ -62,6 +63,17 @@ _WITHIN_LIMITS = f"""
         (SELECT max_running FROM concurrency_limits
           WHERE scope = 'agent' AND name = '{DEFAULT_LIMIT_NAME}'),
         {_UNLIMITED})
+"""
+
+# When the next run that waits on a timer may be claimed: a live lease's expiry (its worker
+# may die) or a not-before time, whichever is later.
+_NEXT_DUE = """
+SELECT min(t) FROM (
+    SELECT CASE WHEN q.lease_owner IS NOT NULL AND q.lease_expires_at > :now
+                THEN max(q.lease_expires_at, coalesce(q.not_before, 0)) ELSE q.not_before END AS t
+    FROM run_queue q JOIN runs r ON r.run_id = q.run_id
+    WHERE r.status IN ('queued', 'running')
+) WHERE t > :now
 """
 
 _SCHEDULE_COLUMNS = (
@@ -264,7 +276,18 @@ class SqliteQueue:
                 )
                 return cur.rowcount == 1
 
-        return await self._run(_release)
+        released = await self._run(_release)
+        if released:  # other processes find it by polling
+            wakeup.wake_local(self)
+        return released
+
+    async def next_due(self) -> float | None:
+        def _next(conn: sqlite3.Connection) -> float | None:
+            now = time.time()
+            row = conn.execute(_NEXT_DUE, {"now": now}).fetchone()
+            return None if row is None or row[0] is None else max(0.0, float(row[0]) - now)
+
+        return await self._run(_next)
 
     async def queue_entry(self, run_id: RunId) -> QueueEntry | None:
         def _get(conn: sqlite3.Connection) -> tuple[Any, ...] | None:
@@ -438,6 +461,7 @@ class SqliteQueue:
                     ) from exc
 
         await self._run(_add)
+        wakeup.wake_local(self, wakeup.Ready.SCHEDULES)
 
     async def list_schedules(self, *, due_at: datetime | None = None) -> list[Schedule]:
         def _list(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
