@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from contextos import events as ev
+from contextos.deadlines import Deadline
 from contextos.errors import AnswerInvalid
 from contextos.policy.identity import RunContext
 from contextos.policy.rules import check_constraints, lookup
@@ -374,7 +375,7 @@ def check_approval(
 
 # --- the fold -----------------------------------------------------------------------------------
 
-InterruptStatus = Literal["pending", "approved", "denied", "answered", "superseded"]
+InterruptStatus = Literal["pending", "approved", "denied", "answered", "superseded", "expired"]
 
 
 @dataclass(kw_only=True, slots=True)
@@ -396,6 +397,18 @@ class Interrupt:
     answer: dict[str, Any] | None = None
     answered_by: str | None = None
     resolved_at: datetime | None = None
+    expiry: ev.InterruptExpired | None = None
+    """How it expired, when nobody answered by its deadline."""
+
+    @property
+    def deadline(self) -> Deadline | None:
+        """When it stops waiting and what happens then (None: it waits until answered)."""
+        return Deadline.of(self.payload)
+
+    @property
+    def expires_at(self) -> datetime | None:
+        deadline = self.deadline
+        return deadline.expires_at if deadline is not None else None
 
     @property
     def action(self) -> FrozenAction | None:
@@ -437,6 +450,9 @@ class Interrupt:
             "reasons": list(self.payload.get("reasons") or ()),
             "answer_schema": answer_schema(self.kind),
             "approval_id": self.approval.id if self.approval else None,
+            "expires_at": self.expires_at.isoformat() if self.expires_at else None,
+            "on_expiry": self.deadline.on_expiry if self.deadline else None,
+            "expiry": self.deadline.to_dict() if self.deadline else None,
         }
 
 
@@ -549,6 +565,12 @@ class Book:
                 if found is not None:
                     found.status, found.resolved_at = "answered", e.occurred_at
                     found.answer, found.answered_by = dict(e.value), e.answered_by
+            case ev.InterruptExpired():
+                found = self.interrupts.get(e.interrupt_id)
+                if found is not None:
+                    found.status, found.resolved_at, found.expiry = "expired", e.occurred_at, e
+                    if e.on_expiry == "default":
+                        found.answer, found.answered_by = dict(e.value), "default"
             case _:
                 pass
 
@@ -672,6 +694,13 @@ def describe(event: ev.Event) -> str | None:
                 f"{event.interrupt_id} ({event.kind}) answered by {event.answered_by}: "
                 f"{canonical_json(event.value)}"
             )
+        case ev.InterruptExpired():
+            return (
+                f"{event.interrupt_id} ({event.kind}) expired unanswered at "
+                f"{event.expires_at.isoformat()} · on_expiry {event.on_expiry}"
+                + (f" · answer {canonical_json(event.value)}" if event.value else "")
+                + (f": {event.reason}" if event.reason else "")
+            )
         case _:
             return None
 
@@ -693,6 +722,6 @@ async def recorded_answer(run_id: str, call_id: str) -> dict[str, Any] | None:
         return None
     book = Book.of(run_id, await store.read(RunId(run_id)))
     found = book.latest_for_call(call_id)
-    if found is None or found.status != "answered":
+    if found is None or found.status not in ("answered", "expired"):
         return None
-    return found.answer
+    return found.answer  # for an expiry: the declared default, if that was the outcome

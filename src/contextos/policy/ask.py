@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+from contextos.deadlines import Expiry
 from contextos.errors import ToolError
 from contextos.interrupts import InterruptKind, recorded_answer
 from contextos.tools.contract import Effect, Risk, Tool, ToolContext, tool
@@ -22,11 +23,13 @@ class HumanTool(Tool):
 
     interrupt_kind: InterruptKind = InterruptKind.MISSING_INFORMATION
     """The kind raised (a `choice_required` instead when the call offers options)."""
+    expiry: Expiry | None = None
+    """How long the question waits for an answer and what happens then (None: the policy's)."""
 
 
-def _human(t: Tool, kind: InterruptKind) -> HumanTool:
+def _human(t: Tool, kind: InterruptKind, expiry: Expiry | None = None) -> HumanTool:
     data: dict[str, Any] = {f.name: getattr(t, f.name) for f in fields(t)}
-    return HumanTool(**data, interrupt_kind=kind)
+    return HumanTool(**data, interrupt_kind=kind, expiry=expiry)
 
 
 async def _answer(ctx: ToolContext) -> dict[str, Any]:
@@ -36,8 +39,15 @@ async def _answer(ctx: ToolContext) -> dict[str, Any]:
     return answer
 
 
-def ask_tools() -> tuple[HumanTool, HumanTool]:
-    """`ask_human` (a question, or a choice among `options`) and `request_review`."""
+def ask_tools(
+    *, expiry: Expiry | None = None, review_expiry: Expiry | None = None
+) -> tuple[HumanTool, HumanTool]:
+    """`ask_human` (a question, or a choice among `options`) and `request_review`.
+
+    `expiry` is how long a question waits and what happens then, e.g.
+    `Expiry(after_s=3600, on_expiry="default", default="north")`; `review_expiry` the same
+    for reviews (None: the policy's or the runtime's default, else they wait until answered).
+    """
 
     @tool(name="ask_human", effect=Effect.READ, risk=Risk.LOW)
     async def ask_human(
@@ -54,6 +64,6 @@ def ask_tools() -> tuple[HumanTool, HumanTool]:
         return await _answer(ctx)
 
     return (
-        _human(ask_human, InterruptKind.MISSING_INFORMATION),
-        _human(request_review, InterruptKind.REVIEW_REQUIRED),
+        _human(ask_human, InterruptKind.MISSING_INFORMATION, expiry),
+        _human(request_review, InterruptKind.REVIEW_REQUIRED, review_expiry),
     )

@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from contextos import events as ev
+from contextos.deadlines import Expiry
 from contextos.errors import (
+    AnswerTooLate,
     ApprovalRefused,
     ConcurrencyConflict,
     InterruptNotFound,
@@ -27,6 +29,7 @@ from contextos.errors import (
     RunNotFound,
 )
 from contextos.events import utcnow
+from contextos.expiry import deadline_for, expire_overdue, expired_decision, overdue, what_happened
 from contextos.interrupts import (
     Approval,
     Book,
@@ -94,6 +97,7 @@ class Authority:
         directory: Directory | None = None,
         clock: Callable[[], datetime] = utcnow,
         implicit: bool = False,
+        expiry: Expiry | None = None,
     ) -> None:
         self.implicit = implicit
         """True for the allow-all stand-in of a runtime given no policy: it refuses to decide
@@ -102,6 +106,8 @@ class Authority:
         self.engine = Engine(self.policy)
         self.directory: Directory = directory or PolicyDirectory(self.policy)
         self.clock = clock
+        self.expiry = expiry
+        """How long an interrupt waits when neither its rule, its tool nor the policy says."""
 
     # -- binding a run ----------------------------------------------------------------------
 
@@ -193,6 +199,8 @@ class Authority:
         without the role, the run's own principal, or conditions the action already breaks."""
         while True:
             book, found = await self.find(store, interrupt_id)
+            if await self._lapsed(store, book, found, f"user:{approver}"):
+                continue
             if not found.kind.is_approval:
                 raise ApprovalRefused(
                     f"{interrupt_id} is a {found.kind} interrupt; answer it instead",
@@ -264,6 +272,8 @@ class Authority:
         """Refuse the action of a pending interrupt; the model is told, the run goes on."""
         while True:
             book, found = await self.find(store, interrupt_id)
+            if await self._lapsed(store, book, found, f"user:{approver}"):
+                continue
             if found.status == "denied":
                 return
             if found.status != "pending":
@@ -301,6 +311,8 @@ class Authority:
         `approve` / `deny`)."""
         while True:
             book, found = await self.find(store, interrupt_id)
+            if await self._lapsed(store, book, found, f"user:{answered_by}"):
+                continue
             parsed = parse_answer(found.kind, value, found.payload)
             if found.kind.is_approval:
                 if parsed["decision"] == "approve":
@@ -380,6 +392,43 @@ class Authority:
                 return book.approvals[approval_id]
 
     # -- helpers ------------------------------------------------------------------------------
+
+    async def _lapsed(self, store: EventStore, book: Book, found: Interrupt, actor: str) -> bool:
+        """Refuse an answer to an expired interrupt (AnswerTooLate). An overdue one is expired
+        first, with the fence, so whichever of the answer and the expiry commits first wins;
+        True: it was, read again."""
+        if found.status == "expired" and found.expiry is not None:
+            raise AnswerTooLate(
+                f"{found.id} expired unanswered at {found.expiry.expires_at.isoformat()}; "
+                f"{what_happened(found)}. The answer was not recorded",
+                interrupt_id=found.id,
+                run_id=book.run_id,
+                expired_at=found.expiry.expires_at.isoformat(),
+                on_expiry=found.expiry.on_expiry,
+            )
+        if found in overdue(book, self.clock()):
+            await expire_overdue(store, book.run_id, now=self.clock(), actor=actor)
+            return True
+        return False
+
+    def with_deadline(self, decision: PolicyDecision, tool: Tool | None) -> PolicyDecision:
+        """An interrupt about to be raised gets its deadline, when anything declares one."""
+        if decision.decision is not Decision.REQUIRE_APPROVAL or not decision.interrupt_kind:
+            return decision
+        deadline = deadline_for(
+            InterruptKind(decision.interrupt_kind),
+            decision.interrupt_payload,
+            now=self.clock(),
+            policy=self.policy,
+            rule_ids=decision.rule_ids,
+            tool_name=tool.name if tool is not None else "",
+            tool_expiry=tool.expiry if isinstance(tool, HumanTool) else None,
+            fallback=self.expiry,
+        )
+        if deadline is None:
+            return decision
+        payload = {**decision.interrupt_payload, "expiry": deadline.to_dict()}
+        return replace(decision, interrupt_payload=payload)
 
     def _ttl(self, expires_in: timedelta | float | None) -> timedelta:
         if expires_in is None:
@@ -520,7 +569,7 @@ class Gate:
         action = a.freeze(call, tool, context)
         decision = replace(decision, action_hash=action.hash)
         if isinstance(tool, HumanTool) and decision.allowed:
-            return _ask_person(decision, call, tool, book)
+            return a.with_deadline(_ask_person(decision, call, tool, book), tool)
         exception = (
             decision.decision is Decision.DENY
             and not decision.absolute
@@ -535,6 +584,8 @@ class Gate:
         )
         latest = book.latest_for_call(call.call_id)
         stale: list[str] = []
+        if latest is not None and latest.status == "expired":
+            return expired_decision(decision, latest)
         if latest is not None and latest.status == "denied":
             who = latest.denied_by or "an approver"
             why = f": {latest.deny_reason}" if latest.deny_reason else ""
@@ -583,7 +634,7 @@ class Gate:
                     ),
                 )
             stale = [p.reason for p in problems]
-        return replace(
+        asked = replace(
             decision,
             decision=Decision.REQUIRE_APPROVAL,
             reasons=(*decision.reasons, *stale),
@@ -597,6 +648,7 @@ class Gate:
                 "replaces": latest.id if latest is not None else None,
             },
         )
+        return a.with_deadline(asked, tool)
 
 
 def _ask_person(
@@ -604,6 +656,8 @@ def _ask_person(
 ) -> PolicyDecision:
     """A call that asks a person: raise its interrupt, or let it complete once answered."""
     latest = book.latest_for_call(call.call_id)
+    if latest is not None and latest.status == "expired":
+        return expired_decision(decision, latest)
     if latest is not None and latest.status == "answered":
         who = latest.answered_by or "a person"
         return replace(

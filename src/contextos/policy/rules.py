@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from contextos.deadlines import on_expiry
 from contextos.errors import PolicyLoadError
 from contextos.policy.decision import Decision, ProposedCall
 
@@ -149,9 +150,17 @@ class Rule:
     """Template of the approval preview, formatted with the arguments (`Refund {amount}`)."""
     blast_radius: str | None = None
     """Template describing what the action can affect."""
+    expires_in: float | None = None
+    """Seconds the interrupt this rule raises waits for a person (None: the policy's default)."""
+    on_expiry: str | None = None
+    """What happens when nobody answers in time: `deny` or `fail` (None: the policy's)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "decision", Decision(self.decision))
+        if self.expires_in is not None and not self.expires_in > 0:
+            raise PolicyLoadError(f"rule {self.id}: expires_in must be positive")
+        if self.on_expiry is not None:
+            on_expiry(self.on_expiry, where=f"rule {self.id}", allow_default=False)
         if self.decision is Decision.REQUIRE_APPROVAL and not self.approver_role:
             raise PolicyLoadError(f"rule {self.id}: require_approval needs an approver_role")
         if self.absolute and self.exception_role:
@@ -197,6 +206,9 @@ class Rule:
             "exception_role": self.exception_role,
             "preview": self.preview,
             "blast_radius": self.blast_radius,
+            # only when set, so policies without deadlines keep their snapshot hashes
+            **({"expires_in": float(self.expires_in)} if self.expires_in is not None else {}),
+            **({"on_expiry": self.on_expiry} if self.on_expiry is not None else {}),
         }
 
 
@@ -253,8 +265,17 @@ class Policy:
     """The longest expiry an approver may give."""
     allow_self_approval: bool = False
     """Whether the principal a run acts for may approve that run's actions."""
+    interrupt_ttl_s: float | None = None
+    """How long an interrupt waits for a person when nothing more specific says (None: until
+    answered)."""
+    on_expiry: str = "deny"
+    """What happens to an interrupt nobody answered in time, when its rule does not say:
+    `deny` (the action is refused, the run goes on) or `fail` (the run ends expired)."""
 
     def __post_init__(self) -> None:
+        on_expiry(self.on_expiry, where=f"policy {self.name}", allow_default=False)
+        if self.interrupt_ttl_s is not None and not self.interrupt_ttl_s > 0:
+            raise PolicyLoadError(f"policy {self.name}: interrupt_ttl_s must be positive")
         object.__setattr__(self, "default", Decision(self.default))
         if self.default is Decision.REQUIRE_APPROVAL:
             raise PolicyLoadError("the default decision cannot be require_approval (no role)")
@@ -277,6 +298,11 @@ class Policy:
             "approval_ttl_s": float(self.approval_ttl_s),
             "max_approval_ttl_s": float(self.max_approval_ttl_s),
             "allow_self_approval": self.allow_self_approval,
+            **(
+                {"interrupt_ttl_s": self.interrupt_ttl_s, "on_expiry": self.on_expiry}
+                if self.interrupt_ttl_s is not None or self.on_expiry != "deny"
+                else {}
+            ),
         }
 
     @cached_property
@@ -365,6 +391,8 @@ class _RuleSpec(_Spec):
     exception_role: str | None = None
     preview: str | None = None
     blast_radius: str | None = None
+    expires_in: float | None = None
+    on_expiry: str | None = None
 
     def build(self) -> Rule:
         return Rule(
@@ -384,6 +412,8 @@ class _RuleSpec(_Spec):
             exception_role=self.exception_role,
             preview=self.preview,
             blast_radius=self.blast_radius,
+            expires_in=self.expires_in,
+            on_expiry=self.on_expiry,
         )
 
 
@@ -403,6 +433,8 @@ class _PolicySpec(_Spec):
     approval_ttl_s: float = 24 * 3600
     max_approval_ttl_s: float = 7 * 24 * 3600
     allow_self_approval: bool = False
+    interrupt_ttl_s: float | None = None
+    on_expiry: str = "deny"
     roles: dict[str, list[str]] = {}
     rules: list[_RuleSpec] = []
     limits: list[_LimitSpec] = []
@@ -433,6 +465,8 @@ class _PolicySpec(_Spec):
             approval_ttl_s=self.approval_ttl_s,
             max_approval_ttl_s=self.max_approval_ttl_s,
             allow_self_approval=self.allow_self_approval,
+            interrupt_ttl_s=self.interrupt_ttl_s,
+            on_expiry=self.on_expiry,
         )
 
 
