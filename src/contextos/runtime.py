@@ -26,6 +26,7 @@ from contextos.errors import (
     RunNotFound,
 )
 from contextos.events import utcnow
+from contextos.expiry import expire_overdue
 from contextos.interrupts import Approval, Interrupt, bind_store
 from contextos.loop import Driver
 from contextos.messages import Usage
@@ -299,6 +300,10 @@ class Runtime:
         its next heartbeat and stops; the expected-seq fence covers the moments in between).
         """
         state = await self.state(run_id)
+        if state.status is RunStatus.INPUT_REQUIRED and await expire_overdue(
+            self.store, state.run_id, now=self.governance.clock(), actor=f"worker:{self.worker_id}"
+        ):
+            state = await self.state(run_id)  # an interrupt expired: the run goes on, or ended
         waiting = state.status is RunStatus.INPUT_REQUIRED and state.ending is None
         if state.is_terminal or waiting:
             if lease is not None:
