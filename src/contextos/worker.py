@@ -30,6 +30,7 @@ from contextos.errors import (
     RunIsTerminal,
 )
 from contextos.events import utcnow
+from contextos.expiry import Sweeper
 from contextos.runs import FailureReason, RunId
 from contextos.runtime import Runtime
 from contextos.scheduler import fire_due, retry_at
@@ -72,6 +73,9 @@ class WorkerConfig:
     trigger_poll_s: float = 1.0
     """How often it looks for firings no worker has started yet (the run ended elsewhere, or
     its worker died before firing)."""
+    expiry_poll_s: float = 5.0
+    """How often it looks for interrupts nobody answered by their deadline (safe on every
+    worker: each expiry is one fenced append, recorded once)."""
     max_attempts: int = 10
     """A run whose worker died or failed this many times is failed with runtime_crashed."""
     retry_base_s: float = 1.0
@@ -165,6 +169,17 @@ class Worker:
         await self.wakeup.start(self._woken)
         schedules = asyncio.create_task(self._schedules()) if self.config.schedules else None
         triggers = asyncio.create_task(self._triggers()) if self.config.triggers else None
+        sweeper = Sweeper(
+            self.runtime.store,
+            clock=self.runtime.governance.clock,
+            actor=f"worker:{self.worker_id}",
+        )
+        # A run whose interrupt expired with deny or default is queued again: look for work.
+        expiries = asyncio.create_task(
+            sweeper.run(
+                self.config.expiry_poll_s, self._stop, on_expired=lambda _: self._wake.set()
+            )
+        )
         try:
             while not self._stopping:
                 self._wake.clear()
@@ -184,6 +199,7 @@ class Worker:
                 await asyncio.gather(schedules, return_exceptions=True)
             if triggers is not None:
                 await asyncio.gather(triggers, return_exceptions=True)
+            await asyncio.gather(expiries, return_exceptions=True)
             heartbeats.cancel()
             await asyncio.gather(heartbeats, return_exceptions=True)
             await self.wakeup.close()
@@ -520,6 +536,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=defaults.trigger_poll_s,
         help="seconds between looks for firings no worker started",
     )
+    parser.add_argument(
+        "--expiry-poll",
+        type=float,
+        default=defaults.expiry_poll_s,
+        help="seconds between looks for interrupts past their deadline",
+    )
     parser.add_argument("--max-attempts", type=int, default=defaults.max_attempts)
     parser.add_argument("--retry-base", type=float, default=defaults.retry_base_s)
     parser.add_argument("--worker-id", default=None)
@@ -539,6 +561,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         schedules=not args.no_schedules,
         triggers=not args.no_triggers,
         trigger_poll_s=args.trigger_poll,
+        expiry_poll_s=args.expiry_poll,
         max_attempts=args.max_attempts,
         retry_base_s=args.retry_base,
     )
