@@ -55,6 +55,8 @@ def describe(event: ev.Event) -> str:
             return f"completed: {_clip(event.output)}"
         case ev.RunFailed():
             return f"failed ({event.reason}): {event.message}"
+        case ev.RunExpired():
+            return "expired" + (f": {event.reason}" if event.reason else "")
         case ev.RunCancelled():
             return f"cancelled by {event.actor}" + (f": {event.reason}" if event.reason else "")
         case _:

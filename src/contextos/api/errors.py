@@ -58,6 +58,7 @@ _RUNTIME: dict[str, tuple[int, str]] = {
         "and whether it is still pending.",
     ),
     "answer_invalid": (422, "Answers must match the interrupt's answer_schema."),
+    "interrupt_expired": (409, "It expired unanswered; GET /v1/runs/{run_id}/events shows how."),
     "run_is_terminal": (409, "The run has ended; start a new one."),
     "agent_changed": (409, "Deploy the agent definition the run was started with."),
     "authority_widened": (403, "A run cannot get more authority than its parent has."),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import typer
@@ -20,6 +21,7 @@ from contextos.cli.common import (
     err,
     print_json,
 )
+from contextos.deadlines import until
 
 #
 # Who is acting comes from --as (default: $CONTEXTOS_USER, else the login name); which roles
@@ -30,6 +32,7 @@ HINTS.update(
         "approval_refused": "See the interrupt with `contextos inbox`.",
         "interrupt_not_found": "List pending interrupts with `contextos inbox`.",
         "answer_invalid": "Answers must match the schema shown by `contextos inbox --json`.",
+        "interrupt_expired": "See what happened with `contextos show RUN`.",
     }
 )
 
@@ -65,10 +68,12 @@ def inbox(
         console.print("[dim]nothing is waiting for a person[/]")
         return
     table = Table(title=f"inbox ({len(pending)})", title_justify="left")
-    for col in ("interrupt", "kind", "run", "asks", "blast radius", "needs", "age"):
+    for col in ("interrupt", "kind", "run", "asks", "blast radius", "needs", "age", "expires"):
         table.add_column(col, overflow="fold")
+    now = datetime.now(UTC)
     for i in pending:
         action = i.action
+        deadline = i.deadline
         table.add_row(
             i.id,
             i.kind.value,
@@ -77,6 +82,9 @@ def inbox(
             Text(action.blast_radius if action else ""),
             Text(" + ".join(i.approver_roles)),
             age(i.raised_at),
+            "never"
+            if deadline is None
+            else f"{until(deadline.expires_at, now)} ({deadline.on_expiry})",
         )
     console.print(table)
 
