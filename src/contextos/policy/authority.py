@@ -400,7 +400,7 @@ class Authority:
         if found.status == "expired" and found.expiry is not None:
             raise AnswerTooLate(
                 f"{found.id} expired unanswered at {found.expiry.expires_at.isoformat()}; "
-                f"{what_happened(found)}. The answer was not recorded",
+                f"{what_happened(found)}. The answer was not recorded.",
                 interrupt_id=found.id,
                 run_id=book.run_id,
                 expired_at=found.expiry.expires_at.isoformat(),
