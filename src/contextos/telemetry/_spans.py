@@ -1,0 +1,398 @@
+"""A run's events as span records, by the OpenTelemetry GenAI semantic conventions.
+
+Pure: the same events always give the same spans (ids included), so a trace exported live,
+one exported later from the store, and one whose run crashed and resumed elsewhere agree.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
+from opentelemetry.semconv.attributes.error_attributes import ERROR_TYPE
+
+from contextos import events as ev
+from contextos.messages import Message
+from contextos.runs import RunStatus
+from contextos.telemetry._ids import span_id_for, trace_id_for
+
+AttrValue = str | bool | int | float | tuple[str, ...]
+Kind = Literal["internal", "client"]
+Status = Literal["unset", "ok", "error"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SpanEvent:
+    """Something that happened at one moment inside a span."""
+
+    name: str
+    """Event name (`contextos.<event type>`)."""
+    at: datetime
+    """When."""
+    attributes: dict[str, AttrValue] = field(default_factory=dict)
+    """Its attributes."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SpanRecord:
+    """One span, built from recorded events."""
+
+    name: str
+    """Span name, e.g. `chat local:smollm2`."""
+    kind: Kind
+    """OpenTelemetry span kind."""
+    trace_id: int
+    """128-bit trace id, derived from the run id."""
+    span_id: int
+    """64-bit span id, derived from the run id and what the span is about."""
+    parent_id: int | None
+    """The parent span's id (None for the run's root span)."""
+    start: datetime
+    """Start time."""
+    end: datetime
+    """End time."""
+    attributes: dict[str, AttrValue] = field(default_factory=dict)
+    """GenAI and contextos.* attributes."""
+    events: tuple[SpanEvent, ...] = ()
+    """Span events, in order."""
+    status: Status = "unset"
+    """Span status."""
+    status_description: str = ""
+    """Why, for an error status."""
+    closed_by: int | None = None
+    """Seq of the event that completes this span; None while the run is still going."""
+
+
+@dataclass(kw_only=True, slots=True)
+class _Tool:
+    call_id: str
+    name: str
+    start: datetime
+    arguments: str = ""
+    attributes: dict[str, AttrValue] = field(default_factory=dict)
+    events: list[SpanEvent] = field(default_factory=list)
+    done: SpanRecord | None = None
+
+
+def build(events: list[ev.Event], *, capture_content: bool = False) -> list[SpanRecord]:
+    """Every span of the run the events describe, children first, the root last."""
+    if not events or not isinstance(events[0], ev.RunCreated):
+        return []
+    created = events[0]
+    run_id = created.run_id
+    trace_id = trace_id_for(run_id)
+    root_id = span_id_for(run_id, "invoke_agent")
+    spans: list[SpanRecord] = []
+    root_events: list[SpanEvent] = []
+    tools: dict[str, _Tool] = {}
+    calls: dict[str, tuple[str, str]] = {}  # call id -> (tool name, arguments)
+    conversation: list[dict[str, Any]] = [_message("user", created.input)]
+    status = RunStatus.QUEUED
+    input_tokens = output_tokens = turns = 0
+    cost = 0.0
+    end_attrs: dict[str, AttrValue] = {}
+    end_status: Status = "unset"
+    end_text = ""
+    terminal: ev.Event | None = None
+
+    def tool(call_id: str, name: str, at: datetime) -> _Tool:
+        if call_id not in tools:
+            arguments = calls.get(call_id, (name, ""))[1]
+            tools[call_id] = _Tool(call_id=call_id, name=name, start=at, arguments=arguments)
+        return tools[call_id]
+
+    for e in events:
+        status = ev.status_after(e) or status
+        seq_attr: dict[str, AttrValue] = {"contextos.event.seq": e.seq}
+        match e:
+            case ev.ModelResponded():
+                turns += 1
+                input_tokens += e.usage.input_tokens
+                output_tokens += e.usage.output_tokens
+                cost += e.usage.cost_usd
+                for c in e.message.tool_calls:
+                    calls[c.id] = (c.name, c.arguments)
+                spans.append(
+                    _chat(e, trace_id, root_id, turns, conversation if capture_content else None)
+                )
+                conversation.append(_assistant(e.message, str(e.finish_reason)))
+            case ev.PolicyDecided():
+                t = tool(e.call_id, e.tool, e.occurred_at)
+                t.attributes["contextos.policy.decision"] = e.decision
+                if e.rule_ids:
+                    t.attributes["contextos.policy.rule_ids"] = tuple(e.rule_ids)
+                if e.snapshot_hash:
+                    t.attributes["contextos.policy.snapshot_hash"] = e.snapshot_hash
+                if e.approval_id:
+                    t.attributes["contextos.approval.id"] = e.approval_id
+                if e.effect_id:
+                    t.attributes["contextos.effect.id"] = e.effect_id
+            case ev.EffectProposed():
+                t = tool(e.call_id, e.tool, e.occurred_at)
+                t.attributes["contextos.effect.id"] = e.effect_id
+                t.attributes["contextos.effect.kind"] = e.kind
+                t.attributes["contextos.effect.state"] = "proposed"
+            case ev.EffectChanged():
+                for t in tools.values():
+                    if t.attributes.get("contextos.effect.id") == e.effect_id:
+                        t.attributes["contextos.effect.state"] = str(e.state)
+                        changed: dict[str, AttrValue] = {**seq_attr, "state": str(e.state)}
+                        if e.attempt:
+                            changed["attempt"] = e.attempt
+                        if e.error_code:
+                            changed[ERROR_TYPE] = e.error_code
+                        t.events.append(
+                            SpanEvent(name=_name(e), at=e.occurred_at, attributes=changed)
+                        )
+            case ev.ToolAttemptFailed():
+                t = tool(e.call_id, e.tool, e.occurred_at)
+                t.events.append(
+                    SpanEvent(
+                        name=_name(e),
+                        at=e.occurred_at,
+                        attributes={
+                            **seq_attr,
+                            "attempt": e.attempt,
+                            ERROR_TYPE: e.error_type,
+                            "will_retry": e.will_retry,
+                        },
+                    )
+                )
+            case ev.ToolCompleted():
+                began = e.occurred_at - timedelta(milliseconds=e.duration_ms)
+                t = tool(e.call_id, e.name, began)
+                t.start = min(t.start, began)
+                t.attributes["contextos.tool.truncated"] = e.truncated
+                t.done = _tool_span(t, e, trace_id, root_id, run_id, capture_content)
+                spans.append(t.done)
+                conversation.append(_message("tool", e.output, call_id=e.call_id))
+            case ev.VerificationFailed():
+                conversation.append(_message("user", e.feedback))
+                root_events.append(
+                    SpanEvent(
+                        name=_name(e),
+                        at=e.occurred_at,
+                        attributes={**seq_attr, "verifier": e.verifier, "gaps": tuple(e.gaps)},
+                    )
+                )
+            case ev.UserMessageAdded():
+                conversation.append(_message("user", e.content))
+                root_events.append(SpanEvent(name=_name(e), at=e.occurred_at, attributes=seq_attr))
+            case ev.RunCompleted():
+                terminal = e
+                end_status = "ok"
+                if capture_content:
+                    end_attrs[gen_ai.GEN_AI_OUTPUT_MESSAGES] = json.dumps(
+                        [_message("assistant", e.output)]
+                    )
+            case ev.RunFailed():
+                terminal = e
+                end_status, end_text = "error", e.message
+                end_attrs[ERROR_TYPE] = str(e.reason)
+                end_attrs["contextos.run.failure_reason"] = str(e.reason)
+            case ev.RunCancelled() | ev.RunExpired():
+                terminal = e
+                end_attrs["contextos.run.failure_reason"] = e.reason or e.type
+                if isinstance(e, ev.RunExpired):
+                    end_status, end_text = "error", e.reason or "the run expired"
+                    end_attrs[ERROR_TYPE] = "expired"
+            case _:
+                root_events.append(
+                    SpanEvent(name=_name(e), at=e.occurred_at, attributes=_event_attrs(e))
+                )
+        if terminal is not None:
+            root_events.append(SpanEvent(name=_name(e), at=e.occurred_at, attributes=seq_attr))
+            break
+
+    last = terminal or events[-1]
+    for t in tools.values():  # calls the run never finished: they end with the run
+        if t.done is None:
+            pending = _tool_span(t, None, trace_id, root_id, run_id, capture_content)
+            closed = terminal.seq if terminal is not None else None
+            spans.append(_replace_end(pending, last.occurred_at, closed, terminal is not None))
+
+    attrs: dict[str, AttrValue] = {
+        gen_ai.GEN_AI_OPERATION_NAME: gen_ai.GenAiOperationNameValues.INVOKE_AGENT.value,
+        gen_ai.GEN_AI_AGENT_NAME: created.agent_name,
+        gen_ai.GEN_AI_AGENT_VERSION: created.agent_version,
+        gen_ai.GEN_AI_AGENT_ID: created.agent_hash,
+        gen_ai.GEN_AI_CONVERSATION_ID: run_id,
+        gen_ai.GEN_AI_USAGE_INPUT_TOKENS: input_tokens,
+        gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS: output_tokens,
+        "contextos.run.id": run_id,
+        "contextos.run.status": str(status),
+        "contextos.run.turns": turns,
+        "contextos.usage.cost_usd": cost,
+        **end_attrs,
+    }
+    if created.agent_ref:
+        attrs["contextos.agent.ref"] = created.agent_ref
+    if capture_content:
+        attrs[gen_ai.GEN_AI_INPUT_MESSAGES] = json.dumps([_message("user", created.input)])
+    spans.append(
+        SpanRecord(
+            name=f"invoke_agent {created.agent_name}",
+            kind="internal",
+            trace_id=trace_id,
+            span_id=root_id,
+            parent_id=None,
+            start=created.occurred_at,
+            end=last.occurred_at,
+            attributes=attrs,
+            events=tuple(root_events),
+            status=end_status,
+            status_description=end_text,
+            closed_by=terminal.seq if terminal is not None else None,
+        )
+    )
+    return spans
+
+
+def _chat(
+    e: ev.ModelResponded,
+    trace_id: int,
+    root_id: int,
+    turn: int,
+    conversation: list[dict[str, Any]] | None,
+) -> SpanRecord:
+    provider, _, name = e.model.partition(":")
+    model = name or provider
+    attrs: dict[str, AttrValue] = {
+        gen_ai.GEN_AI_OPERATION_NAME: gen_ai.GenAiOperationNameValues.CHAT.value,
+        gen_ai.GEN_AI_PROVIDER_NAME: provider if name else "contextos",
+        gen_ai.GEN_AI_REQUEST_MODEL: model,
+        gen_ai.GEN_AI_RESPONSE_MODEL: model,
+        gen_ai.GEN_AI_RESPONSE_FINISH_REASONS: (str(e.finish_reason),),
+        gen_ai.GEN_AI_USAGE_INPUT_TOKENS: e.usage.input_tokens,
+        gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS: e.usage.output_tokens,
+        "contextos.event.seq": e.seq,
+        "contextos.turn": turn,
+        "contextos.usage.cost_usd": e.usage.cost_usd,
+    }
+    if e.request_id:
+        attrs[gen_ai.GEN_AI_RESPONSE_ID] = e.request_id
+    if e.context_hash:
+        attrs["contextos.context.hash"] = e.context_hash
+    if conversation is not None:
+        attrs[gen_ai.GEN_AI_INPUT_MESSAGES] = json.dumps(conversation)
+        attrs[gen_ai.GEN_AI_OUTPUT_MESSAGES] = json.dumps(
+            [_assistant(e.message, str(e.finish_reason))]
+        )
+    return SpanRecord(
+        name=f"chat {model}",
+        kind="client",
+        trace_id=trace_id,
+        span_id=span_id_for(e.run_id, f"chat/{e.seq}"),
+        parent_id=root_id,
+        start=e.occurred_at - timedelta(milliseconds=e.latency_ms),
+        end=e.occurred_at,
+        attributes=attrs,
+        closed_by=e.seq,
+    )
+
+
+def _tool_span(
+    t: _Tool,
+    e: ev.ToolCompleted | None,
+    trace_id: int,
+    root_id: int,
+    run_id: str,
+    capture_content: bool,
+) -> SpanRecord:
+    attrs: dict[str, AttrValue] = {
+        gen_ai.GEN_AI_OPERATION_NAME: gen_ai.GenAiOperationNameValues.EXECUTE_TOOL.value,
+        gen_ai.GEN_AI_TOOL_NAME: t.name,
+        gen_ai.GEN_AI_TOOL_CALL_ID: t.call_id,
+        gen_ai.GEN_AI_TOOL_TYPE: "function",
+        **t.attributes,
+    }
+    status: Status = "unset"
+    text = ""
+    if e is not None:
+        attrs["contextos.event.seq"] = e.seq
+        if e.effect_id:
+            attrs["contextos.effect.id"] = e.effect_id
+        if e.is_error:
+            status, text = "error", e.output[:200]
+            attrs[ERROR_TYPE] = e.error_code or "tool_error"
+    if capture_content:
+        attrs[gen_ai.GEN_AI_TOOL_CALL_ARGUMENTS] = t.arguments
+        if e is not None:
+            attrs[gen_ai.GEN_AI_TOOL_CALL_RESULT] = e.output
+    return SpanRecord(
+        name=f"execute_tool {t.name}",
+        kind="internal",
+        trace_id=trace_id,
+        span_id=span_id_for(run_id, f"tool/{t.call_id}"),
+        parent_id=root_id,
+        start=t.start,
+        end=max(t.start, e.occurred_at) if e is not None else t.start,
+        attributes=attrs,
+        events=tuple(t.events),
+        status=status,
+        status_description=text,
+        closed_by=e.seq if e is not None else None,
+    )
+
+
+def _replace_end(span: SpanRecord, end: datetime, closed_by: int | None, ended: bool) -> SpanRecord:
+    attrs = dict(span.attributes)
+    attrs["contextos.tool.completed"] = False
+    return SpanRecord(
+        name=span.name,
+        kind=span.kind,
+        trace_id=span.trace_id,
+        span_id=span.span_id,
+        parent_id=span.parent_id,
+        start=span.start,
+        end=max(span.start, end),
+        attributes=attrs,
+        events=span.events,
+        status="error" if ended else "unset",
+        status_description="the run ended before the call completed" if ended else "",
+        closed_by=closed_by,
+    )
+
+
+def _name(e: ev.Event) -> str:
+    return f"contextos.{e.type}"
+
+
+_SKIP = {"run_id", "seq", "occurred_at", "type", "causation_id", "payload", "value", "context"}
+
+
+def _event_attrs(e: ev.Event) -> dict[str, AttrValue]:
+    """Scalar fields of an event as span-event attributes (payloads stay in the store)."""
+    attrs: dict[str, AttrValue] = {"contextos.event.seq": e.seq}
+    for name in type(e).__dataclass_fields__:
+        value = getattr(e, name)
+        if name in _SKIP or value is None or value == "":
+            continue
+        if isinstance(value, str | bool | int | float):
+            attrs[name] = value
+        elif isinstance(value, datetime):
+            attrs[name] = value.isoformat()
+        elif isinstance(value, tuple) and all(isinstance(v, str) for v in value):
+            attrs[name] = value
+    return attrs
+
+
+def _message(role: str, text: str, *, call_id: str | None = None) -> dict[str, Any]:
+    if call_id is not None:
+        return {
+            "role": role,
+            "parts": [{"type": "tool_call_response", "id": call_id, "response": text}],
+        }
+    return {"role": role, "parts": [{"type": "text", "content": text}]}
+
+
+def _assistant(message: Message, finish_reason: str) -> dict[str, Any]:
+    parts: list[dict[str, Any]] = []
+    if message.content:
+        parts.append({"type": "text", "content": message.content})
+    for c in message.tool_calls:
+        parts.append({"type": "tool_call", "id": c.id, "name": c.name, "arguments": c.arguments})
+    return {"role": "assistant", "parts": parts, "finish_reason": finish_reason}
