@@ -65,6 +65,8 @@ class Driver:
         """Set by a draining worker: finish the current step, then return with the run running."""
         self.history: HistoryIndex | None = None
         """The run's conversation as context entries, extended call by call."""
+        self.on_commit: Callable[[tuple[ev.Event, ...]], Awaitable[None]] | None = None
+        """Told of every batch of events once committed (live trace export)."""
 
     # -- recording ------------------------------------------------------------------------
 
@@ -96,6 +98,8 @@ class Driver:
                 events = tuple(_renumbered(e, self.state.seq + i) for i, e in enumerate(events, 1))
         for e in events:
             apply(self.state, e)
+        if self.on_commit is not None:
+            await self.on_commit(events)
 
     async def fail(self, reason: FailureReason, text: str, **error: Any) -> None:
         if self.tools.needs_settling():

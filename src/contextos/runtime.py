@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import os
 import socket
 import time
@@ -44,6 +45,7 @@ from contextos.state import RunState, apply
 from contextos.store import EventStore, RunSummary, open_store, wakeup
 from contextos.store.base import load_state
 from contextos.store.queue import Lease, QueueEntry, queue_of
+from contextos.telemetry import live_traces
 from contextos.tools.effects import needs_settling
 from contextos.tools.gateway import Gateway
 
@@ -109,6 +111,8 @@ class Runtime:
         cancel_poll_s: float = 0.5,
         policy: PolicyHook | Authority | Policy | str | os.PathLike[str] | None = None,
         lease_s: float = 30.0,
+        tracer_provider: Any = None,
+        capture_content: bool | None = None,
     ) -> None:
         self.store: EventStore = store if isinstance(store, EventStore) else open_store(store)
         self.authority: Authority | None = _authority_from(policy)
@@ -129,6 +133,9 @@ class Runtime:
         self._renewed_at: dict[RunId, float] = {}
         self._keeper: asyncio.Task[None] | None = None
         self._draining = False
+        self._traces = live_traces(tracer_provider, capture_content)
+        """Spans of runs as their events commit (`tracer_provider`, or OTEL_EXPORTER_OTLP_*);
+        message content only with `capture_content` or CONTEXTOS_OTEL_CAPTURE_CONTENT."""
 
     async def __aenter__(self) -> Runtime:
         return self
@@ -141,6 +148,8 @@ class Runtime:
             self._watcher.cancel()
         if self._keeper is not None:
             self._keeper.cancel()
+        if self._traces is not None:
+            self._traces.close()
         await self.store.close()
 
     # -- starting and driving -------------------------------------------------------------
@@ -349,6 +358,8 @@ class Runtime:
             worker_id=self.worker_id,
         )
         driver.stop_requested = self._draining
+        if self._traces is not None:
+            driver.on_commit = functools.partial(self._traces.committed, self.store, state.run_id)
         task = asyncio.create_task(driver.drive(), context=self._task_context())
         self._inflight[state.run_id] = (driver, task)
         if lease is not None:
@@ -510,6 +521,8 @@ class Runtime:
                 event = ev.RunCancelled(run_id=rid, seq=state.seq + 1, reason=reason, actor=actor)
             try:
                 await self.store.append(rid, [event], expected_seq=state.seq)
+                if self._traces is not None:
+                    await self._traces.committed(self.store, rid, [event])
                 if isinstance(event, ev.RunEnding) and state.status is not RunStatus.RUNNING:
                     with contextlib.suppress(ConfigError, AgentChanged):
                         # without its agent it stays ending; the next resume settles it
