@@ -1,4 +1,4 @@
-"""Running and reading runs: run, resume, cancel, runs, show."""
+"""Running and reading runs: run, resume, cancel, runs, show, trace."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from contextos.cli.common import (
     print_json,
     print_result,
 )
-from contextos.errors import ContextOSError
+from contextos.errors import ContextOSError, RunNotFound
 from contextos.events import ModelResponded, RunCreated, encode
 from contextos.runs import RunStatus
 from contextos.runtime import RunResult, Runtime
@@ -226,3 +226,45 @@ def _print_contexts(events: list[Any]) -> None:
         telemetry = e.context.get("telemetry")
         if telemetry:
             console.print(Text(f"  telemetry: {json.dumps(telemetry, sort_keys=True)}"))
+
+
+@app.command()
+def trace(
+    run_id: Annotated[str, typer.Argument(help="The run to trace.")],
+    store: StoreOption = None,
+    otlp: Annotated[
+        str | None,
+        typer.Option(
+            help="Send the spans over OTLP/HTTP to this URL (e.g. http://127.0.0.1:4318)."
+        ),
+    ] = None,
+    capture_content: Annotated[
+        bool | None,
+        typer.Option(
+            "--capture-content/--no-content",
+            help="Include messages and tool arguments (default: $CONTEXTOS_OTEL_CAPTURE_CONTENT).",
+        ),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Export a run's trace as OpenTelemetry spans (GenAI conventions): a tree, JSON, or OTLP."""
+    from contextos import telemetry
+
+    events = call(store, lambda rt: rt.events(run_id))
+    try:
+        if otlp:
+            spans = telemetry.export_run(
+                events, otlp_endpoint=otlp, capture_content=capture_content
+            )
+        else:
+            spans = telemetry.spans_for(events, capture_content=capture_content)
+    except ContextOSError as exc:
+        fail(exc)
+    if not spans:
+        fail(RunNotFound(run_id))
+    if as_json:
+        print_json([telemetry.span_json(s) for s in spans])
+    else:
+        console.print(telemetry.span_tree(spans))
+        if otlp:
+            console.print(f"[dim]sent {len(spans)} spans to {otlp}[/]")

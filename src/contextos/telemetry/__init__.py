@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from contextos.errors import ConfigError
 from contextos.telemetry._ids import trace_id_for
+from contextos.telemetry._render import span_json, span_tree
 
 if TYPE_CHECKING:
     from contextos import events as ev
@@ -29,12 +30,15 @@ def _require() -> None:
         raise ConfigError(INSTALL_HINT) from exc
 
 
-def spans_for(events: list[ev.Event], *, capture_content: bool = False) -> list[SpanRecord]:
-    """The run's spans (children first, the run's `invoke_agent` span last)."""
+def spans_for(events: list[ev.Event], *, capture_content: bool | None = None) -> list[SpanRecord]:
+    """The run's spans (children first, the run's `invoke_agent` span last); message content
+    only with `capture_content` (default: CONTEXTOS_OTEL_CAPTURE_CONTENT)."""
     _require()
+    from contextos.telemetry._export import capture_from_env
     from contextos.telemetry._spans import build
 
-    return build(events, capture_content=capture_content)
+    capture = capture_from_env() if capture_content is None else capture_content
+    return build(events, capture_content=capture)
 
 
 def export_run(
@@ -78,4 +82,12 @@ def live_traces(
     return LiveTraces(otlp_provider(batch=True), capture_content=capture, owned=True)
 
 
-__all__ = ["INSTALL_HINT", "export_run", "live_traces", "spans_for", "trace_id_for"]
+__all__ = [
+    "INSTALL_HINT",
+    "export_run",
+    "live_traces",
+    "span_json",
+    "span_tree",
+    "spans_for",
+    "trace_id_for",
+]

@@ -262,7 +262,7 @@ def _chat(
     model = name or provider
     attrs: dict[str, AttrValue] = {
         gen_ai.GEN_AI_OPERATION_NAME: gen_ai.GenAiOperationNameValues.CHAT.value,
-        gen_ai.GEN_AI_PROVIDER_NAME: provider if name else "contextos",
+        gen_ai.GEN_AI_PROVIDER_NAME: provider,
         gen_ai.GEN_AI_REQUEST_MODEL: model,
         gen_ai.GEN_AI_RESPONSE_MODEL: model,
         gen_ai.GEN_AI_RESPONSE_FINISH_REASONS: (str(e.finish_reason),),
