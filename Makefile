@@ -22,7 +22,7 @@ $(VENV)/.demo-installed: pyproject.toml | $(BIN)/python
 # Everything the test suite drives: PostgreSQL client, MCP SDK and servers, the HTTP API
 # server, the injection corpus.
 $(VENV)/.test-installed: pyproject.toml $(VENV)/.demo-installed
-	$(PIP) install -e '.[local,local-server,postgres,cron,yaml,mcp,mcp-servers,api,dev]'
+	$(PIP) install -e '.[local,local-server,postgres,cron,yaml,mcp,mcp-servers,api,otel,dev]'
 	$(PIP) install --no-deps agentdojo==0.1.35
 	touch $@
 
