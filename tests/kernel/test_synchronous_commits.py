@@ -76,9 +76,11 @@ async def test_the_store_goes_back_to_full_sync_after_an_unsynchronous_commit(
     tmp_path: Path,
 ) -> None:
     db = tmp_path / "runs.db"
+    store = RecordingStore(db)
     model = ScriptedModel([call_tool("lookup", {"order": "A-1"}), reply("shipped")])
-    async with Runtime(SqliteStore(db)) as rt:
+    async with Runtime(store) as rt:
         result = await rt.run(Agent(name="a", model=model, tools=[lookup]), "Where is A-1?")
+        assert any(not sync for _, sync in store.appends)  # the connection did skip an fsync
         conn = rt.store._conn  # type: ignore[attr-defined]
         assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
     # Committed and readable by anyone, like any other commit.
