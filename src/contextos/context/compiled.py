@@ -499,7 +499,8 @@ def compile_context(
 
     Messages added by events up to `cursor` are represented by `summary`; the run's first
     message (its task) is always kept verbatim so compaction never loses what was asked.
-    A driver passes the same `index` to every call of a run, so each call only adds what is new.
+    A driver passes the same `index` to every call of a run, so each call only adds what is new;
+    the index then decides which tools are trusted, and `trusted_tools` serves calls without one.
     """
     items: list[ContextItem] = []
     if instructions:
