@@ -27,6 +27,8 @@
     ├── ApprovalRefused               an approval, denial, answer or revocation was not accepted
     │   └── AnswerTooLate             the interrupt expired before the answer came
     └── AnswerInvalid                 an answer does not match its interrupt's answer schema
+    SignatureInvalid (ContextOSError) a webhook delivery's signature is missing or wrong
+    └── SignatureExpired              it was signed outside the tolerance window (a replay)
 
 Cancelling a run cancels its in-flight asyncio task: `asyncio.CancelledError` is a
 BaseException, so a tool's `except Exception` cannot swallow it.
@@ -193,3 +195,14 @@ class AnswerTooLate(ApprovalRefused):
 
 class AnswerInvalid(PolicyError):
     code = "answer_invalid"
+
+
+class SignatureInvalid(ContextOSError):
+    code = "bad_signature"
+
+
+class SignatureExpired(SignatureInvalid):
+    """The signature is right but its timestamp is too far from now: a captured delivery
+    replayed later, or a sender whose clock is off."""
+
+    code = "signature_expired"

@@ -595,8 +595,17 @@ def fmt_roles(roles: Sequence[str]) -> str:
 
 
 def interrupt_id_for(run_id: str, seq: int) -> str:
-    """Interrupt ids start with their run's id, so an id alone finds its run."""
+    """Interrupt ids are `RUN_ID.iSEQ`, so an id alone names the one run to read."""
     return f"{run_id}.i{seq}"
+
+
+def run_of_interrupt(interrupt_id: str) -> str | None:
+    """The run an interrupt id names (see `interrupt_id_for`), or None for any other text."""
+    run_id, dot, tail = interrupt_id.rpartition(".")
+    seq = tail[1:]
+    if not (dot and run_id and tail[:1] == "i" and seq.isascii() and seq.isdigit()):
+        return None
+    return None if "\x00" in run_id else run_id
 
 
 def approval_interrupt(run_id: str, seq: int, decided: ev.PolicyDecided) -> dict[str, Any]:

@@ -10,7 +10,22 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import NewType
 
+from contextos.errors import ConfigError
+
 RunId = NewType("RunId", str)
+
+PRIORITIES = range(-(2**31), 2**31)
+"""The priorities a run may have: what every store keeps (a 32-bit integer column)."""
+
+
+def check_priority(priority: int) -> None:
+    """Raise ConfigError unless `priority` is in PRIORITIES."""
+    if priority not in PRIORITIES:
+        raise ConfigError(
+            f"priority {priority} is out of range: use an integer from {PRIORITIES.start} "
+            f"to {PRIORITIES.stop - 1}",
+            priority=priority,
+        )
 
 
 class RunStatus(StrEnum):

@@ -40,7 +40,7 @@ from contextos.policy.authority import Authority
 from contextos.policy.decision import PolicyHook
 from contextos.policy.identity import Principal, RunContext
 from contextos.policy.rules import Policy
-from contextos.runs import FailureReason, RunId, RunStatus
+from contextos.runs import FailureReason, RunId, RunStatus, check_priority
 from contextos.state import RunState, apply
 from contextos.store import EventStore, RunSummary, open_store, wakeup
 from contextos.store.base import load_state
@@ -179,6 +179,7 @@ class Runtime:
         the authority the run acts under, bound and recorded now; a child run's context must
         be within its parent's.
         """
+        check_priority(priority)
         bound = await self._context_for(principal, context)
         rid, _ = await self._create(
             agent,

@@ -19,7 +19,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from contextos.agents import Agent, load_agent
 from contextos.errors import ConfigError, ContextOSError
 from contextos.events import utcnow
-from contextos.runs import RunId
+from contextos.runs import RunId, check_priority
 from contextos.store.queue import CatchUp, RunQueue, Schedule, queue_of, tick_key
 
 if TYPE_CHECKING:
@@ -146,6 +146,7 @@ async def add_schedule(
         raise ConfigError("a schedule needs a name")
     check_cron(cron)
     _zone(timezone)
+    check_priority(priority)
     load_agent(agent_ref)  # a bad reference fails now, not at every tick
     start = now or utcnow()
     schedule = Schedule(

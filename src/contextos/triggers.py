@@ -19,13 +19,14 @@ import hmac
 import logging
 import re
 import string
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from contextos.agents import Agent, load_agent
-from contextos.errors import ConfigError, RunNotFound
-from contextos.runs import RunId
+from contextos.errors import ConfigError, RunNotFound, SignatureExpired, SignatureInvalid
+from contextos.runs import RunId, check_priority
 from contextos.scheduler import retry_at
 from contextos.store.queue import (
     Firing,
@@ -54,7 +55,10 @@ TEMPLATE_FIELDS: dict[str, str] = {
 """What an input template may say, as `{name}` (`{{` and `}}` for braces)."""
 
 SIGNATURE_HEADER = "X-ContextOS-Signature"
-"""`sha256=` and the hex HMAC-SHA256 of the request body under the trigger's secret."""
+"""`t=UNIX_SECONDS,v1=HEX`: when the delivery was signed, and the hex HMAC-SHA256 of
+`"{t}.{body}"` under the trigger's secret (several `v1=` while a secret is being rotated)."""
+SIGNATURE_TOLERANCE_S = 300.0
+"""How far (either way) a signature's timestamp may be from the receiver's clock by default."""
 DELIVERY_HEADER = "X-ContextOS-Delivery"
 """The sender's unique id for one delivery; a retried delivery carries the same id."""
 
@@ -173,6 +177,7 @@ async def add_trigger(
         ) from None
     if max_depth < 1:
         raise ConfigError(f"trigger {name!r}: --max-depth must be at least 1", trigger=name)
+    check_priority(priority)
     if webhook:
         if input is not None:
             raise ConfigError(
@@ -342,15 +347,69 @@ async def _fire(
 # -- webhooks ---------------------------------------------------------------------------------
 
 
-def sign(secret: str | bytes, body: bytes) -> str:
-    """The signature header value for `body`: `sha256=` and the hex HMAC-SHA256."""
+def sign(secret: str | bytes, body: bytes, *, timestamp: int | None = None) -> str:
+    """The signature header value for `body` sent at `timestamp` (default: now):
+    `t=UNIX_SECONDS,v1=HEX`, HEX the HMAC-SHA256 of `"{t}.{body}"` under `secret`."""
+    t = int(time.time()) if timestamp is None else timestamp
+    return f"t={t},v1={_digest(secret, t, body)}"
+
+
+def verify_signature(
+    secret: str | bytes,
+    body: bytes,
+    header: str | None,
+    *,
+    tolerance_s: float = SIGNATURE_TOLERANCE_S,
+    now: float | None = None,
+) -> str:
+    """The digest by which `header` signs `body`, once it is checked in constant time and its
+    timestamp is within `tolerance_s` of `now`.
+
+    Raises SignatureInvalid for a missing, malformed or wrong signature, SignatureExpired for a
+    right one signed too long ago (or too far ahead): a replay of a captured delivery.
+    """
+    t, digests = _parse_signature(header)
+    if t is not None:
+        expected = _digest(secret, t, body)
+        for digest in digests:
+            if hmac.compare_digest(expected, digest):
+                skew = (time.time() if now is None else now) - t
+                if not abs(skew) <= tolerance_s:  # a NaN tolerance refuses, never accepts
+                    raise SignatureExpired(
+                        f"the delivery was signed {_ago(skew)}; this server accepts deliveries "
+                        f"signed within {tolerance_s:g}s of its clock",
+                        signed_at=t,
+                    )
+                return digest
+    raise SignatureInvalid(
+        f"the {SIGNATURE_HEADER} header is missing, malformed or does not match the body"
+    )
+
+
+def _digest(secret: str | bytes, timestamp: int, body: bytes) -> str:
     key = secret.encode() if isinstance(secret, str) else secret
-    return "sha256=" + hmac.new(key, body, hashlib.sha256).hexdigest()
+    return hmac.new(key, b"%d." % timestamp + body, hashlib.sha256).hexdigest()
 
 
-def signature_matches(secret: str | bytes, body: bytes, header: str | None) -> bool:
-    """Whether `header` is the signature of `body` (compared in constant time)."""
-    return header is not None and hmac.compare_digest(sign(secret, body), header.strip())
+_MAX_TIMESTAMP_DIGITS = 12  # far past any clock; keeps an absurd `t=` from being parsed at all
+
+
+def _parse_signature(header: str | None) -> tuple[int | None, list[str]]:
+    """(t, the v1 digests) of a header; t is None when it is missing or not an integer."""
+    t: int | None = None
+    digests: list[str] = []
+    for part in (header or "").split(","):
+        key, _, value = part.strip().partition("=")
+        if key == "t" and value.isascii() and value.isdigit():
+            if len(value) <= _MAX_TIMESTAMP_DIGITS:
+                t = int(value)
+        elif key == "v1":
+            digests.append(value)
+    return t, digests
+
+
+def _ago(skew: float) -> str:
+    return f"{skew:.0f}s ago" if skew >= 0 else f"{-skew:.0f}s ahead of this server's clock"
 
 
 async def fire_webhook(
@@ -359,11 +418,14 @@ async def fire_webhook(
     body: str,
     *,
     delivery: str,
+    signature: str | None = None,
     agents: dict[str, Agent] | None = None,
 ) -> tuple[RunId, bool]:
     """Start the run for one webhook delivery; a delivery seen before returns its run.
 
-    Returns the run and whether this call created it. The caller checked the signature.
+    A delivery is seen before when its id or its `signature` (the digest the caller checked)
+    already started a run: a retry carries the same id, a captured delivery replayed under a
+    new id carries the same signature. Returns the run and whether this call created it.
     """
     if trigger.kind is not TriggerKind.WEBHOOK:
         raise ConfigError(f"trigger {trigger.name!r} is not a webhook", trigger=trigger.name)
@@ -378,17 +440,20 @@ async def fire_webhook(
     agent = cache.get(trigger.agent_ref)
     if agent is None:
         agent = cache[trigger.agent_ref] = load_agent(trigger.agent_ref)
+    # The run's idempotency key is the signature when there is one: starting it again under
+    # another delivery id returns the run the signature started first.
+    key = f"signature:{signature}" if signature is not None else source
     started = await runtime.start(
         agent,
         body,
         run_id=rid,
         agent_ref=trigger.agent_ref,
-        idempotency_key=trigger_key(trigger.name, source),
+        idempotency_key=trigger_key(trigger.name, key),
         priority=trigger.priority,
         tenant=trigger.tenant or None,
         metadata={"trigger": trigger.name, "delivery": delivery},
     )
-    return started, True
+    return started, started == rid
 
 
 # -- describing ------------------------------------------------------------------------------
@@ -429,6 +494,7 @@ def describe(trigger: Trigger) -> str:
 __all__ = [
     "DELIVERY_HEADER",
     "SIGNATURE_HEADER",
+    "SIGNATURE_TOLERANCE_S",
     "TEMPLATE_FIELDS",
     "Fired",
     "add_trigger",
@@ -440,7 +506,7 @@ __all__ = [
     "fire_webhook",
     "render_input",
     "sign",
-    "signature_matches",
     "started_by",
     "trigger_run_id",
+    "verify_signature",
 ]

@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import httpx
 import uvicorn
 
 from contextos.api import ApiConfig, create_app
@@ -37,3 +38,12 @@ def serving(config: ApiConfig) -> Iterator[str]:
         server.should_exit = True
         thread.join(timeout=60)
         assert not thread.is_alive(), "the API server did not stop"
+
+
+def error_of(response: httpx.Response, status: int, code: str) -> dict[str, object]:
+    """The JSON error of a refused request, checked: its status, code, message and hint."""
+    assert response.status_code == status, response.text[:2000]
+    assert response.headers["content-type"] == "application/json"
+    error: dict[str, object] = response.json()["error"]
+    assert error["code"] == code and error["message"] and error["hint"], error
+    return error

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from api_server import GREETER, serving
+from api_server import GREETER, error_of, serving
 
 from contextos import Runtime
 from contextos.api import ApiConfig
@@ -105,14 +105,6 @@ async def test_cancel_over_http(tmp_path: Path) -> None:
             assert cancelled.json()["failure"]["message"] == "changed my mind"
             again = await http.post(f"/v1/runs/{run_id}/cancel")  # no body: fine, and idempotent
             assert again.status_code == 200 and again.json()["status"] == "cancelled"
-
-
-def error_of(response: httpx.Response, status: int, code: str) -> dict[str, object]:
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"] == "application/json"
-    error: dict[str, object] = response.json()["error"]
-    assert error["code"] == code and error["message"] and error["hint"], error
-    return error
 
 
 @pytest.mark.parametrize("token", [None, "s3cret"])

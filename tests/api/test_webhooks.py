@@ -1,25 +1,30 @@
 """Webhook triggers over real HTTP, on both backends: the body becomes the run's input, the
-HMAC-SHA256 signature is checked, each delivery id starts one run; refusals write nothing."""
+timestamped HMAC-SHA256 signature is checked, each delivery id and each signature starts one
+run (a replayed capture starts nothing); refusals write nothing."""
 
 from __future__ import annotations
 
 import json
+import time
+from pathlib import Path
 
 import httpx
 import pytest
-from api_server import GREETER, serving
+from api_server import GREETER, error_of, serving
 
 from contextos import Runtime
 from contextos.api import ApiConfig
 from contextos.store.queue import queue_of
-from contextos.triggers import DELIVERY_HEADER, SIGNATURE_HEADER, add_trigger, sign
+from contextos.triggers import DELIVERY_HEADER, SIGNATURE_HEADER, add_trigger, sign, trigger_run_id
 
 SECRET_ENV = "CONTEXTOS_TEST_HOOK_SECRET"
 
 
-def signed(body: bytes, delivery: str, secret: str = "shh") -> dict[str, str]:
+def signed(
+    body: bytes, delivery: str, secret: str = "shh", timestamp: int | None = None
+) -> dict[str, str]:
     return {
-        SIGNATURE_HEADER: sign(secret, body),
+        SIGNATURE_HEADER: sign(secret, body, timestamp=timestamp),
         DELIVERY_HEADER: delivery,
         "content-type": "application/json",
     }
@@ -52,7 +57,8 @@ async def test_a_signed_webhook_starts_one_run_per_delivery(
             retry = await http.post("/v1/hooks/orders", content=body, headers=signed(body, "d-1"))
             assert retry.status_code == 200
             assert (retry.json()["run_id"], retry.json()["duplicate"]) == (run_id, True)
-            other = await http.post("/v1/hooks/orders", content=body, headers=signed(body, "d-2"))
+            body2 = json.dumps({"order": "A-2", "total": 3.0}).encode()
+            other = await http.post("/v1/hooks/orders", content=body2, headers=signed(body2, "d-2"))
             assert other.status_code == 202 and other.json()["run_id"] != run_id
 
             run = (await http.get(f"/v1/runs/{run_id}")).json()
@@ -114,3 +120,90 @@ async def test_a_signed_webhook_starts_one_run_per_delivery(
     async with Runtime(backend_url) as rt:
         runs = await rt.runs(limit=100)
         assert len(runs) == 3  # d-1, d-2 and the unsigned one: nothing else was written
+
+
+async def test_a_replayed_delivery_starts_no_second_run(
+    backend_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(SECRET_ENV, "shh")
+    async with Runtime(backend_url) as rt:
+        q = queue_of(rt.store)
+        assert q is not None
+        await add_trigger(q, "orders", GREETER, webhook=True, secret_env=SECRET_ENV)
+
+    body = json.dumps({"order": "A-1"}).encode()
+    captured = signed(body, "d-1")
+    with serving(ApiConfig(store=backend_url)) as base:
+        async with httpx.AsyncClient(base_url=base, timeout=60) as http:
+            first = await http.post("/v1/hooks/orders", content=body, headers=captured)
+            assert first.status_code == 202, first.text
+            run_id = first.json()["run_id"]
+            # The same body and signature under new delivery ids: the first run, nothing new.
+            for delivery in ("d-2", "d-3"):
+                replay = await http.post(
+                    "/v1/hooks/orders",
+                    content=body,
+                    headers={**captured, DELIVERY_HEADER: delivery},
+                )
+                assert replay.status_code == 200, replay.text
+                assert replay.json() == {
+                    "run_id": run_id,
+                    "trigger": "orders",
+                    "delivery": delivery,
+                    "duplicate": True,
+                }
+            # The sender sending the same body again signs it anew: that is a new delivery.
+            again = signed(body, "d-4", timestamp=int(time.time()) - 5)
+            fresh = await http.post("/v1/hooks/orders", content=body, headers=again)
+            assert fresh.status_code == 202 and fresh.json()["run_id"] != run_id
+
+    async with Runtime(backend_url) as rt:
+        runs = await rt.runs(limit=100)
+        assert sorted(r.run_id for r in runs) == sorted([run_id, fresh.json()["run_id"]])
+        for delivery in ("d-2", "d-3"):
+            assert trigger_run_id("orders", f"delivery:{delivery}") not in [r.run_id for r in runs]
+
+
+async def test_a_delivery_signed_outside_the_window_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(SECRET_ENV, "shh")
+    url = f"sqlite:///{tmp_path}/runs.db"
+    async with Runtime(url) as rt:
+        q = queue_of(rt.store)
+        assert q is not None
+        await add_trigger(q, "orders", GREETER, webhook=True, secret_env=SECRET_ENV)
+
+    body = b'{"order": "A-1"}'
+    hook = "/v1/hooks/orders"
+    now = int(time.time())
+    with serving(ApiConfig(store=url)) as base:  # the default window: 5 minutes either way
+        async with httpx.AsyncClient(base_url=base, timeout=60) as http:
+            for offset, said in ((-3600, "s ago;"), (+3600, "s ahead of this server's clock")):
+                stale = signed(body, "d-1", timestamp=now + offset)
+                refused = await http.post(hook, content=body, headers=stale)
+                error = error_of(refused, 401, "signature_expired")
+                assert said in str(error["message"]) and "within 300s" in str(error["message"])
+            # A body-only signature (no timestamp) is no signature at all.
+            body_only = "sha256=" + sign("shh", body).partition("v1=")[2]
+            refused = await http.post(
+                hook, content=body, headers={**signed(body, "d-1"), SIGNATURE_HEADER: body_only}
+            )
+            error_of(refused, 401, "bad_signature")
+            # The timestamp is signed: moving it breaks the signature.
+            moved = sign("shh", body, timestamp=now).replace(f"t={now}", f"t={now - 1}")
+            refused = await http.post(
+                hook, content=body, headers={**signed(body, "d-1"), SIGNATURE_HEADER: moved}
+            )
+            error_of(refused, 401, "bad_signature")
+
+    with serving(ApiConfig(store=url, webhook_tolerance_s=30)) as base:
+        async with httpx.AsyncClient(base_url=base, timeout=60) as http:
+            late = signed(body, "d-1", timestamp=now - 120)
+            error_of(await http.post(hook, content=body, headers=late), 401, "signature_expired")
+            timely = signed(body, "d-1", timestamp=int(time.time()) - 10)
+            accepted = await http.post(hook, content=body, headers=timely)
+            assert accepted.status_code == 202, accepted.text
+
+    async with Runtime(url) as rt:
+        assert [r.run_id for r in await rt.runs()] == [accepted.json()["run_id"]]

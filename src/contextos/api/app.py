@@ -22,6 +22,7 @@ from contextos.agents import Agent, load_agent
 from contextos.api import errors
 from contextos.api.errors import ApiError
 from contextos.api.hooks import router as hooks_router
+from contextos.api.limits import BodyLimit
 from contextos.api.schemas import (
     Answer,
     Approve,
@@ -37,8 +38,11 @@ from contextos.errors import ConfigError, RunNotFound
 from contextos.runs import RunId, RunStatus
 from contextos.runtime import Runtime
 from contextos.state import RunState
+from contextos.triggers import SIGNATURE_TOLERANCE_S
 
 API_VERSION = "v1"
+
+_MAX_SEQ = 2**63 - 1  # a 64-bit integer in every store
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -62,7 +66,9 @@ class ApiConfig:
     max_wait_s: float = 300.0
     """The longest `?wait=true&timeout=` a client may ask for."""
     max_body_bytes: int = 1 << 20
-    """The largest webhook body accepted."""
+    """The largest request body accepted (413 beyond, before it is read whole)."""
+    webhook_tolerance_s: float = SIGNATURE_TOLERANCE_S
+    """How far a signed webhook delivery's timestamp may be from the server's clock."""
 
 
 class Api:
@@ -129,6 +135,13 @@ def _authorized(request: Request, authorization: Annotated[str | None, Header()]
 ApiDep = Annotated[Api, Depends(_api)]
 
 
+def _run_id(text: str) -> RunId:
+    """A run id from a URL; text no store can look up (a NUL) names no run."""
+    if "\x00" in text:
+        raise RunNotFound(text)
+    return RunId(text)
+
+
 def create_app(config: ApiConfig | None = None) -> FastAPI:
     """The app; the runtime (and the in-process worker) start with it and stop with it.
 
@@ -136,6 +149,13 @@ def create_app(config: ApiConfig | None = None) -> FastAPI:
     the first request.
     """
     cfg = config or ApiConfig()
+    if not cfg.max_body_bytes >= 1:
+        raise ConfigError(f"max_body_bytes must be at least 1, not {cfg.max_body_bytes}")
+    if not 0 < cfg.webhook_tolerance_s < float("inf"):
+        raise ConfigError(
+            f"webhook_tolerance_s must be a positive number of seconds, not "
+            f"{cfg.webhook_tolerance_s}"
+        )
     served = {ref: load_agent(ref) for ref in cfg.agents}
 
     @contextlib.asynccontextmanager
@@ -170,6 +190,7 @@ def create_app(config: ApiConfig | None = None) -> FastAPI:
         redoc_url=None,
     )
     errors.install(app)
+    app.add_middleware(BodyLimit, max_bytes=cfg.max_body_bytes)
     auth = [Depends(_authorized)]
 
     @app.get("/v1/health")
@@ -182,7 +203,8 @@ def create_app(config: ApiConfig | None = None) -> FastAPI:
         body: StartRun,
         wait: Annotated[bool, Query(description="Wait until the run ends or waits.")] = False,
         wait_s: Annotated[
-            float, Query(alias="timeout", gt=0, description="Seconds to wait at most.")
+            float,
+            Query(alias="timeout", gt=0, allow_inf_nan=False, description="Seconds to wait."),
         ] = 30.0,
         idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
     ) -> JSONResponse:
@@ -253,16 +275,18 @@ def create_app(config: ApiConfig | None = None) -> FastAPI:
 
     @app.get("/v1/runs/{run_id}", dependencies=auth)
     async def get_run(api: ApiDep, run_id: str) -> dict[str, Any]:
-        return run_view(await api.runtime.state(run_id))
+        return run_view(await api.runtime.state(_run_id(run_id)))
 
     @app.get("/v1/runs/{run_id}/events", dependencies=auth)
     async def run_events(
         api: ApiDep,
         run_id: str,
-        after: Annotated[int, Query(ge=0, description="Only events with a greater seq.")] = 0,
+        after: Annotated[
+            int, Query(ge=0, le=_MAX_SEQ, description="Only events with a greater seq.")
+        ] = 0,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     ) -> dict[str, Any]:
-        events = await api.runtime.store.read(RunId(run_id), after_seq=after)
+        events = await api.runtime.store.read(_run_id(run_id), after_seq=after)
         page = events[:limit]
         more = len(events) > limit
         return {
@@ -276,7 +300,7 @@ def create_app(config: ApiConfig | None = None) -> FastAPI:
         api: ApiDep, run_id: str, body: Annotated[CancelRun | None, Body()] = None
     ) -> dict[str, Any]:
         result = await api.runtime.cancel(
-            run_id, reason=body.reason if body else "", actor="user:api"
+            _run_id(run_id), reason=body.reason if body else "", actor="user:api"
         )
         return run_view(await api.runtime.state(result.run_id))
 

@@ -48,7 +48,8 @@ def _respond(status: int, code: str, message: str, hint: str = "", **fields: Any
     return JSONResponse(error_body(code, message, hint, **fields), status_code=status)
 
 
-# The runtime's errors, as HTTP: (status, hint).
+# The runtime's errors, as HTTP: (status, hint), looked up by the error's code and then by
+# the codes of the classes it derives from, so a new error in the tree answers as its family.
 _RUNTIME: dict[str, tuple[int, str]] = {
     "run_not_found": (404, "List runs with GET /v1/runs."),
     "interrupt_not_found": (404, "List pending interrupts with GET /v1/interrupts."),
@@ -60,13 +61,35 @@ _RUNTIME: dict[str, tuple[int, str]] = {
     "answer_invalid": (422, "Answers must match the interrupt's answer_schema."),
     "interrupt_expired": (409, "It expired unanswered; GET /v1/runs/{run_id}/events shows how."),
     "run_is_terminal": (409, "The run has ended; start a new one."),
+    "concurrency_conflict": (409, "Someone changed the run at the same moment; read it and retry."),
     "agent_changed": (409, "Deploy the agent definition the run was started with."),
     "authority_widened": (403, "A run cannot get more authority than its parent has."),
     "containment_violation": (403, "The request reaches outside the run's containment."),
     "policy_error": (403, "See the policy the server runs under."),
     "config_error": (400, "See docs/api.md."),
+    "bad_signature": (
+        401,
+        "Send X-ContextOS-Signature: t=UNIX_SECONDS,v1=HEX, HEX the HMAC-SHA256 of "
+        '"{t}.{body}" under the shared secret (docs/api.md shows how).',
+    ),
+    "signature_expired": (
+        401,
+        "Sign each delivery, and each retry, when you send it; check the sender's clock.",
+    ),
     "migration_error": (503, "Run `contextos doctor` against the store."),
+    "event_decode_error": (500, "A stored event cannot be read; run `contextos doctor`."),
+    "store_error": (503, "The store failed; retry, and see the server's log if it goes on."),
+    "contextos_error": (400, "See docs/api.md."),
 }
+
+
+def _runtime_status(exc: ContextOSError) -> tuple[int, str]:
+    """The HTTP status and hint of a runtime error: the nearest entry up its class tree."""
+    for cls in type(exc).__mro__:
+        found = _RUNTIME.get(getattr(cls, "code", ""))
+        if found is not None:
+            return found
+    return _RUNTIME["contextos_error"]
 
 
 def _problems(errors: Sequence[Any]) -> list[dict[str, str]]:
@@ -86,7 +109,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(ContextOSError)
     async def _runtime_error(request: Request, exc: ContextOSError) -> JSONResponse:
-        status, hint = _RUNTIME.get(exc.code, (500, "This is a server error; see its log."))
+        status, hint = _runtime_status(exc)
         return _respond(status, exc.code, exc.message, hint, **_plain(exc.fields))
 
     @app.exception_handler(RequestValidationError)
@@ -138,7 +161,9 @@ def install(app: FastAPI) -> None:
                 f"{request.method} is not allowed on {request.url.path}",
                 "See docs/api.md for the methods each endpoint takes.",
             )
-        return _respond(exc.status_code, "http_error", str(exc.detail))
+        return _respond(
+            exc.status_code, "http_error", str(exc.detail), "See docs/api.md for each endpoint."
+        )
 
     @app.exception_handler(Exception)
     async def _crash(request: Request, exc: Exception) -> JSONResponse:

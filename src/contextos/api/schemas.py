@@ -4,20 +4,70 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from datetime import datetime
 from enum import Enum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from contextos import events as ev
+from contextos.runs import PRIORITIES
 from contextos.state import RunState
 from contextos.store.base import RunSummary
 from contextos.triggers import started_by
 
+MAX_DEPTH = 32
+"""How deep objects and arrays may nest in a request body."""
+
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _keepable(cls, data: Any) -> Any:
+        problem = unkeepable(data)
+        if problem is not None:
+            raise ValueError(problem)
+        return data
+
+
+def unkeepable(value: Any) -> str | None:
+    """Why a parsed JSON body cannot be kept as it is, or None: NaN and infinities (which
+    Python's JSON reader lets through), NUL characters and lone surrogates, nesting past
+    MAX_DEPTH."""
+    todo: list[tuple[Any, str, int]] = [(value, "", 0)]  # no recursion: depth is the attack
+    while todo:
+        item, where, depth = todo.pop()
+        at = where or "the body"
+        if depth > MAX_DEPTH:
+            return f"{at.split('.')[0].split('[')[0]} nests deeper than {MAX_DEPTH} levels"
+        if isinstance(item, float) and not math.isfinite(item):
+            return f"{at} is {item}, which is not a JSON number; send a finite number"
+        if isinstance(item, str) and not _is_text(item):
+            return f"{at} is not text: {_not_text}"
+        if isinstance(item, dict):
+            for key, inner in item.items():
+                if not _is_text(str(key)):
+                    return f"a key in {at} is not text: {_not_text}"
+                todo.append((inner, f"{where}.{key}" if where else str(key), depth + 1))
+        elif isinstance(item, list):
+            todo.extend((inner, f"{where}[{i}]", depth + 1) for i, inner in enumerate(item))
+    return None
+
+
+_not_text = "it holds a NUL character or a lone surrogate, which no store keeps as text"
+
+
+def _is_text(s: str) -> bool:
+    if "\x00" in s:
+        return False
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class StartRun(_Body):
@@ -26,7 +76,12 @@ class StartRun(_Body):
     agent: str = Field(min_length=1, description="An agent reference (or name) the server serves.")
     input: str = Field(description="The task for the agent.")
     metadata: dict[str, Any] = Field(default_factory=dict, description="Labels kept on the run.")
-    priority: int = Field(default=0, description="Higher is claimed first.")
+    priority: int = Field(
+        default=0,
+        ge=PRIORITIES.start,
+        le=PRIORITIES.stop - 1,
+        description="Higher is claimed first (a 32-bit integer).",
+    )
     tenant: str | None = Field(default=None, description="For per-tenant concurrency limits.")
 
 

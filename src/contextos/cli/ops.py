@@ -375,6 +375,15 @@ def serve(
     worker: Annotated[bool, typer.Option(help="Also drive queued runs in this process.")] = False,
     concurrency: Annotated[int, typer.Option(help="Runs that worker drives at once.")] = 4,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    max_body_bytes: Annotated[
+        int, typer.Option(min=1, help="The largest request body accepted (413 beyond).")
+    ] = 1 << 20,
+    webhook_tolerance: Annotated[
+        float,
+        typer.Option(
+            min=1, max=86400, help="Seconds a signed webhook's timestamp may be from this clock."
+        ),
+    ] = 300.0,
 ) -> None:
     """Serve the HTTP API (see docs/api.md): runs, events, interrupts, webhooks.
 
@@ -399,6 +408,8 @@ def serve(
             token=token_from_env(token_env),
             worker=worker,
             worker_concurrency=concurrency,
+            max_body_bytes=max_body_bytes,
+            webhook_tolerance_s=webhook_tolerance,
         )
         run_server(config, host=host, port=port, log_level=log_level)
     except ContextOSError as exc:

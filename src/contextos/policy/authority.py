@@ -10,7 +10,6 @@ the policy, roles and clock in force now.
 from __future__ import annotations
 
 import os
-import re
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
@@ -43,6 +42,7 @@ from contextos.interrupts import (
     fmt_roles,
     parse_answer,
     render_template,
+    run_of_interrupt,
 )
 from contextos.policy.ask import HumanTool
 from contextos.policy.containment import activate
@@ -155,22 +155,14 @@ class Authority:
         return Book.of(run_id, await store.read(RunId(run_id)))
 
     async def find(self, store: EventStore, interrupt_id: str) -> tuple[Book, Interrupt]:
-        """The run and interrupt an id names (the id usually starts with the run id)."""
-        tried: set[str] = set()
-        for candidate in _run_id_prefixes(interrupt_id):
-            tried.add(candidate)
+        """The run and interrupt an id names; only that run's log is read."""
+        run_id = run_of_interrupt(interrupt_id)
+        if run_id is not None:
             try:
-                book = await self.book(store, candidate)
+                book = await self.book(store, run_id)
             except RunNotFound:
-                continue
-            if interrupt_id in book.interrupts:
-                return book, book.interrupts[interrupt_id]
-        for status in (RunStatus.INPUT_REQUIRED, None):
-            for summary in await store.list_runs(status=status, limit=1000):
-                if summary.run_id in tried:
-                    continue
-                tried.add(summary.run_id)
-                book = await self.book(store, summary.run_id)
+                pass
+            else:
                 if interrupt_id in book.interrupts:
                     return book, book.interrupts[interrupt_id]
         raise InterruptNotFound(f"no interrupt with id {interrupt_id!r}", interrupt_id=interrupt_id)
@@ -697,14 +689,6 @@ def _check_waiting(book: Book, interrupt_id: str) -> None:
             interrupt_id=interrupt_id,
             run_id=book.run_id,
         )
-
-
-def _run_id_prefixes(interrupt_id: str) -> list[str]:
-    """Plausible run ids at the start of an interrupt id (`run_x:call_1_0:1` → `run_x`)."""
-    parts = re.split(r"[:/#.]", interrupt_id)
-    return [interrupt_id[: len(p)] for p in parts[:1] if p] + [
-        interrupt_id[:i] for i in range(len(interrupt_id)) if interrupt_id[i] in ":/#."
-    ]
 
 
 def _run_of_approval(approval_id: str) -> str:

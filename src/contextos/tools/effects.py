@@ -22,7 +22,7 @@ from pydantic import BaseModel, ValidationError
 
 from contextos import events as ev
 from contextos.errors import ToolManifestChanged, ToolOutcomeUnknown
-from contextos.interrupts import approval_interrupt
+from contextos.interrupts import approval_interrupt, interrupt_id_for
 from contextos.ledger import (
     MAX_DISPATCHES,
     Effect,
@@ -495,11 +495,10 @@ class ToolRunner:
         """Nothing can tell what happened: a person confirms (the run waits, holding nothing)."""
         if any(i.effect_id == effect.effect_id for i in self.state.pending_interrupts.values()):
             return  # already asked; still waiting for the answer
-        raised = len(self.state.pending_interrupts)
         b = self.batch()
         b.add(
             ev.InterruptRaised,
-            interrupt_id=f"int_{effect.effect_id}_{raised + len(effect.history)}",
+            interrupt_id=interrupt_id_for(self.state.run_id, self.state.seq + 1),
             kind=EXTERNAL_CONFIRMATION,
             call_id=effect.call_id,
             effect_id=effect.effect_id,
