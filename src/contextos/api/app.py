@@ -286,7 +286,10 @@ def create_app(config: ApiConfig | None = None) -> FastAPI:
         ] = 0,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     ) -> dict[str, Any]:
-        events = await api.runtime.store.read(_run_id(run_id), after_seq=after)
+        rid = _run_id(run_id)
+        events = await api.runtime.store.read(rid, after_seq=after)
+        if not events:
+            await api.runtime.store.get_run(rid)  # past its end, or no such run at all
         page = events[:limit]
         more = len(events) > limit
         return {

@@ -10,9 +10,9 @@ started: a replayed capture starts nothing.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Header, Request
 from fastapi.responses import JSONResponse
 
 from contextos.api.errors import ApiError
@@ -24,8 +24,27 @@ router = APIRouter()
 _MAX_DELIVERY_ID = 200
 
 
-@router.post("/v1/hooks/{name}", status_code=202)
-async def webhook(name: str, request: Request) -> JSONResponse:
+@router.post(
+    "/v1/hooks/{name}",
+    status_code=202,
+    openapi_extra={
+        "requestBody": {
+            "description": "Any UTF-8 text (usually JSON): the input of the run it starts.",
+            "content": {"application/json": {"schema": {}}, "text/plain": {"schema": {}}},
+        }
+    },
+)
+async def webhook(
+    name: str,
+    request: Request,
+    delivery_header: Annotated[
+        str, Header(alias=DELIVERY_HEADER, description="This delivery's unique id.")
+    ] = "",
+    signature_header: Annotated[
+        str | None,
+        Header(alias=SIGNATURE_HEADER, description="t=UNIX_SECONDS,v1=HEX; see docs/api.md."),
+    ] = None,
+) -> JSONResponse:
     api = request.app.state.api
     runtime = api.runtime
     queue = queue_of(runtime.store)
@@ -41,7 +60,7 @@ async def webhook(name: str, request: Request) -> JSONResponse:
             trigger=name,
         )
     body = await request.body()
-    delivery = request.headers.get(DELIVERY_HEADER, "").strip()
+    delivery = delivery_header.strip()
     if not delivery or len(delivery) > _MAX_DELIVERY_ID or not delivery.isprintable():
         raise ApiError(
             400,
@@ -64,7 +83,7 @@ async def webhook(name: str, request: Request) -> JSONResponse:
         signature = verify_signature(
             secret,
             body,
-            request.headers.get(SIGNATURE_HEADER),
+            signature_header,
             tolerance_s=api.config.webhook_tolerance_s,
         )
     text = _text(body)
