@@ -50,7 +50,7 @@ class InterruptKind(StrEnum):
 
 
 class _Answer(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # "nan" is no answer
 
 
 class ApprovalAnswer(_Answer):

@@ -10,7 +10,9 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
-from api_server import GREETER, error_of, serving
+import pytest
+from api_agents import PAYMENTS_ENV, POLICY, payer
+from api_server import GREETER, PAYER, error_of, serving
 
 from contextos import Runtime
 from contextos.api import ApiConfig
@@ -139,3 +141,26 @@ async def test_a_body_past_the_limit_is_refused_before_it_is_read(tmp_path: Path
             assert refused["max_body_bytes"] == 1000
     async with Runtime(url) as rt:
         assert [r.run_id for r in await rt.runs()] == [started.json()["run_id"]]
+
+
+async def test_an_answer_holding_a_number_no_clock_can_add_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(PAYMENTS_ENV, str(tmp_path / "payments.log"))
+    (tmp_path / "policy.toml").write_text(POLICY)
+    policy = str(tmp_path / "policy.toml")
+    url = f"sqlite:///{tmp_path}/runs.db"
+    async with Runtime(url, policy=policy) as rt:
+        run_id = (await rt.run(payer, "pay")).run_id
+        (interrupt_id,) = (await rt.state(run_id)).pending_interrupts
+        seq = (await rt.state(run_id)).seq
+    with serving(ApiConfig(store=url, agents=(PAYER,), policy=policy)) as base:
+        async with httpx.AsyncClient(base_url=base, timeout=60) as http:
+            answer = f"/v1/interrupts/{interrupt_id}/answer"
+            # JSON strings that Python reads as NaN or infinity, where a number of seconds goes.
+            for seconds in ("nan", "inf", "-Infinity", "1e400"):
+                value = {"decision": "approve", "expires_in_s": seconds}
+                refused = await http.post(answer, json={"value": value, "answered_by": "alice"})
+                assert "finite number" in str(error_of(refused, 422, "answer_invalid")["message"])
+    async with Runtime(url) as rt:
+        assert (await rt.state(run_id)).seq == seq  # nothing was recorded
