@@ -34,7 +34,8 @@ def port_of(log: Path, proc: subprocess.Popen[bytes]) -> int:
 
 
 def start_server(store: str, log: Path) -> subprocess.Popen[bytes]:
-    """`contextos serve` with a worker inside, a bearer token, on a free port."""
+    """`contextos serve` with a worker inside, a bearer token, a 4 KiB body limit, on a free
+    port."""
     with log.open("wb") as out:
         return subprocess.Popen(
             [
@@ -51,6 +52,8 @@ def start_server(store: str, log: Path) -> subprocess.Popen[bytes]:
                 "--worker",
                 "--token-env",
                 "CONTEXTOS_TEST_API_TOKEN",
+                "--max-body-bytes",
+                "4096",
             ],
             cwd=ROOT,
             env={**os.environ, "CONTEXTOS_TEST_API_TOKEN": "t0ken"},
@@ -96,6 +99,11 @@ async def test_serve_a_webhook_then_a_run_trigger(tmp_path: Path) -> None:
                 f"started by trigger review after run {source} completed (chain depth 1)"
             )
             assert (await http.get("/v1/runs")).status_code == 401
+            big = await http.post(
+                "/v1/runs", json={"agent": "writer", "input": "x" * 5000}, headers=auth
+            )
+            assert big.status_code == 413
+            assert big.json()["error"]["max_body_bytes"] == 4096
         proc.send_signal(signal.SIGTERM)
         # uvicorn shuts down gracefully, then re-raises the signal for its supervisor.
         assert await asyncio.to_thread(proc.wait, 60) in (0, -signal.SIGTERM)
