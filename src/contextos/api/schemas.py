@@ -20,6 +20,8 @@ from contextos.triggers import started_by
 MAX_DEPTH = 32
 """How deep objects and arrays may nest in a request body."""
 
+_NOT_TEXT = "it holds a NUL character or a lone surrogate, which no store keeps as text"
+
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
@@ -27,13 +29,13 @@ class _Body(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _keepable(cls, data: Any) -> Any:
-        problem = unkeepable(data)
+        problem = _unkeepable(data)
         if problem is not None:
             raise ValueError(problem)
         return data
 
 
-def unkeepable(value: Any) -> str | None:
+def _unkeepable(value: Any) -> str | None:
     """Why a parsed JSON body cannot be kept as it is, or None: NaN and infinities (which
     Python's JSON reader lets through), NUL characters and lone surrogates, nesting past
     MAX_DEPTH."""
@@ -46,18 +48,15 @@ def unkeepable(value: Any) -> str | None:
         if isinstance(item, float) and not math.isfinite(item):
             return f"{at} is {item}, which is not a JSON number; send a finite number"
         if isinstance(item, str) and not _is_text(item):
-            return f"{at} is not text: {_not_text}"
+            return f"{at} is not text: {_NOT_TEXT}"
         if isinstance(item, dict):
             for key, inner in item.items():
                 if not _is_text(str(key)):
-                    return f"a key in {at} is not text: {_not_text}"
+                    return f"a key in {at} is not text: {_NOT_TEXT}"
                 todo.append((inner, f"{where}.{key}" if where else str(key), depth + 1))
         elif isinstance(item, list):
             todo.extend((inner, f"{where}[{i}]", depth + 1) for i, inner in enumerate(item))
     return None
-
-
-_not_text = "it holds a NUL character or a lone surrogate, which no store keeps as text"
 
 
 def _is_text(s: str) -> bool:
