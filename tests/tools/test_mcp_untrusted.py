@@ -77,6 +77,9 @@ async def test_a_server_killed_mid_write_leaves_the_effect_unknown_not_failed(
     model = ScriptedModel([call_tool("charge", {"customer": "c_1", "cents": 500})])
     async with server:
         result = await runtime.run(Agent(name="pay", model=model, tools=server.tools), "charge")
+        # a later call to the dead server is not sent at all: that one did fail, and says so
+        again = ScriptedModel([call_tool("charge", {"customer": "c_3", "cents": 1}), reply("x")])
+        later = await runtime.run(Agent(name="pay", model=again, tools=server.tools), "again")
     events = await runtime.events(result.run_id)
     assert charges(ledger) == [{"customer": "c_1", "cents": 500}]  # the server took the charge
     _, effect_state = await only_effect(runtime, result.run_id)
@@ -86,6 +89,12 @@ async def test_a_server_killed_mid_write_leaves_the_effect_unknown_not_failed(
     (interrupt,) = [e for e in events if isinstance(e, ev.InterruptRaised)]
     assert interrupt.kind == "external_confirmation_required"
     assert completed(events) == []
+
+    (refused,) = completed(await runtime.events(later.run_id))
+    assert refused.is_error and "the call was not sent" in refused.output
+    _, later_state = await only_effect(runtime, later.run_id)
+    assert later_state is EffectState.FAILED
+    assert len(charges(ledger)) == 1
 
 
 async def test_a_killed_server_is_reconciled_through_its_own_ledger(

@@ -19,6 +19,9 @@ from contextos.errors import McpServerUnavailable
 
 T = TypeVar("T")
 
+CONNECTION_CLOSED = -32000
+"""The MCP SDK's error code for a request whose connection closed."""
+
 
 class ConnectionLost(Exception):
     """The connection ended while a request was in flight: it may or may not have been served."""
@@ -36,6 +39,7 @@ class Connection:
         self.client: Any = None
         self._task: asyncio.Task[None] | None = None
         self._closing = asyncio.Event()
+        self._broken = False
         self._lost = ""
 
     @property
@@ -55,19 +59,20 @@ class Connection:
         try:
             async with asyncio.timeout(self.timeout_s):
                 await ready
-        except TimeoutError:
+        except BaseException as exc:
             await self._stop()
-            raise McpServerUnavailable(
-                f"MCP server {self.name} did not answer the connection and initialisation "
-                f"within {self.timeout_s:g}s; check that the command or URL starts a server, "
-                "or raise connect_timeout_s",
-                server=self.name,
-            ) from None
-        except ConnectionLost as exc:
-            await self._stop()
-            raise McpServerUnavailable(
-                f"could not connect to MCP server {self.name}: {exc}", server=self.name
-            ) from None
+            if isinstance(exc, TimeoutError):
+                raise McpServerUnavailable(
+                    f"MCP server {self.name} did not answer the connection and initialisation "
+                    f"within {self.timeout_s:g}s; check that the command or URL starts a "
+                    "server, or raise connect_timeout_s",
+                    server=self.name,
+                ) from None
+            if isinstance(exc, ConnectionLost):
+                raise McpServerUnavailable(
+                    f"could not connect to MCP server {self.name}: {exc}", server=self.name
+                ) from None
+            raise
 
     async def request(self, send: Callable[[Any], Awaitable[T]]) -> T:
         """`send(client)` in a task of its own.
@@ -77,7 +82,7 @@ class Connection:
         served); the SDK's own errors propagate.
         """
         holder, client = self._task, self.client
-        if holder is None or holder.done() or client is None:
+        if holder is None or holder.done() or client is None or self._broken:
             raise McpServerUnavailable(
                 f"MCP server {self.name} is not connected ({self.why_lost}); the call was not sent",
                 server=self.name,
@@ -90,7 +95,12 @@ class Connection:
             pending.cancel()
             raise
         if pending.done() and not pending.cancelled():
-            return pending.result()
+            error = pending.exception()
+            if error is None:
+                return pending.result()
+            if not _closed(error):
+                raise error
+            self._broken, self._lost = True, "the SDK reported the connection closed"
         pending.cancel()
         raise ConnectionLost(f"the connection to MCP server {self.name} ended: {self.why_lost}")
 
@@ -158,6 +168,13 @@ class Connection:
 
         if isinstance(message, ToolListChangedNotification):
             self.tools_changed = True
+
+
+def _closed(error: BaseException) -> bool:
+    """The SDK's own error for a connection that closed (its dispatcher fails every request
+    in flight, and every later one, with it)."""
+    code, message = getattr(error, "code", None), getattr(error, "message", None)
+    return code == CONNECTION_CLOSED and message == "Connection closed"
 
 
 def _observe(task: asyncio.Future[Any]) -> None:
