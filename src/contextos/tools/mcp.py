@@ -259,7 +259,7 @@ class McpServer:
             raise ToolManifestChanged(
                 f"{remote_name} changed on MCP server {self.name} after this run's tools were "
                 "listed (its schema, annotations or description differ, or it is gone); the "
-                "call was not sent. Resume the run under the server's new tool list to use it.",
+                "call was not sent. A run started with the server's new tools can call it.",
                 server=self.name,
                 tool=remote_name,
             )

@@ -15,7 +15,7 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from contextos.errors import McpServerUnavailable
+from contextos.errors import ConfigError, McpServerUnavailable
 
 T = TypeVar("T")
 
@@ -51,8 +51,6 @@ class Connection:
         try:
             from mcp import Client
         except ImportError as exc:  # pragma: no cover - depends on the install
-            from contextos.errors import ConfigError
-
             raise ConfigError("MCP tools need the MCP SDK: pip install 'contextos[mcp]'") from exc
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._task = asyncio.create_task(self._hold(Client, ready), name=f"mcp:{self.name}")
