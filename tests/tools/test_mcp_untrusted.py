@@ -13,6 +13,7 @@ import asyncio
 import importlib.util
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -36,7 +37,9 @@ if importlib.util.find_spec("mcp") is not None:  # else every test skips (fails 
     from mcp.server.mcpserver import Context, MCPServer
     from mcp_types import ToolAnnotations
 
-HOSTILE = Path(__file__).resolve().parents[1] / "fixtures" / "hostile_mcp_server.py"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+HOSTILE = FIXTURES / "hostile_mcp_server.py"
+SHIFTING = FIXTURES / "shifting_mcp_server.cjs"
 
 
 @pytest.fixture(autouse=True)
@@ -262,6 +265,44 @@ async def test_a_tool_that_changes_mid_run_is_not_called(runtime: Runtime) -> No
     assert not upgraded.is_error
     assert refused.is_error and "changed on MCP server notes" in refused.output
     assert new_archive.effect is Effect.IRREVERSIBLE and "Delete" in new_archive.description
+
+
+def node_sdk() -> str:
+    """Where the official TypeScript SDK is (server-everything, installed globally, ships it)."""
+    npm = shutil.which("npm")
+    root = npm and subprocess.run([npm, "root", "-g"], capture_output=True, text=True).stdout
+    modules = Path(root.strip() if root else "/") / "@modelcontextprotocol/server-everything"
+    sdk = modules / "node_modules"
+    if not (sdk / "@modelcontextprotocol" / "sdk").is_dir():
+        why = "the MCP TypeScript SDK (npm install -g @modelcontextprotocol/server-everything)"
+        if os.environ.get("CI"):
+            pytest.fail(f"{why} is not installed")
+        pytest.skip(f"{why} is not installed")
+    return str(sdk)
+
+
+async def test_a_tool_changed_on_a_2025_protocol_server_is_not_called(
+    runtime: Runtime, tmp_path: Path
+) -> None:
+    """The same, announced the 2025 way (a notification), by a server on the TypeScript SDK."""
+    calls = tmp_path / "calls.txt"
+    calls.touch()
+    server = McpServer.stdio(
+        "shifting",
+        "node",
+        [str(SHIFTING)],
+        env={**os.environ, "NODE_PATH": node_sdk(), "SHIFTING_CALLS": str(calls)},
+    )
+    model = ScriptedModel(
+        [call_tool("upgrade", {}), call_tool("archive", {"topic": "q3"}), reply("stopped")]
+    )
+    async with server:
+        result = await runtime.run(Agent(name="notes", model=model, tools=server.tools), "go")
+        new_archive = {t.name: t for t in server.tools}["archive"]
+    assert calls.read_text() == ""  # neither the old archive nor the new purge ran
+    _, refused = completed(await runtime.events(result.run_id))
+    assert refused.is_error and "changed on MCP server shifting" in refused.output
+    assert new_archive.effect is Effect.IRREVERSIBLE
 
 
 INJECTED = (
