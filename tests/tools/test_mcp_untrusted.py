@@ -4,6 +4,8 @@
   HTTP) that keeps its own ledger and can SIGKILL itself in the middle of a call;
 - in-process SDK servers whose annotations lie, whose tools change mid-run, whose descriptions
   carry injected instructions;
+- `tests/fixtures/shifting_mcp_server.cjs`, on the TypeScript SDK (the 2025 protocol), whose
+  tool changes under the same name;
 - a process and a socket that never answer at all.
 """
 
