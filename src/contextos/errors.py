@@ -18,7 +18,8 @@
         ├── ToolArgumentsInvalid      the model's arguments did not match the tool's schema
         ├── ToolOutcomeUnknown        a tool cannot tell whether its call took effect
         ├── ToolManifestChanged       a run's tools changed while it was in flight
-        └── ContentBlocked            a read tool's output held data the PII policy blocks
+        ├── ContentBlocked            a read tool's output held data the PII policy blocks
+        └── McpServerUnavailable      an MCP server did not connect in time, or is gone
     PolicyError (ContextOSError)      authority: policies, run contexts, containment, interrupts
     ├── PolicyLoadError               a policy file or rule is malformed
     ├── ContainmentViolation          a path or URL outside the run's containment
@@ -161,6 +162,13 @@ class ToolManifestChanged(ToolError):
 
 class ContentBlocked(ToolError):
     code = "content_blocked"
+
+
+class McpServerUnavailable(ToolError):
+    """An MCP server did not connect and initialise in time, or its connection is gone (a call
+    refused with this error was never sent)."""
+
+    code = "mcp_server_unavailable"
 
 
 class PolicyError(ContextOSError):

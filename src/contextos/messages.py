@@ -84,3 +84,6 @@ class ToolSpec:
     """What the tool does, for the model."""
     parameters: dict[str, object] = field(default_factory=dict)
     """JSON schema of the arguments object."""
+    untrusted: bool = False
+    """True when the description and schema came from outside the agent's code (an MCP
+    server): sanitised and marked, they describe a tool and never instruct the model."""

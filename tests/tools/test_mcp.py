@@ -63,12 +63,15 @@ def tool_results(events: list[ev.Event]) -> dict[str, ev.ToolCompleted]:
 
 
 async def test_everything_server_over_stdio(runtime: Runtime) -> None:
-    async with McpServer.stdio("everything", npx(), [*EVERYTHING, "stdio"]) as server:
+    # A server we vouch for: its annotations set the contracts' defaults as the protocol reads them.
+    everything = McpServer.stdio(
+        "everything", npx(), [*EVERYTHING, "stdio"], trust_annotations=True
+    )
+    async with everything as server:
         tools = {t.name: t for t in server.tools}
         assert len(tools) == 13
         assert server.server_info["name"] == "mcp-servers/everything"
         assert all(t.source == "mcp:everything" for t in tools.values())
-        # annotations become the contract's defaults
         assert tools["echo"].effect is Effect.READ
         assert tools["get-sum"].effect is Effect.READ
         logging = tools["toggle-simulated-logging"]
@@ -191,8 +194,9 @@ async def test_destructive_mcp_tool_is_treated_as_such(repo: Path, tmp_path: Pat
         tools = {t.name: t for t in server.tools}
         reset = tools["git_reset"]
         assert (reset.effect, reset.risk) == (Effect.IRREVERSIBLE, Risk.HIGH)
-        assert tools["git_status"].effect is Effect.READ
-        assert tools["git_add"].effect is Effect.WRITE and tools["git_add"].idempotent
+        # hints that would loosen a contract are not taken from a server nobody vouched for
+        assert tools["git_status"].effect is Effect.WRITE  # it says readOnlyHint
+        assert tools["git_add"].effect is Effect.WRITE and not tools["git_add"].idempotent
 
         # policy sees it as irreversible and stops it before it reaches the server
         rules = DenyIrreversible()

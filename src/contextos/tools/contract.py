@@ -149,7 +149,12 @@ class Tool:
         return inspect.iscoroutinefunction(self.fn)
 
     def spec(self) -> ToolSpec:
-        return ToolSpec(name=self.name, description=self.description, parameters=self.parameters)
+        return ToolSpec(
+            name=self.name,
+            description=self.description,
+            parameters=self.parameters,
+            untrusted=self.source != "local",
+        )
 
     @cached_property
     def parameters(self) -> dict[str, Any]:
