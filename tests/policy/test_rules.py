@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -250,3 +252,17 @@ def test_a_policy_file_with_a_number_it_cannot_use_is_refused(
         Policy.load(path)
     assert refused.value.message.startswith(f"policy {path}: ")
     assert problem in refused.value.message
+
+
+def test_the_policy_file_in_the_docs_loads() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "authority.md").read_text()
+    example = re.search(r"```toml\n(.*?)```", doc, re.S)
+    assert example is not None
+    policy = Policy.from_dict(tomllib.loads(example.group(1)), source="docs/authority.md")
+    assert policy.repeat_writes == 2
+    assert [r.id for r in policy.rules] == [
+        "refund-over-100",
+        "refund-ceiling",
+        "frozen-accounts",
+        "small-transfers",
+    ]

@@ -141,3 +141,18 @@ async def test_arguments_past_the_size_limit_are_a_correctable_error(tmp_path: P
     assert "more than 262144 bytes" in first.output
     # the limit is part of the tool's contract: a tool that declares a larger one takes it
     assert second.is_error is False and stored == ["x" * (300 * 1024)]
+
+
+async def test_an_integer_too_long_to_read_is_a_correctable_error(tmp_path: Path) -> None:
+    result, events = await run(
+        tmp_path,
+        call_tool("store", '{"document": ' + "9" * 5_000 + "}"),
+        call_tool("store", {"document": 9}),
+        reply("stored"),
+        tools=[store],
+    )
+    assert result.status is RunStatus.COMPLETED
+    first, second = completed(events)
+    assert first.error_code == "invalid_arguments"
+    assert "cannot be read" in first.output
+    assert second.is_error is False and stored == [9]
