@@ -302,6 +302,7 @@ def _over_budget(
     held exactly, denies the call (fail closed). A call without the argument spends nothing.
     """
     arg, ceiling = lim.sum_of or "", exact(lim.max_total)
+    assert ceiling is not None  # a Limit refuses a max_total that is not a finite number
     *earlier, this = [_amount(a, arg) for a in (*done, arguments)]
     if this is None:
         return (
@@ -309,7 +310,7 @@ def _over_budget(
             "cannot be counted against the limit"
         )
     counted = [a for a in earlier if a is not None]
-    if len(counted) < len(earlier) or ceiling is None:
+    if len(counted) < len(earlier):
         return f"budget {lim.id}: an earlier {arg} is not a finite number; no more can be counted"
     try:
         with localcontext(_EXACT):

@@ -32,6 +32,7 @@ class _NotFinite(ValueError):
 
 def decode(text: str, *, tool: str, max_depth: int = MAX_DEPTH, max_bytes: int = MAX_BYTES) -> Any:
     """The JSON value of a model's argument text (ToolArgumentsInvalid says what to fix)."""
+    # a character is at least one byte: text with too many characters needs no encoding
     size = len(text) if len(text) > max_bytes else len(text.encode("utf-8", "surrogatepass"))
     if size > max_bytes:
         raise ToolArgumentsInvalid(
