@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from contextos.errors import PolicyLoadError
+from contextos.numbers import seconds
 
 OnExpiry = Literal["deny", "fail", "default"]
 """deny: the action is refused and the run goes on; fail: the run ends `expired`; default: the
@@ -42,8 +43,7 @@ class Expiry:
     """For `default`: the answer given (a word, or a JSON object matching the answer schema)."""
 
     def __post_init__(self) -> None:
-        if not self.after_s > 0:
-            raise PolicyLoadError(f"an interrupt must expire in the future (got {self.after_s})")
+        seconds(self.after_s, what="an interrupt's expiry (after_s)", error=PolicyLoadError)
         on_expiry(self.on_expiry, where="expiry")
         if self.on_expiry == "default" and self.default is None:
             raise PolicyLoadError("on_expiry='default' needs the default answer (`default=`)")

@@ -15,7 +15,7 @@
     │   └── ScriptExhausted           the scripted model was asked for more steps than it has
     └── ToolError                     a tool failed; goes back to the model unless it ends the run
         ├── ToolTimeout
-        ├── ToolArgumentsInvalid      the model's arguments did not match the tool's schema
+        ├── ToolArgumentsInvalid      arguments malformed, too big, too deep, not finite, off schema
         ├── ToolOutcomeUnknown        a tool cannot tell whether its call took effect
         ├── ToolManifestChanged       a run's tools changed while it was in flight
         ├── ContentBlocked            a read tool's output held data the PII policy blocks

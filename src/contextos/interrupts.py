@@ -470,7 +470,9 @@ class Book:
     approvals: dict[str, Approval] = field(default_factory=dict)
     by_call: dict[str, list[str]] = field(default_factory=dict)
     """Call id -> its interrupts, oldest first."""
-    call_args: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
+    call_args: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """Call id -> (tool, argument text); parsed only once the call succeeded (and so passed
+    the gateway's size and depth limits)."""
     succeeded: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     decisions: list[ev.PolicyDecided] = field(default_factory=list)
 
@@ -500,14 +502,11 @@ class Book:
                 self.snapshot_hash = e.snapshot_hash
             case ev.ModelResponded():
                 for c in e.message.tool_calls:
-                    try:
-                        args = json.loads(c.arguments) if c.arguments.strip() else {}
-                    except json.JSONDecodeError:
-                        args = {}
-                    self.call_args[c.id] = (c.name, args if isinstance(args, dict) else {})
+                    self.call_args[c.id] = (c.name, c.arguments)
             case ev.ToolCompleted():
                 if not e.is_error and e.call_id in self.call_args:
-                    self.succeeded.append(self.call_args[e.call_id])
+                    name, text = self.call_args[e.call_id]
+                    self.succeeded.append((name, _arguments(text)))
             case ev.PolicyDecided():
                 self.decisions.append(e)
             case ev.InterruptRaised():
@@ -573,6 +572,14 @@ class Book:
                         found.answer, found.answered_by = dict(e.value), "default"
             case _:
                 pass
+
+
+def _arguments(text: str) -> dict[str, Any]:
+    try:
+        args = json.loads(text) if text.strip() else {}
+    except (ValueError, RecursionError):
+        return {}
+    return args if isinstance(args, dict) else {}
 
 
 def _kind(value: str) -> InterruptKind:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -190,6 +191,25 @@ async def test_expiry_must_be_positive_and_bounded(rt: Runtime) -> None:
         await rt.approve(pending.id, approver="alice", expires_in=0)
     with pytest.raises(ApprovalRefused, match="at most"):
         await rt.approve(pending.id, approver="alice", expires_in=timedelta(days=30))
+
+
+@pytest.mark.parametrize("expires_in", [float("nan"), Decimal("NaN"), "soon", True])
+async def test_an_expiry_that_is_not_a_number_of_seconds_is_refused(
+    rt: Runtime, expires_in: object
+) -> None:
+    _, pending = await waiting(rt, 500)
+    with pytest.raises(ApprovalRefused) as refused:
+        await rt.approve(pending.id, approver="alice", expires_in=expires_in)  # type: ignore[arg-type]
+    assert refused.value.fields["code_detail"] == "invalid_expiry"
+    assert "an approval's expiry must be in the future" in refused.value.message
+    assert (await rt.interrupt(pending.id)).status == "pending"  # nothing was recorded
+
+
+async def test_approval_conditions_must_be_checkable(rt: Runtime) -> None:
+    _, pending = await waiting(rt, 500)
+    with pytest.raises(ApprovalRefused, match="conditions cannot be checked"):
+        await rt.approve(pending.id, approver="alice", conditions={"max_amount": float("inf")})
+    assert (await rt.interrupt(pending.id)).status == "pending"
 
 
 async def test_approver_without_the_role_is_refused(

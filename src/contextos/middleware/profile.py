@@ -182,12 +182,10 @@ def remembered(events: tuple[ev.Event, ...], tool_name: str) -> list[tuple[str, 
         if isinstance(e, ev.ModelResponded):
             for c in e.message.tool_calls:
                 if c.name == tool_name:
-                    try:
-                        args = json.loads(c.arguments or "{}")
-                    except json.JSONDecodeError:
-                        continue
-                    if isinstance(args, dict) and isinstance(args.get("fact"), str):
-                        asked[c.id] = args["fact"]
+                    asked[c.id] = c.arguments
         elif isinstance(e, ev.ToolCompleted) and e.call_id in asked and not e.is_error:
-            out.append((asked.pop(e.call_id), e.seq))
+            # parsed only once it succeeded, so past the gateway's size and depth limits
+            args = json.loads(asked.pop(e.call_id) or "{}")
+            if isinstance(args, dict) and isinstance(args.get("fact"), str):
+                out.append((args["fact"], e.seq))
     return out

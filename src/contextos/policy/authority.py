@@ -17,6 +17,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from pydantic import ValidationError
+
 from contextos import events as ev
 from contextos.deadlines import Expiry
 from contextos.errors import (
@@ -44,12 +46,13 @@ from contextos.interrupts import (
     render_template,
     run_of_interrupt,
 )
+from contextos.numbers import seconds
 from contextos.policy.ask import HumanTool
 from contextos.policy.containment import activate
 from contextos.policy.decision import Check, Decision, PolicyDecision, ProposedCall
 from contextos.policy.engine import CallHistory, Engine
 from contextos.policy.identity import Principal, RunContext
-from contextos.policy.rules import Policy, check_constraints
+from contextos.policy.rules import Policy, check_constraints, constraints_problem
 from contextos.runs import RunId, RunStatus
 from contextos.state import fold
 from contextos.store.base import EventStore
@@ -232,6 +235,13 @@ class Authority:
                 )
             action = found.action
             conds = dict(conditions or {})
+            problem = constraints_problem(conds)
+            if problem:
+                raise ApprovalRefused(
+                    f"the approval's conditions cannot be checked: {problem}",
+                    interrupt_id=interrupt_id,
+                    code_detail="invalid_conditions",
+                )
             broken = check_constraints(conds, action.arguments if action else {})
             if broken:
                 raise ApprovalRefused(
@@ -424,19 +434,18 @@ class Authority:
 
     def _ttl(self, expires_in: timedelta | float | None) -> timedelta:
         if expires_in is None:
-            seconds = self.policy.approval_ttl_s
-        elif isinstance(expires_in, timedelta):
-            seconds = expires_in.total_seconds()
-        else:
-            seconds = float(expires_in)
-        if seconds <= 0:
-            raise ApprovalRefused("an approval must expire in the future")
-        if seconds > self.policy.max_approval_ttl_s:
+            return timedelta(seconds=self.policy.approval_ttl_s)
+        given = expires_in.total_seconds() if isinstance(expires_in, timedelta) else expires_in
+        most = self.policy.max_approval_ttl_s
+        ttl = seconds(
+            given, what="an approval's expiry", error=ApprovalRefused, code_detail="invalid_expiry"
+        )
+        if ttl > most:
             raise ApprovalRefused(
-                f"an approval may last at most {self.policy.max_approval_ttl_s:g}s "
-                f"(asked for {seconds:g}s)"
+                f"an approval may last at most {most:g}s (asked for {ttl:g}s)",
+                code_detail="invalid_expiry",
             )
-        return timedelta(seconds=seconds)
+        return timedelta(seconds=ttl)
 
     async def _settlement(
         self,
@@ -525,6 +534,7 @@ class Gate:
         self.store = store
         self.tools = {t.name: t for t in tools}
         self._books: OrderedDict[str, Book] = OrderedDict()
+        self._done: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
 
     async def _book(self, run_id: str) -> Book:
         book = self._books.pop(run_id, None) or Book(run_id=run_id)
@@ -532,8 +542,21 @@ class Gate:
             book.apply(event)
         self._books[run_id] = book
         while len(self._books) > 256:
-            self._books.popitem(last=False)
+            self._done.pop(self._books.popitem(last=False)[0], None)
         return book
+
+    def _history(self, book: Book) -> CallHistory:
+        """What already succeeded, each call's arguments as its tool validated them (as the
+        call being decided has them), so limits and the repeat guard compare like with like."""
+        done = self._done.setdefault(book.run_id, [])
+        for name, raw in book.succeeded[len(done) :]:
+            tool = self.tools.get(name)
+            try:
+                args = tool.args_model.model_validate(raw).model_dump(mode="json") if tool else raw
+            except ValidationError:
+                args = raw
+            done.append((name, args))
+        return CallHistory(succeeded=tuple(done))
 
     async def evaluate(self, call: ProposedCall) -> PolicyDecision:
         a = self.authority
@@ -555,9 +578,7 @@ class Gate:
                 ),
                 absolute=True,
             )
-        decision = a.engine.evaluate(
-            call, context, tool=tool, history=CallHistory(succeeded=tuple(book.succeeded))
-        )
+        decision = a.engine.evaluate(call, context, tool=tool, history=self._history(book))
         action = a.freeze(call, tool, context)
         decision = replace(decision, action_hash=action.hash)
         if isinstance(tool, HumanTool) and decision.allowed:

@@ -11,16 +11,22 @@ context and history and applies approvals.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Context, Decimal, DecimalException, Inexact, localcontext
 from typing import Any, Literal
 
 from contextos.errors import ContainmentViolation
+from contextos.numbers import exact
 from contextos.policy.containment import Containment
 from contextos.policy.decision import Check, Decision, PolicyDecision, ProposedCall
 from contextos.policy.identity import RunContext
-from contextos.policy.rules import Policy, Rule, check_constraints, lookup
+from contextos.policy.rules import MISSING, Limit, Policy, Rule, check_constraints, lookup
 from contextos.tools.contract import Tool
+
+_EXACT = Context(prec=200, traps=[Inexact])
+"""Budget sums: 200 significant digits, and an error rather than a rounded total."""
 
 _RANK = {Decision.ALLOW: 0, Decision.CONSTRAIN: 1, Decision.REQUIRE_APPROVAL: 2, Decision.DENY: 3}
 
@@ -173,17 +179,32 @@ class Engine:
                 out.append(_deny("limits", lim.id, why))
                 continue
             if lim.sum_of is not None and lim.max_total is not None:
-                spent = sum(_number(lookup(a, lim.sum_of)) for a in done)
-                this = _number(lookup(call.arguments, lim.sum_of))
-                if spent + this > lim.max_total:
-                    why = lim.reason or (
-                        f"budget: {lim.sum_of} {spent:g} already used, {this:g} more would pass "
-                        f"the limit of {lim.max_total:g}"
-                    )
+                why = _over_budget(lim, call.arguments, done)
+                if why:
                     out.append(_deny("limits", lim.id, why))
                     continue
             out.append(_ok("limits", lim.id))
-        return out
+        return [*out, *self._repeats(call, history)]
+
+    def _repeats(self, call: ProposedCall, history: CallHistory) -> list[_Finding]:
+        """The same write call again: after `repeat_writes` successes, each needs a person."""
+        allowed = self.policy.repeat_writes
+        if not allowed or call.effect == "read":
+            return []
+        same = _canonical(call.arguments)
+        done = sum(
+            1 for name, args in history.succeeded if name == call.tool and _canonical(args) == same
+        )
+        if done < allowed:
+            return []
+        why = (
+            f"the same call to {call.tool} (same arguments) already succeeded {done} times in "
+            "this run; a person must approve another"
+        )
+        check = Check(
+            layer="limits", decision=Decision.REQUIRE_APPROVAL, rule_id="repeat_writes", reason=why
+        )
+        return [_Finding(check=check, approver_role=self.policy.repeat_approver_role)]
 
     # -- combining --------------------------------------------------------------------------
 
@@ -239,6 +260,12 @@ def _deny(layer: str, rule_id: str, reason: str) -> _Finding:
 
 def _rule_finding(rule: Rule, call: ProposedCall) -> _Finding:
     reason = rule.reason or f"rule {rule.id}"
+    unclear = [
+        f"{c.describe()} for {c.arg}={lookup(call.arguments, c.arg)!r}"
+        for c in rule.undecided(call)
+    ]
+    if unclear:  # it applies because it fails closed: say so to the approver and the model
+        reason += f" (applied: cannot tell whether {'; '.join(unclear)})"
     return _Finding(
         check=Check(layer="policy", decision=rule.decision, rule_id=rule.id, reason=reason),
         absolute=rule.absolute,
@@ -266,11 +293,44 @@ def _merge_constraints(items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _number(value: Any) -> float:
+def _over_budget(
+    lim: Limit, arguments: Mapping[str, Any], done: Sequence[Mapping[str, Any]]
+) -> str:
+    """Why this call would pass a budget or cannot be counted against it ("" when it fits).
+
+    Amounts add up as exact decimals; one that is not a finite number, or a sum that cannot be
+    held exactly, denies the call (fail closed). A call without the argument spends nothing.
+    """
+    arg, ceiling = lim.sum_of or "", exact(lim.max_total)
+    assert ceiling is not None  # a Limit refuses a max_total that is not a finite number
+    *earlier, this = [_amount(a, arg) for a in (*done, arguments)]
+    if this is None:
+        return (
+            f"budget {lim.id}: {arg}={lookup(arguments, arg)!r} is not a finite number, so it "
+            "cannot be counted against the limit"
+        )
+    counted = [a for a in earlier if a is not None]
+    if len(counted) < len(earlier):
+        return f"budget {lim.id}: an earlier {arg} is not a finite number; no more can be counted"
     try:
-        return float(value)
-    except (TypeError, ValueError):
-        return 0.0
+        with localcontext(_EXACT):
+            spent = sum(counted, Decimal(0))
+            if spent + this <= ceiling:
+                return ""
+    except DecimalException:
+        return f"budget {lim.id}: the amounts of {arg} cannot be added up exactly"
+    return lim.reason or (
+        f"budget: {arg} {spent:g} already used, {this:g} more would pass the limit of {ceiling:g}"
+    )
+
+
+def _canonical(arguments: Mapping[str, Any]) -> str:
+    return json.dumps(arguments, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def _amount(arguments: Mapping[str, Any], arg: str) -> Decimal | None:
+    value = lookup(arguments, arg)
+    return Decimal(0) if value is MISSING else exact(value)
 
 
 def _unique(items: Any) -> list[str]:

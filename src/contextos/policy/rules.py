@@ -16,6 +16,7 @@ import re
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -24,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from contextos.deadlines import on_expiry
 from contextos.errors import PolicyLoadError
+from contextos.numbers import exact, finite, is_count, is_number, seconds
 from contextos.policy.decision import Decision, ProposedCall
 
 if TYPE_CHECKING:
@@ -44,7 +46,13 @@ OPS: tuple[str, ...] = (
     "exists",
 )
 
-_MISSING = object()
+MISSING = object()
+
+REPEAT_WRITES = 2
+"""By default the third identical write call of a run needs a person's approval."""
+
+_ORDER = {"gt": (1,), "ge": (0, 1), "lt": (-1,), "le": (-1, 0)}
+"""Ordering ops -> the results of comparing the argument with the value that make them hold."""
 
 
 def lookup(arguments: Mapping[str, Any], path: str) -> Any:
@@ -56,13 +64,20 @@ def lookup(arguments: Mapping[str, Any], path: str) -> Any:
         elif isinstance(value, list | tuple) and step.isdigit() and int(step) < len(value):
             value = value[int(step)]
         else:
-            return _MISSING
+            return MISSING
     return value
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Condition:
-    """One test on an argument of the proposed call."""
+    """One test on an argument of the proposed call.
+
+    A number in `value` makes the test numeric: the argument is read as an exact decimal (see
+    `contextos.numbers.exact`), never through its JSON text or a float. A string `value` tests
+    a string argument; `in` / `not_in` test each listed value the same way. An argument of a
+    kind the test cannot compare with (a word where a number is expected, null, NaN) leaves the
+    test undecided (`holds` gives None), and the rule around it fails closed (`Rule.matches`).
+    """
 
     arg: str
     """Argument name, dotted for nested values (`customer.country`)."""
@@ -71,42 +86,100 @@ class Condition:
     value: Any = None
     """What to compare with (a list for `in` / `not_in`, a bool for `exists`)."""
 
-    def holds(self, arguments: Mapping[str, Any]) -> bool:
+    def __post_init__(self) -> None:
+        if self.op not in OPS:
+            raise PolicyLoadError(
+                f"unknown operator {self.op!r} on {self.arg} (use one of {', '.join(OPS)})"
+            )
+        problem = _value_problem(self.op, self.value)
+        if problem:
+            raise PolicyLoadError(f"condition `{self.describe()}`: {problem}")
+
+    def holds(self, arguments: Mapping[str, Any]) -> bool | None:
+        """True or False; None when the argument cannot be compared with the value."""
         actual = lookup(arguments, self.arg)
         if self.op == "exists":
-            return (actual is not _MISSING) == bool(self.value if self.value is not None else True)
-        if actual is _MISSING:
-            return False
-        try:
-            match self.op:
-                case "eq":
-                    return bool(actual == self.value)
-                case "ne":
-                    return bool(actual != self.value)
-                case "gt":
-                    return bool(actual > self.value)
-                case "ge":
-                    return bool(actual >= self.value)
-                case "lt":
-                    return bool(actual < self.value)
-                case "le":
-                    return bool(actual <= self.value)
-                case "in":
-                    return actual in self.value
-                case "not_in":
-                    return actual not in self.value
-                case "glob":
-                    return fnmatch.fnmatchcase(str(actual), str(self.value))
-                case "regex":
-                    return re.search(str(self.value), str(actual)) is not None
-        except TypeError:
-            # Comparing unlike types (a string amount against a number) must not crash the
-            # gateway; for a rule that restricts, failing to compare means the rule applies.
-            return self.op in ("ne", "not_in")
-        return False
+            return (actual is not MISSING) == (self.value is None or bool(self.value))
+        if actual is MISSING:
+            return False  # the call has no such argument: use `exists` to require one
+        match self.op:
+            case "eq":
+                return _equal(actual, self.value)
+            case "ne":
+                return _negate(_equal(actual, self.value))
+            case "gt" | "ge" | "lt" | "le":
+                order = _compare(actual, self.value)
+                return None if order is None else order in _ORDER[self.op]
+            case "in":
+                return _member(actual, self.value)
+            case "not_in":
+                return _negate(_member(actual, self.value))
+            case "glob":
+                return fnmatch.fnmatchcase(actual, self.value) if isinstance(actual, str) else None
+            case "regex":
+                if not isinstance(actual, str):
+                    return None
+                return re.search(self.value, actual) is not None
+        return None
 
     def describe(self) -> str:
         return f"{self.arg} {self.op} {self.value!r}"
+
+
+def _value_problem(op: str, value: Any) -> str:
+    """Why a condition's value cannot be used with its op ("" when it can)."""
+    if is_number(value) and not finite(value):
+        return "the value is not a finite number"
+    if op in _ORDER and not (is_number(value) or isinstance(value, str)):
+        return f"{op} compares with a number or a string, not {type(value).__name__}"
+    if op in ("in", "not_in"):
+        if not isinstance(value, list | tuple):
+            return f"{op} needs a list of values, not {type(value).__name__}"
+        if any(is_number(v) and not finite(v) for v in value):
+            return "the list holds a number that is not finite"
+    if op in ("glob", "regex") and not isinstance(value, str):
+        return f"{op} needs a string pattern, not {type(value).__name__}"
+    if op == "regex":
+        try:
+            re.compile(value)
+        except re.error as exc:
+            return f"the pattern is not a valid regular expression ({exc})"
+    if op == "exists" and value is not None and not isinstance(value, bool):
+        return f"exists takes true or false, not {value!r}"
+    return ""
+
+
+def _equal(actual: Any, value: Any) -> bool | None:
+    """Equality of the argument with one value; None when their kinds cannot be compared."""
+    if is_number(value):
+        number = exact(actual)
+        return None if number is None else number == exact(value)
+    if isinstance(value, str | bool):
+        return actual == value if type(actual) is type(value) else None
+    return bool(actual == value)
+
+
+def _compare(actual: Any, value: Any) -> int | None:
+    """-1, 0 or 1 as the argument is below, equal to or above the value; None: incomparable."""
+    if is_number(value):
+        number = exact(actual)
+        return None if number is None else _order(number, exact(value))
+    return _order(actual, value) if isinstance(actual, str) else None
+
+
+def _order(a: Any, b: Any) -> int:
+    return int(a > b) - int(a < b)
+
+
+def _member(actual: Any, values: Any) -> bool | None:
+    results = [_equal(actual, v) for v in values]
+    if True in results:
+        return True
+    return None if None in results else False
+
+
+def _negate(result: bool | None) -> bool | None:
+    return None if result is None else not result
 
 
 Predicate = Callable[[ProposedCall, "RunContext"], bool]
@@ -157,8 +230,11 @@ class Rule:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "decision", Decision(self.decision))
-        if self.expires_in is not None and not self.expires_in > 0:
-            raise PolicyLoadError(f"rule {self.id}: expires_in must be positive")
+        if self.expires_in is not None:
+            seconds(self.expires_in, what=f"rule {self.id}: expires_in", error=PolicyLoadError)
+        problem = constraints_problem(self.constraints)
+        if problem:
+            raise PolicyLoadError(f"rule {self.id}: {problem}")
         if self.on_expiry is not None:
             on_expiry(self.on_expiry, where=f"rule {self.id}", allow_default=False)
         if self.decision is Decision.REQUIRE_APPROVAL and not self.approver_role:
@@ -167,6 +243,19 @@ class Rule:
             raise PolicyLoadError(f"rule {self.id}: an absolute deny cannot have exceptions")
 
     def matches(self, call: ProposedCall, context: RunContext) -> bool:
+        """Whether the rule applies to the call, failing closed: a rule whose conditions cannot
+        be decided on these arguments applies when it restricts (deny, require_approval,
+        constrain) and does not when it allows."""
+        verdict = self.verdict(call, context)
+        return verdict is True or (verdict is None and self.decision is not Decision.ALLOW)
+
+    def undecided(self, call: ProposedCall) -> tuple[Condition, ...]:
+        """The conditions that cannot be decided on the call's arguments."""
+        return tuple(c for c in self.when if c.holds(call.arguments) is None)
+
+    def verdict(self, call: ProposedCall, context: RunContext) -> bool | None:
+        """True: the rule matches; False: it does not; None: a condition cannot be decided
+        (and none is known to be false)."""
         if not any(fnmatch.fnmatchcase(call.tool, t) for t in self.tools):
             return False
         if self.effects and call.effect not in self.effects:
@@ -182,9 +271,12 @@ class Rule:
             fnmatch.fnmatchcase(f"{p.kind.value}:{p.id}", pat) for pat in self.principals
         ):
             return False
-        if not all(c.holds(call.arguments) for c in self.when):
+        results = [c.holds(call.arguments) for c in self.when]
+        if False in results:
             return False
-        return self.check is None or bool(self.check(call, context))
+        if self.check is not None and not self.check(call, context):
+            return False
+        return None if None in results else True
 
     def fingerprint(self) -> dict[str, Any]:
         """Everything that decides what the rule does, as JSON data."""
@@ -224,10 +316,24 @@ class Limit:
     """Successful calls of the matching tools per run."""
     sum_of: str | None = None
     """Argument summed over the run's successful calls (with this one) …"""
-    max_total: float | None = None
-    """… which must not exceed this."""
+    max_total: float | Decimal | None = None
+    """… which must not exceed this (compared as exact decimals)."""
     reason: str = ""
     """Shown when the limit is reached."""
+
+    def __post_init__(self) -> None:
+        calls = self.max_calls
+        if calls is not None and not is_count(calls):
+            raise PolicyLoadError(
+                f"limit {self.id}: max_calls must be a whole number, 0 or more, not {calls!r}"
+            )
+        total = self.max_total
+        if total is not None and (not is_number(total) or exact(total) is None):
+            raise PolicyLoadError(
+                f"limit {self.id}: max_total must be a finite number, not {total!r}"
+            )
+        if calls is None and (self.sum_of is None or total is None):
+            raise PolicyLoadError(f"limit {self.id} needs max_calls, or sum_of with max_total")
 
     def covers(self, tool: str) -> bool:
         return any(fnmatch.fnmatchcase(tool, t) for t in self.tools)
@@ -271,11 +377,24 @@ class Policy:
     on_expiry: str = "deny"
     """What happens to an interrupt nobody answered in time, when its rule does not say:
     `deny` (the action is refused, the run goes on) or `fail` (the run ends expired)."""
+    repeat_writes: int = REPEAT_WRITES
+    """How many times one run may make the same write call (same tool, same validated
+    arguments) before each further one needs a person's approval; 0 turns the guard off."""
+    repeat_approver_role: str | None = None
+    """Role that may approve a repeated write (None: any approver but the run's principal)."""
 
     def __post_init__(self) -> None:
         on_expiry(self.on_expiry, where=f"policy {self.name}", allow_default=False)
-        if self.interrupt_ttl_s is not None and not self.interrupt_ttl_s > 0:
-            raise PolicyLoadError(f"policy {self.name}: interrupt_ttl_s must be positive")
+        where = f"policy {self.name}"
+        seconds(self.approval_ttl_s, what=f"{where}: approval_ttl_s", error=PolicyLoadError)
+        seconds(self.max_approval_ttl_s, what=f"{where}: max_approval_ttl_s", error=PolicyLoadError)
+        if self.interrupt_ttl_s is not None:
+            seconds(self.interrupt_ttl_s, what=f"{where}: interrupt_ttl_s", error=PolicyLoadError)
+        if not is_count(self.repeat_writes):
+            raise PolicyLoadError(
+                f"{where}: repeat_writes must be a whole number, 0 or more (0: off), "
+                f"not {self.repeat_writes!r}"
+            )
         object.__setattr__(self, "default", Decision(self.default))
         if self.default is Decision.REQUIRE_APPROVAL:
             raise PolicyLoadError("the default decision cannot be require_approval (no role)")
@@ -301,6 +420,15 @@ class Policy:
             **(
                 {"interrupt_ttl_s": self.interrupt_ttl_s, "on_expiry": self.on_expiry}
                 if self.interrupt_ttl_s is not None or self.on_expiry != "deny"
+                else {}
+            ),
+            # only when changed, so policies that keep the default keep their snapshot hashes
+            **(
+                {"repeat_writes": self.repeat_writes} if self.repeat_writes != REPEAT_WRITES else {}
+            ),
+            **(
+                {"repeat_approver_role": self.repeat_approver_role}
+                if self.repeat_approver_role is not None
                 else {}
             ),
         }
@@ -435,16 +563,19 @@ class _PolicySpec(_Spec):
     allow_self_approval: bool = False
     interrupt_ttl_s: float | None = None
     on_expiry: str = "deny"
+    repeat_writes: int = REPEAT_WRITES
+    repeat_approver_role: str | None = None
     roles: dict[str, list[str]] = {}
     rules: list[_RuleSpec] = []
     limits: list[_LimitSpec] = []
 
     def build(self, source: str) -> Policy:
-        for lim in self.limits:
-            if lim.max_calls is None and (lim.sum_of is None or lim.max_total is None):
-                raise PolicyLoadError(
-                    f"policy {source}: limit {lim.id} needs max_calls, or sum_of with max_total"
-                )
+        try:
+            return self._build()
+        except PolicyLoadError as exc:
+            raise PolicyLoadError(f"policy {source}: {exc.message}") from exc
+
+    def _build(self) -> Policy:
         return Policy(
             name=self.name,
             version=self.version,
@@ -467,41 +598,66 @@ class _PolicySpec(_Spec):
             allow_self_approval=self.allow_self_approval,
             interrupt_ttl_s=self.interrupt_ttl_s,
             on_expiry=self.on_expiry,
+            repeat_writes=self.repeat_writes,
+            repeat_approver_role=self.repeat_approver_role,
         )
 
 
 def conditions(when: Mapping[str, Any], *, rule_id: str = "?") -> tuple[Condition, ...]:
     """`{"amount": {"gt": 100}, "currency": "EUR"}` -> conditions (a bare value means eq)."""
-    out: list[Condition] = []
-    for arg, test in when.items():
-        if isinstance(test, Mapping):
-            for op, value in test.items():
-                if op not in OPS:
-                    raise PolicyLoadError(
-                        f"rule {rule_id}: unknown operator {op!r} on {arg} "
-                        f"(use one of {', '.join(OPS)})"
-                    )
-                out.append(Condition(arg=arg, op=op, value=value))
-        else:
-            out.append(Condition(arg=arg, op="eq", value=test))
-    return tuple(out)
+    tests = [
+        (arg, op, value)
+        for arg, test in when.items()
+        for op, value in (test.items() if isinstance(test, Mapping) else [("eq", test)])
+    ]
+    try:
+        return tuple(Condition(arg=arg, op=op, value=value) for arg, op, value in tests)  # type: ignore[arg-type]
+    except PolicyLoadError as exc:
+        raise PolicyLoadError(f"rule {rule_id}: {exc.message}") from exc
 
 
 def check_constraints(constraints: Mapping[str, Any], arguments: Mapping[str, Any]) -> list[str]:
-    """Which of `max_<arg>`, `min_<arg>`, `<arg>_in` the arguments break, in words."""
+    """Which of `max_<arg>`, `min_<arg>`, `<arg>_in` the arguments break, in words; an argument
+    that cannot be checked against its constraint breaks it (fail closed)."""
     broken: list[str] = []
     for key, limit in constraints.items():
-        if key.startswith("max_"):
-            arg, test = key[4:], "le"
-        elif key.startswith("min_"):
-            arg, test = key[4:], "ge"
-        elif key.endswith("_in"):
-            arg, test = key[:-3], "in"
-        else:
+        target = _constraint(key)
+        if target is None:
             continue  # other constraints are for the tool to honour, not checkable here
+        arg, op = target
         actual = lookup(arguments, arg)
-        if actual is _MISSING:
+        if actual is MISSING:
             continue
-        if not Condition(arg=arg, op=test, value=limit).holds(arguments):  # type: ignore[arg-type]
+        held = Condition(arg=arg, op=op, value=limit).holds(arguments)
+        if held is None:
+            broken.append(f"{arg}={actual!r} cannot be checked against {key}={limit!r}")
+        elif not held:
             broken.append(f"{arg}={actual!r} breaks {key}={limit!r}")
     return broken
+
+
+def constraints_problem(constraints: Mapping[str, Any]) -> str:
+    """Why constraints cannot be checked as written ("" when they can)."""
+    for key, limit in constraints.items():
+        target = _constraint(key)
+        if target is None:
+            continue
+        op = target[1]
+        if op != "in" and not is_number(limit):
+            problem = f"needs a number, not {type(limit).__name__}"
+        else:
+            problem = _value_problem(op, limit)
+        if problem:
+            return f"constraint {key}={limit!r}: {problem}"
+    return ""
+
+
+def _constraint(key: str) -> tuple[str, Op] | None:
+    """`max_amount` -> (amount, le); `min_x` -> (x, ge); `x_in` -> (x, in); else None."""
+    if key.startswith("max_"):
+        return key[4:], "le"
+    if key.startswith("min_"):
+        return key[4:], "ge"
+    if key.endswith("_in"):
+        return key[:-3], "in"
+    return None

@@ -19,6 +19,7 @@ from typing import Any, get_type_hints, overload
 from pydantic import BaseModel, ConfigDict, create_model
 
 from contextos.messages import ToolSpec
+from contextos.tools.arguments import MAX_BYTES, MAX_DEPTH
 
 
 class Effect(StrEnum):
@@ -143,6 +144,10 @@ class Tool:
     """Team or person responsible."""
     context_param: str | None = None
     """Name of the parameter that receives the ToolContext, if any."""
+    max_arg_depth: int = MAX_DEPTH
+    """Deepest nesting of objects and arrays the model may send as arguments."""
+    max_arg_bytes: int = MAX_BYTES
+    """Largest argument text the model may send, in bytes of JSON."""
 
     @property
     def is_async(self) -> bool:
@@ -188,6 +193,9 @@ class Tool:
             "redact_fields": list(self.redact_fields),
             "compensation": self.compensation,
             "approval_policy": self.approval_policy,
+            # only when changed, so contracts that keep the defaults keep their hashes
+            **({"max_arg_depth": self.max_arg_depth} if self.max_arg_depth != MAX_DEPTH else {}),
+            **({"max_arg_bytes": self.max_arg_bytes} if self.max_arg_bytes != MAX_BYTES else {}),
         }
 
     def contract_hash(self) -> str:
@@ -242,6 +250,8 @@ def tool(
     redact_fields: tuple[str, ...] = (),
     owner: str | None = None,
     output_classification: str | None = None,
+    max_arg_depth: int = MAX_DEPTH,
+    max_arg_bytes: int = MAX_BYTES,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -267,6 +277,8 @@ def tool(
     redact_fields: tuple[str, ...] = (),
     owner: str | None = None,
     output_classification: str | None = None,
+    max_arg_depth: int = MAX_DEPTH,
+    max_arg_bytes: int = MAX_BYTES,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Declare a tool: `@tool` on a typed function, or `@tool(effect="write", ...)`."""
 
@@ -295,6 +307,8 @@ def tool(
             redact_fields=tuple(redact_fields),
             owner=owner,
             context_param=context_param,
+            max_arg_depth=max_arg_depth,
+            max_arg_bytes=max_arg_bytes,
         )
 
     return build(fn) if fn is not None else build
@@ -325,6 +339,8 @@ class BaseTool:
     approval_policy: str | None = None
     redact_fields: tuple[str, ...] = ()
     owner: str | None = None
+    max_arg_depth: int = MAX_DEPTH
+    max_arg_bytes: int = MAX_BYTES
 
     run: Callable[..., Any]
 
@@ -350,6 +366,8 @@ class BaseTool:
             approval_policy=self.approval_policy,
             redact_fields=tuple(self.redact_fields),
             owner=self.owner,
+            max_arg_depth=self.max_arg_depth,
+            max_arg_bytes=self.max_arg_bytes,
         )(self.run)
 
 

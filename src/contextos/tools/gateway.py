@@ -18,9 +18,10 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from contextos.errors import ToolOutcomeUnknown
+from contextos.errors import ToolArgumentsInvalid, ToolOutcomeUnknown
 from contextos.messages import ToolCall, ToolSpec
 from contextos.policy.decision import Decision, PolicyDecision, PolicyHook, ProposedCall
+from contextos.tools.arguments import check_finite, decode
 from contextos.tools.contract import Tool, ToolContext, ToolResult, manifest_hash
 
 DEFAULT_MAX_OUTPUT_CHARS = 16_000
@@ -103,13 +104,14 @@ class Gateway:
                 "unknown_tool", f"There is no tool named {call.name!r}. Available tools: {names}."
             )
         try:
-            raw = json.loads(call.arguments) if call.arguments.strip() else {}
-        except json.JSONDecodeError as exc:
-            return error_outcome(
-                "invalid_arguments",
-                f"The arguments for {call.name} are not valid JSON ({exc.msg} at position "
-                f"{exc.pos}). Send a JSON object matching the tool's schema.",
+            raw = decode(
+                call.arguments,
+                tool=call.name,
+                max_depth=found.max_arg_depth,
+                max_bytes=found.max_arg_bytes,
             )
+        except ToolArgumentsInvalid as exc:
+            return error_outcome("invalid_arguments", exc.message)
         if not isinstance(raw, dict):
             return error_outcome(
                 "invalid_arguments",
@@ -127,6 +129,10 @@ class Gateway:
                 f"The arguments for {call.name} do not match its schema: {problems}. "
                 "Correct them and call the tool again.",
             )
+        try:
+            check_finite(args.model_dump(), tool=call.name)
+        except ToolArgumentsInvalid as exc:
+            return error_outcome("invalid_arguments", exc.message)
         return found, args
 
     # -- policy ---------------------------------------------------------------------------
