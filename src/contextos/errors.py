@@ -7,6 +7,7 @@
     │   ├── ConcurrencyConflict       an append expected an older sequence (the fence)
     │   ├── RunIsTerminal             an append to a completed/failed/cancelled/expired run
     │   ├── EventDecodeError          a stored event is corrupt or has an unknown schema version
+    │   ├── EventEncodeError          an event would not read back as written; nothing appended
     │   └── MigrationError            the schema is ahead of this code, or half-applied
     ├── AgentChanged                  resuming a run with an agent whose identity hash differs
     ├── ModelError                    a model call failed (retryable says whether to try again)
@@ -105,6 +106,22 @@ class EventDecodeError(StoreError):
 
     def __init__(self, run_id: str, seq: int, reason: str) -> None:
         super().__init__(f"run {run_id} event #{seq}: {reason}", run_id=run_id, seq=seq)
+        self.run_id = run_id
+        self.seq = seq
+
+
+class EventEncodeError(StoreError):
+    """An append refused before anything was written: one of its events holds a value its
+    declared type cannot carry, so the row would never decode again."""
+
+    code = "event_encode_error"
+
+    def __init__(self, run_id: str, seq: int, reason: str) -> None:
+        super().__init__(
+            f"run {run_id} event #{seq} cannot be stored: {reason}; nothing was appended",
+            run_id=run_id,
+            seq=seq,
+        )
         self.run_id = run_id
         self.seq = seq
 

@@ -19,12 +19,13 @@ from contextos import events as ev
 from contextos.errors import (
     ConcurrencyConflict,
     EventDecodeError,
+    EventEncodeError,
     MigrationError,
     RunIsTerminal,
     RunNotFound,
 )
-from contextos.messages import FinishReason, Message, Usage
-from contextos.runs import RunId, RunStatus
+from contextos.messages import FinishReason, Message, ToolCall, Usage
+from contextos.runs import TERMINAL, FailureReason, RunId, RunStatus
 from contextos.store import EventStore, open_store
 from contextos.store.migrations import POSTGRES_MIGRATIONS, SQLITE_MIGRATIONS
 
@@ -70,6 +71,23 @@ def completed(run_id: str, seq: int, *, at: datetime = T0) -> ev.RunCompleted:
     return ev.RunCompleted(run_id=RunId(run_id), seq=seq, output="done", occurred_at=at)
 
 
+def ended(run_id: str, seq: int, status: RunStatus) -> ev.Event:
+    """The event that ends a run with `status`."""
+    rid = RunId(run_id)
+    match status:
+        case RunStatus.COMPLETED:
+            return completed(run_id, seq)
+        case RunStatus.FAILED:
+            return ev.RunFailed(
+                run_id=rid, seq=seq, occurred_at=T0, reason=FailureReason.TOOL_FAILED, message="x"
+            )
+        case RunStatus.CANCELLED:
+            return ev.RunCancelled(run_id=rid, seq=seq, occurred_at=T0, reason="stop")
+        case RunStatus.EXPIRED:
+            return ev.RunExpired(run_id=rid, seq=seq, occurred_at=T0, reason="too late")
+    raise AssertionError(f"{status} does not end a run")
+
+
 # -- plain SQL around the store -------------------------------------------------------------
 
 
@@ -104,6 +122,22 @@ class Raw:
             " VALUES (?, ?, ?, ?, ?, ?)",
             (run_id, seq, type, version, self.ts(T0), payload),
         )
+
+    def seqs(self, run_id: str) -> list[int]:
+        """The seqs of a run's stored event rows, whatever their number."""
+        rows = self.execute("SELECT seq FROM events WHERE run_id = ? ORDER BY seq", (run_id,))
+        return [int(r[0]) for r in rows]
+
+    def let_through(self, attacks: list[tuple[str, tuple[Any, ...]]]) -> list[str]:
+        """The statements among `attacks` the database did not refuse."""
+        passed = []
+        for sql, params in attacks:
+            try:
+                self.execute(sql, params)
+            except self.errors:
+                continue
+            passed.append(sql)
+        return passed
 
     def tables(self) -> list[str]:
         if self.postgres:
@@ -200,6 +234,20 @@ async def test_a_stale_expected_seq_conflicts_and_changes_nothing(store: EventSt
     assert isinstance(events[-1], ev.UserMessageAdded) and events[-1].content == "first"
 
 
+async def test_an_expected_seq_ahead_of_the_log_conflicts_and_writes_nothing(
+    store: EventStore, raw: Raw
+) -> None:
+    await store.append(RunId("r1"), [created("r1"), started("r1", 2)], expected_seq=0)
+    with pytest.raises(ConcurrencyConflict) as caught:
+        await store.append(RunId("r1"), [note("r1", 5), note("r1", 6)], expected_seq=4)
+    assert (caught.value.expected_seq, caught.value.actual_seq) == (4, 2)
+    assert raw.seqs("r1") == [1, 2]
+    assert (await store.get_run(RunId("r1"))).last_seq == 2
+    # No gap was left: the writer in step appends right after the log's end.
+    assert await store.append(RunId("r1"), [note("r1", 3)], expected_seq=2) == 3
+    assert [e.seq for e in await store.read(RunId("r1"))] == [1, 2, 3]
+
+
 async def test_of_concurrent_writers_at_one_seq_exactly_one_wins(backend_url: str) -> None:
     writers = [open_store(backend_url) for _ in range(4)]
     try:
@@ -239,26 +287,90 @@ async def test_a_terminal_run_takes_no_more_events(store: EventStore) -> None:
     assert (await store.get_run(RunId("r1"))).status is RunStatus.COMPLETED
 
 
-async def test_a_terminal_run_is_frozen_by_the_database_itself(store: EventStore, raw: Raw) -> None:
-    await store.append(RunId("r1"), [created("r1"), started("r1", 2)], expected_seq=0)
-    await store.append(RunId("r1"), [completed("r1", 3)], expected_seq=2)
-    before = await store.read(RunId("r1"))
+RUN_ROW = (
+    "INSERT INTO runs (run_id, agent_name, agent_version, status, last_seq, created_at,"
+    " updated_at) VALUES (?, 'clerk', '3', 'running', ?, ?, ?)"
+)
+EVENT_ROW = (
+    "INSERT INTO events (run_id, seq, type, schema_version, occurred_at, payload)"
+    " VALUES (?, ?, 'user_message_added', 1, ?, ?)"
+)
+Attack = tuple[str, tuple[Any, ...]]
 
-    attacks = [
-        ("UPDATE runs SET status = 'running' WHERE run_id = ?", ("r1",)),
-        ("UPDATE runs SET status = 'queued', last_seq = 2 WHERE run_id = ?", ("r1",)),
-        ("UPDATE events SET payload = ? WHERE run_id = ? AND seq = 3", (b"{}", "r1")),
-        ("DELETE FROM events WHERE run_id = ? AND seq = 3", ("r1",)),
-        ("DELETE FROM events WHERE run_id = ?", ("r1",)),
+
+def rewrites(raw: Raw, run_id: str, seq: int) -> list[Attack]:
+    """Plain SQL that would rewrite or remove what is recorded of a run whose last event is
+    `seq`, or create the run again; refused for every run. A run named `live` must exist."""
+    at, forged = raw.ts(T0), ev.encode(note(run_id, seq, "forged"))
+    attacks: list[Attack] = [
+        ("UPDATE runs SET run_id = 'elsewhere' WHERE run_id = ?", (run_id,)),
+        ("DELETE FROM runs WHERE run_id = ?", (run_id,)),
+        (RUN_ROW, (run_id, 0, at, at)),
+        ("UPDATE events SET payload = ? WHERE run_id = ? AND seq = ?", (forged, run_id, seq)),
+        ("DELETE FROM events WHERE run_id = ? AND seq = ?", (run_id, seq)),
+        ("DELETE FROM events WHERE run_id = ?", (run_id,)),
+        (
+            EVENT_ROW + " ON CONFLICT (run_id, seq) DO UPDATE SET payload = excluded.payload",
+            (run_id, seq, at, forged),
+        ),
     ]
-    for sql, params in attacks:
-        with pytest.raises(raw.errors):
-            raw.execute(sql, params)
-    with pytest.raises(raw.errors, match="terminal"):
-        raw.insert_event("r1", 4, ev.encode(note("r1", 4)), type="user_message_added")
+    if raw.postgres:
+        return [*attacks, ("TRUNCATE runs", ()), ("TRUNCATE events", ())]
+    # SQLite's REPLACE deletes the row it collides with, and fires no DELETE trigger doing so.
+    return [
+        *attacks,
+        ("INSERT OR REPLACE" + RUN_ROW.removeprefix("INSERT"), (run_id, seq, at, at)),
+        ("REPLACE" + RUN_ROW.removeprefix("INSERT"), (run_id, 0, at, at)),
+        ("UPDATE OR REPLACE runs SET run_id = ? WHERE run_id = 'live'", (run_id,)),
+        ("INSERT OR REPLACE" + EVENT_ROW.removeprefix("INSERT"), (run_id, seq, at, forged)),
+    ]
 
-    assert (await store.get_run(RunId("r1"))).status is RunStatus.COMPLETED
+
+def reopenings(raw: Raw, run_id: str, seq: int) -> list[Attack]:
+    """Plain SQL that would move a run whose last event is `seq` on: refused once it ended."""
+    at, more = raw.ts(T0), ev.encode(note(run_id, seq + 1, "more"))
+    return [
+        ("UPDATE runs SET status = 'running' WHERE run_id = ?", (run_id,)),
+        ("UPDATE runs SET last_seq = 99 WHERE run_id = ?", (run_id,)),
+        (RUN_ROW + " ON CONFLICT (run_id) DO UPDATE SET status = 'running'", (run_id, 0, at, at)),
+        (EVENT_ROW, (run_id, seq + 1, at, more)),
+        (EVENT_ROW, (run_id, 0, at, more)),
+    ]
+
+
+@pytest.mark.parametrize("status", sorted(TERMINAL), ids=str)
+async def test_every_terminal_run_is_frozen_by_the_database_against_any_sql(
+    store: EventStore, raw: Raw, status: RunStatus
+) -> None:
+    await store.append(RunId("r1"), [created("r1"), started("r1", 2)], expected_seq=0)
+    await store.append(RunId("r1"), [note("r1", 3), ended("r1", 4, status)], expected_seq=2)
+    await store.append(RunId("live"), [created("live")], expected_seq=0)
+    before = await store.read(RunId("r1"))
+    row = raw.execute("SELECT * FROM runs WHERE run_id = ?", ("r1",))
+
+    assert raw.let_through(rewrites(raw, "r1", 4) + reopenings(raw, "r1", 4)) == []
+
+    assert raw.execute("SELECT * FROM runs WHERE run_id = ?", ("r1",)) == row
+    assert raw.seqs("r1") == [1, 2, 3, 4]
     assert await store.read(RunId("r1")) == before
+    assert (await store.get_run(RunId("r1"))).status is status
+    with pytest.raises(RunIsTerminal):
+        await store.append(RunId("r1"), [note("r1", 5)], expected_seq=4)
+
+
+async def test_a_live_run_can_be_neither_rewritten_nor_recreated(
+    store: EventStore, raw: Raw
+) -> None:
+    await store.append(RunId("r1"), [created("r1"), note("r1", 2, "as said")], expected_seq=0)
+    await store.append(RunId("live"), [created("live")], expected_seq=0)
+    before = await store.read(RunId("r1"))
+    row = raw.execute("SELECT * FROM runs WHERE run_id = ?", ("r1",))
+
+    assert raw.let_through(rewrites(raw, "r1", 2)) == []
+
+    assert raw.execute("SELECT * FROM runs WHERE run_id = ?", ("r1",)) == row
+    assert await store.read(RunId("r1")) == before
+    assert await store.append(RunId("r1"), [note("r1", 3)], expected_seq=2) == 3
 
 
 async def test_events_of_a_live_run_are_append_only_too(store: EventStore, raw: Raw) -> None:
@@ -299,6 +411,58 @@ async def test_a_batch_commits_whole(store: EventStore) -> None:
     assert [e.seq for e in await store.read(RunId("r1"))] == [1, 2, 3, 4, 5]
     summary = await store.get_run(RunId("r1"))
     assert (summary.status, summary.last_seq, summary.turns) == (RunStatus.COMPLETED, 5, 1)
+
+
+def answer(run_id: str, seq: int, **fields: Any) -> ev.ModelResponded:
+    """A model answer with `fields` replacing its message or usage."""
+    return ev.ModelResponded(
+        run_id=RunId(run_id),
+        seq=seq,
+        occurred_at=T0,
+        message=fields.get("message", Message(role="assistant", content="ok")),
+        finish_reason=FinishReason.TOOL_CALLS,
+        usage=fields.get("usage", Usage(input_tokens=1, output_tokens=1, requests=1)),
+        model="scripted",
+    )
+
+
+UNREADABLE = {
+    # Arguments sent as a JSON object where the field holds text: it serialises, with no more
+    # than a Pydantic warning, but would never decode.
+    "arguments-as-object": lambda seq: answer(
+        "r1",
+        seq,
+        message=Message(
+            role="assistant",
+            tool_calls=(ToolCall(id="c1", name="refund", arguments={"amount": 5}),),  # type: ignore[arg-type]
+        ),
+    ),
+    "cost-not-a-number": lambda seq: answer(
+        "r1", seq, usage=Usage(input_tokens=1, output_tokens=1, cost_usd=float("nan"))
+    ),
+    "output-not-json": lambda seq: ev.RunCompleted(
+        run_id=RunId("r1"), seq=seq, output="done", structured_output=object(), occurred_at=T0
+    ),
+}
+
+
+@pytest.mark.filterwarnings("ignore:Pydantic serializer warnings")
+@pytest.mark.parametrize("unreadable", sorted(UNREADABLE))
+async def test_an_event_that_would_not_read_back_is_refused_and_nothing_is_written(
+    store: EventStore, raw: Raw, unreadable: str
+) -> None:
+    await store.append(RunId("r1"), [created("r1"), started("r1", 2)], expected_seq=0)
+    batch = [note("r1", 3), UNREADABLE[unreadable](4), completed("r1", 5)]
+    with pytest.raises(EventEncodeError, match=r"run r1 event #4 cannot be stored: .+") as caught:
+        await store.append(RunId("r1"), batch, expected_seq=2)
+    assert (caught.value.run_id, caught.value.seq) == ("r1", 4)
+    assert "nothing was appended" in str(caught.value)
+
+    assert raw.seqs("r1") == [1, 2]
+    summary = await store.get_run(RunId("r1"))
+    assert (summary.status, summary.last_seq, summary.turns) == (RunStatus.RUNNING, 2, 0)
+    assert await store.append(RunId("r1"), [note("r1", 3)], expected_seq=2) == 3
+    assert [e.seq for e in await store.read(RunId("r1"))] == [1, 2, 3]
 
 
 # -- unknown runs, bad rows -------------------------------------------------------------------

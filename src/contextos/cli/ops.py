@@ -1,4 +1,4 @@
-"""Operations: workers, limits, cron schedules, run triggers, the HTTP server, doctor."""
+"""Operations: workers, limits, cron schedules, run triggers, the HTTP server, doctor, migrate."""
 
 from __future__ import annotations
 
@@ -436,3 +436,27 @@ def doctor(
             console.print(f"{mark} {c.name:10}", Text(c.detail))
     if not all(c.ok for c in checks):
         raise typer.Exit(code=1)
+
+
+@app.command()
+def migrate(store: StoreOption = None) -> None:
+    """Bring the store's schema to this ContextOS's version (first use does it too).
+
+    Run it as the database role that owns the tables when the other processes run as a role
+    that may not change them.
+    """
+    from contextos import open_store
+
+    async def _migrate() -> int:
+        opened = open_store(store)
+        try:
+            version: int = await opened.migrate()  # type: ignore[attr-defined]
+            return version
+        finally:
+            await opened.close()
+
+    try:
+        version = asyncio.run(_migrate())
+    except ContextOSError as exc:
+        fail(exc)
+    console.print(f"schema at version {version}")

@@ -7,7 +7,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
+from pydantic import ValidationError
+from pydantic_core import PydanticSerializationError
+
 from contextos import events as ev
+from contextos.errors import EventDecodeError, EventEncodeError
 from contextos.runs import RunId, RunStatus
 from contextos.state import RunState, fold
 
@@ -118,6 +122,37 @@ def check_batch(run_id: RunId, events: Sequence[ev.Event], expected_seq: int) ->
             )
     if expected_seq == 0 and not isinstance(events[0], ev.RunCreated):
         raise ValueError("a run's first event must be RunCreated")
+
+
+def encode_batch(run_id: RunId, events: Sequence[ev.Event]) -> list[bytes]:
+    """Each event's stored payload, read back once before anything is written.
+
+    A value its field's type cannot carry (an object where text belongs, say) serialises with at
+    most a warning into a row that no later read could decode, and the run could never be
+    resumed, shown or cancelled again: such an append is refused whole, with EventEncodeError.
+    """
+    payloads: list[bytes] = []
+    for event in events:
+        try:
+            payload = ev.encode(event)
+            ev.decode(run_id, event.seq, event.type, type(event).SCHEMA_VERSION, payload)
+        except PydanticSerializationError as exc:
+            raise EventEncodeError(run_id, event.seq, str(exc)) from exc
+        except EventDecodeError as exc:
+            raise EventEncodeError(run_id, event.seq, _why(exc)) from exc
+        payloads.append(payload)
+    return payloads
+
+
+def _why(exc: EventDecodeError) -> str:
+    """What did not read back, on one line: each field's path and the problem."""
+    cause = exc.__cause__
+    if not isinstance(cause, ValidationError):
+        return exc.message
+    return "; ".join(
+        f"{'.'.join(str(part) for part in error['loc'])}: {error['msg']}"
+        for error in cause.errors(include_url=False)
+    )
 
 
 @dataclass(slots=True)

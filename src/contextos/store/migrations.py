@@ -196,6 +196,28 @@ BEGIN
            OR (on_status = 'failed' AND NEW.status = 'expired'));
 END;
 """,
+    # 6: a run's row and its log stay as written whatever SQL reaches them, not only an UPDATE
+    # of the status. REPLACE deletes the row it collides with without firing DELETE triggers,
+    # so an insert is refused outright where it would land on a recorded event, or recreate a
+    # run that has events. Runs are never deleted; a terminal run's row never changes at all,
+    # and no run's id ever changes (UPDATE OR REPLACE of an id deletes the row it lands on).
+    f"""
+CREATE TRIGGER events_are_never_replaced BEFORE INSERT ON events
+WHEN EXISTS (SELECT 1 FROM events WHERE run_id = NEW.run_id AND seq = NEW.seq)
+BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
+CREATE TRIGGER runs_are_never_deleted BEFORE DELETE ON runs
+BEGIN SELECT RAISE(ABORT, 'runs are never deleted'); END;
+CREATE TRIGGER runs_with_events_are_never_recreated BEFORE INSERT ON runs
+WHEN EXISTS (SELECT 1 FROM events WHERE run_id = NEW.run_id)
+BEGIN SELECT RAISE(ABORT, 'the run already has events'); END;
+CREATE TRIGGER run_ids_are_final BEFORE UPDATE OF run_id ON runs
+WHEN NEW.run_id IS NOT OLD.run_id
+BEGIN SELECT RAISE(ABORT, 'a run id never changes'); END;
+DROP TRIGGER terminal_run_status_is_final;
+CREATE TRIGGER terminal_run_is_final BEFORE UPDATE ON runs
+WHEN OLD.status IN {_TERMINAL}
+BEGIN SELECT RAISE(ABORT, 'run is terminal'); END;
+""",
 ]
 
 
@@ -439,5 +461,42 @@ CREATE TRIGGER work_ready_on_release AFTER UPDATE OF lease_owner ON run_queue
     EXECUTE FUNCTION contextos_work_ready('runs');
 CREATE TRIGGER work_ready_on_schedule AFTER INSERT ON schedules
     FOR EACH ROW EXECUTE FUNCTION contextos_work_ready('schedules');
+""",
+    # 7: as SQLite's migration 6. Here a DELETE (or TRUNCATE) of a run's row and a new INSERT
+    # would reopen it, so runs are never deleted; with the row always in place, inserting it
+    # again fails on the key, or updates it through ON CONFLICT. A terminal run's row never
+    # changes at all (its last seq included), and no run's id ever changes. A terminal run takes
+    # only the events of the append that ended it, which may meet its row already terminal
+    # (migration 1): each must follow the run's last stored event without passing its final
+    # seq, so no later insert fits, not even into a gap or below seq 1.
+    f"""
+CREATE FUNCTION contextos_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION '%', TG_ARGV[0];
+END $$;
+CREATE TRIGGER runs_are_never_deleted BEFORE DELETE ON runs
+    FOR EACH ROW EXECUTE FUNCTION contextos_refuse('runs are never deleted');
+CREATE TRIGGER runs_are_never_truncated BEFORE TRUNCATE ON runs
+    FOR EACH STATEMENT EXECUTE FUNCTION contextos_refuse('runs are never deleted');
+CREATE TRIGGER run_ids_are_final BEFORE UPDATE OF run_id ON runs
+    FOR EACH ROW WHEN (NEW.run_id IS DISTINCT FROM OLD.run_id)
+    EXECUTE FUNCTION contextos_refuse('a run id never changes');
+DROP TRIGGER terminal_run_status_is_final ON runs;
+CREATE TRIGGER terminal_run_is_final BEFORE UPDATE ON runs
+    FOR EACH ROW WHEN (OLD.status IN {_TERMINAL})
+    EXECUTE FUNCTION contextos_terminal_run_status_is_final();
+CREATE OR REPLACE FUNCTION contextos_terminal_run_takes_no_events() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    final_seq bigint;
+BEGIN
+    SELECT last_seq INTO final_seq FROM runs
+    WHERE run_id = NEW.run_id AND status IN {_TERMINAL};
+    IF FOUND AND (NEW.seq > final_seq OR NEW.seq <= (
+            SELECT coalesce(max(seq), 0) FROM events WHERE run_id = NEW.run_id)) THEN
+        RAISE EXCEPTION 'run % is terminal', NEW.run_id;
+    END IF;
+    RETURN NEW;
+END $$;
 """,
 ]

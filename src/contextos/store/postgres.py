@@ -29,7 +29,7 @@ from contextos.errors import (
 )
 from contextos.runs import TERMINAL, RunId, RunStatus
 from contextos.store import snapshots
-from contextos.store.base import RunSummary, check_batch, summarize
+from contextos.store.base import RunSummary, check_batch, encode_batch, summarize
 from contextos.store.migrations import POSTGRES_MIGRATIONS
 from contextos.store.postgres_queue import PostgresQueue
 
@@ -208,7 +208,7 @@ class PostgresStore(PostgresQueue, snapshots.Snapshotting):
             "types": [e.type for e in events],
             "versions": [type(e).SCHEMA_VERSION for e in events],
             "ats": [e.occurred_at for e in events],
-            "payloads": [ev.encode(e) for e in events],
+            "payloads": encode_batch(run_id, events),
         }
         if expected_seq == 0:
             assert isinstance(first, ev.RunCreated)
@@ -232,9 +232,16 @@ class PostgresStore(PostgresQueue, snapshots.Snapshotting):
                     run_id, expected_seq, await _last_seq(conn, run_id)
                 ) from exc
             except pg_errors.RaiseException as exc:
-                if "terminal" in str(exc):
-                    raise RunIsTerminal(run_id, await _status(conn, run_id)) from exc
-                raise StoreError(str(exc), run_id=run_id) from exc
+                if "terminal" not in str(exc):
+                    raise StoreError(str(exc), run_id=run_id) from exc
+                status = await _status(conn, run_id)
+                if status in _TERMINAL_VALUES:
+                    raise RunIsTerminal(run_id, status) from exc
+                # The batch's own ending met rows past the log's end (written around the
+                # store): nothing of it went in.
+                raise ConcurrencyConflict(
+                    run_id, expected_seq, await _last_seq(conn, run_id)
+                ) from exc
             if row is not None and row[0] == len(events):
                 self._folded(run_id, expected_seq, events)
                 return last.seq
@@ -324,6 +331,15 @@ class PostgresStore(PostgresQueue, snapshots.Snapshotting):
         if row is None:
             return 0, 0, 0.0
         return int(row[0]), int(row[1]), float(row[2])
+
+    async def migrate(self) -> int:
+        """Bring the schema to this code's version (first use does it too); return the version.
+
+        Run by the role that owns the tables when the processes run as one that may not change
+        them (docs/deploying.md).
+        """
+        await self._ensure_pool()
+        return len(POSTGRES_MIGRATIONS)
 
     async def verify(self) -> int:
         """Check the schema is fully migrated without changing anything; return its version.
@@ -418,13 +434,13 @@ async def schema_version(conn: psycopg.AsyncConnection[Any]) -> int:
 
 
 async def migrate(conn: psycopg.AsyncConnection[Any]) -> int:
-    """Apply the migrations this schema lacks, in one transaction, one process at a time."""
+    """Apply the migrations this schema lacks, in one transaction, one process at a time.
+
+    A schema already at this code's version is only read, so a role that may not change it
+    (see docs/deploying.md) opens the store as well as its owner.
+    """
     async with conn.transaction():
         await conn.execute(_MIGRATION_LOCK)
-        await conn.execute(
-            "CREATE TABLE IF NOT EXISTS contextos_migrations ("
-            " version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
-        )
         current = await schema_version(conn)
         if current > len(POSTGRES_MIGRATIONS):
             raise MigrationError(
@@ -433,9 +449,26 @@ async def migrate(conn: psycopg.AsyncConnection[Any]) -> int:
                 current=current,
                 expected=len(POSTGRES_MIGRATIONS),
             )
-        for version, script in enumerate(POSTGRES_MIGRATIONS, start=1):
-            if version <= current:
-                continue
-            await conn.execute(script.encode())
-            await conn.execute("INSERT INTO contextos_migrations (version) VALUES (%s)", (version,))
+        if current == len(POSTGRES_MIGRATIONS):
+            return current
+        try:
+            await conn.execute(
+                "CREATE TABLE IF NOT EXISTS contextos_migrations ("
+                " version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+            for version, script in enumerate(POSTGRES_MIGRATIONS, start=1):
+                if version <= current:
+                    continue
+                await conn.execute(script.encode())
+                await conn.execute(
+                    "INSERT INTO contextos_migrations (version) VALUES (%s)", (version,)
+                )
+        except pg_errors.InsufficientPrivilege as exc:
+            raise MigrationError(
+                f"database schema is at version {current}, this ContextOS needs "
+                f"{len(POSTGRES_MIGRATIONS)}, and this role may not migrate it ({exc}); "
+                "run `contextos migrate` as the role that owns the tables",
+                current=current,
+                expected=len(POSTGRES_MIGRATIONS),
+            ) from exc
     return len(POSTGRES_MIGRATIONS)

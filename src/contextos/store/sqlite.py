@@ -30,7 +30,13 @@ from contextos.errors import (
 )
 from contextos.runs import TERMINAL, RunId, RunStatus
 from contextos.store import snapshots
-from contextos.store.base import RunSummary, SummaryDelta, check_batch, summarize
+from contextos.store.base import (
+    RunSummary,
+    SummaryDelta,
+    check_batch,
+    encode_batch,
+    summarize,
+)
 from contextos.store.migrations import SQLITE_MIGRATIONS
 from contextos.store.sqlite_queue import SqliteQueue
 
@@ -268,15 +274,8 @@ class SqliteStore(SqliteQueue, snapshots.Snapshotting):
     ) -> int:
         check_batch(run_id, events, expected_seq)
         rows = [
-            (
-                run_id,
-                e.seq,
-                e.type,
-                type(e).SCHEMA_VERSION,
-                e.occurred_at.isoformat(),
-                ev.encode(e),
-            )
-            for e in events
+            (run_id, e.seq, e.type, type(e).SCHEMA_VERSION, e.occurred_at.isoformat(), payload)
+            for e, payload in zip(events, encode_batch(run_id, events), strict=True)
         ]
         work = _Append(
             run_id=run_id,
@@ -369,6 +368,11 @@ class SqliteStore(SqliteQueue, snapshots.Snapshotting):
             return (0, 0, 0.0) if row is None else (int(row[0]), int(row[1]), float(row[2]))
 
         return await self._query(_usage)
+
+    async def migrate(self) -> int:
+        """Bring the schema to this code's version (first use does it too); return the version."""
+        await self._ready()
+        return len(SQLITE_MIGRATIONS)
 
     async def verify(self) -> int:
         """Check the schema is fully migrated without changing anything; return its version."""
