@@ -6,7 +6,10 @@ The tools check again at the moment they act, whatever the policy engine said be
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import os
+import shutil
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -68,8 +71,6 @@ def test_the_runs_containment_narrows_the_tools_roots(root: Path) -> None:
         return read_file.fn(path=str(root / "b" / "x.txt"))
 
     # a fresh context, as each run's task has
-    import contextvars
-
     with pytest.raises(ContainmentViolation):
         contextvars.copy_context().run(in_run)
     assert read_file.fn(path=str(root / "b" / "x.txt")) == "b"
@@ -136,3 +137,104 @@ def test_http_deny_wins(servers: tuple[int, int]) -> None:
     http_get, _ = http_tools(NetworkPolicy(allow=("127.0.0.1",), deny=(f"127.0.0.1:{good}",)))
     with pytest.raises(ContainmentViolation, match="deny list"):
         asyncio.run(http_get.fn(url=f"http://127.0.0.1:{good}/x"))  # type: ignore[arg-type]
+
+
+def test_a_hard_link_to_a_file_outside_cannot_be_read_or_overwritten(
+    root: Path, tmp_path: Path
+) -> None:
+    os.link(tmp_path / "secret.txt", root / "notes.txt")
+    read_file, write_file, _ = file_tools([str(root)])
+    with pytest.raises(ContainmentViolation, match="hard links"):
+        read_file.fn(path="notes.txt")
+    with pytest.raises(ContainmentViolation, match="hard links"):
+        write_file.fn(path="notes.txt", content="overwritten")
+    assert (tmp_path / "secret.txt").read_text() == "secret"
+    # the run's own containment refuses it too, whatever the tool allows
+    lenient_read, _, _ = file_tools([str(root)], allow_hard_links=True)
+    assert lenient_read.fn(path="notes.txt") == "secret"
+
+    def in_run() -> Any:
+        activate(Containment(roots=(str(root),)))
+        return lenient_read.fn(path="notes.txt")
+
+    with pytest.raises(ContainmentViolation, match="hard links"):
+        contextvars.copy_context().run(in_run)
+
+
+def test_a_read_only_directory_inside_a_writable_root_stays_read_only(root: Path) -> None:
+    (root / "kb").mkdir()
+    (root / "kb" / "faq.txt").write_text("faq")
+    read_file, write_file, _ = file_tools([str(root)], read_only=[str(root / "kb")])
+    assert read_file.fn(path="kb/faq.txt") == "faq"
+    with pytest.raises(ContainmentViolation, match="read-only"):
+        write_file.fn(path="kb/faq.txt", content="changed")
+    with pytest.raises(ContainmentViolation, match="read-only"):
+        write_file.fn(path="kb/new/deeper.txt", content="new")
+    assert (root / "kb" / "faq.txt").read_text() == "faq"
+    assert not (root / "kb" / "new").exists()
+    assert "wrote" in str(write_file.fn(path="elsewhere.txt", content="ok"))
+
+
+class _Swapper:
+    """Swaps `dir` for a symlink to `target` and back, over and over, from another thread."""
+
+    def __init__(self, dir: Path, target: Path) -> None:
+        self.dir, self.target, self.held = dir, target, dir.with_name(dir.name + ".held")
+        self.swaps = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                os.rename(self.dir, self.held)
+                os.symlink(self.target, self.dir)
+                os.unlink(self.dir)
+                os.rename(self.held, self.dir)
+                self.swaps += 1
+            except OSError:
+                self._restore()  # a write recreated the directory while it was set aside
+
+    def _restore(self) -> None:
+        while self.held.exists():
+            with contextlib.suppress(OSError):
+                if self.dir.is_symlink():
+                    os.unlink(self.dir)
+                elif self.dir.exists():
+                    shutil.rmtree(self.dir)
+                os.rename(self.held, self.dir)
+
+    def __enter__(self) -> _Swapper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def test_a_directory_swapped_for_a_symlink_mid_call_never_leads_outside(
+    root: Path, tmp_path: Path
+) -> None:
+    (root / "d").mkdir()
+    (root / "d" / "a.txt").write_text("inside")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "a.txt").write_text("secret")
+    (outside / "secret-marker.txt").write_text("")
+    read_file, write_file, list_files = file_tools([str(root)])
+    seen: set[str] = set()
+    with _Swapper(root / "d", outside) as swapper:
+        for i in range(3000):
+            for call in (
+                lambda: read_file.fn(path="d/a.txt"),
+                lambda: list_files.fn(path="d"),
+                lambda i=i: write_file.fn(path=f"d/w{i % 7}.txt", content="written"),
+            ):
+                # refused, or the directory was missing at that instant
+                with contextlib.suppress(ContainmentViolation, OSError):
+                    seen.add(repr(call()))
+    assert swapper.swaps > 10  # the race was really run
+    assert not any("secret" in s for s in seen)
+    assert sorted(p.name for p in outside.iterdir()) == ["a.txt", "secret-marker.txt"]
+    assert (outside / "a.txt").read_text() == "secret"
