@@ -9,7 +9,8 @@ import asyncio
 import contextlib
 import contextvars
 import os
-import shutil
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -175,66 +176,68 @@ def test_a_read_only_directory_inside_a_writable_root_stays_read_only(root: Path
     assert "wrote" in str(write_file.fn(path="elsewhere.txt", content="ok"))
 
 
-class _Swapper:
-    """Swaps `dir` for a symlink to `target` and back, over and over, from another thread."""
+_SWAP_LOOP = """
+import ctypes, os, sys
+dir, link, stop = sys.argv[1:]
+exchange = ctypes.CDLL(None, use_errno=True).renameat2  # atomic: `dir` is never missing
+swaps = 0
+while not os.path.exists(stop):
+    if exchange(-100, dir.encode(), -100, link.encode(), 2) != 0:  # AT_FDCWD, RENAME_EXCHANGE
+        raise OSError(ctypes.get_errno(), "renameat2")
+    swaps += 1
+    for _ in range(10):  # stay in each state about as long as a call takes
+        os.lstat(dir)
+print(swaps)
+"""
 
-    def __init__(self, dir: Path, target: Path) -> None:
-        self.dir, self.target, self.held = dir, target, dir.with_name(dir.name + ".held")
-        self.swaps = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                os.rename(self.dir, self.held)
-                os.symlink(self.target, self.dir)
-                os.unlink(self.dir)
-                os.rename(self.held, self.dir)
-                self.swaps += 1
-            except OSError:
-                self._restore()  # a write recreated the directory while it was set aside
-
-    def _restore(self) -> None:
-        while self.held.exists():
-            with contextlib.suppress(OSError):
-                if self.dir.is_symlink():
-                    os.unlink(self.dir)
-                elif self.dir.exists():
-                    shutil.rmtree(self.dir)
-                os.rename(self.held, self.dir)
-
-    def __enter__(self) -> _Swapper:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+@contextlib.contextmanager
+def _swapping(dir: Path, target: Path) -> Iterator[list[int]]:
+    """Another process swaps `dir` with a symlink to `target` and back, over and over."""
+    stop = dir.parent.parent / "stop-swapping"
+    link = dir.with_name(dir.name + ".link")
+    link.symlink_to(target)
+    swaps: list[int] = []
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SWAP_LOOP, str(dir), str(link), str(stop)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        yield swaps
+    finally:
+        stop.touch()
+        out, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 0
+        swaps.append(int(out))
 
 
 def test_a_directory_swapped_for_a_symlink_mid_call_never_leads_outside(
     root: Path, tmp_path: Path
 ) -> None:
-    (root / "d").mkdir()
-    (root / "d" / "a.txt").write_text("inside")
+    # a deep path keeps the time between checking `d` and opening the file long
+    deep = "/".join(f"x{i}" for i in range(12))
+    (root / "d" / deep).mkdir(parents=True)
+    (root / "d" / deep / "a.txt").write_text("inside")
     outside = tmp_path / "outside"
-    outside.mkdir()
-    (outside / "a.txt").write_text("secret")
-    (outside / "secret-marker.txt").write_text("")
+    (outside / deep).mkdir(parents=True)
+    (outside / deep / "a.txt").write_text("secret")
+    (outside / deep / "secret-marker.txt").write_text("")
     read_file, write_file, list_files = file_tools([str(root)])
     seen: set[str] = set()
-    with _Swapper(root / "d", outside) as swapper:
-        for i in range(3000):
+    refused = 0
+    with _swapping(root / "d", outside) as swaps:
+        for i in range(1000):
             for call in (
-                lambda: read_file.fn(path="d/a.txt"),
-                lambda: list_files.fn(path="d"),
-                lambda i=i: write_file.fn(path=f"d/w{i % 7}.txt", content="written"),
+                lambda: read_file.fn(path=f"d/{deep}/a.txt"),
+                lambda: list_files.fn(path=f"d/{deep}"),
+                lambda i=i: write_file.fn(path=f"d/{deep}/w{i % 7}.txt", content="written"),
             ):
-                # refused, or the directory was missing at that instant
-                with contextlib.suppress(ContainmentViolation, OSError):
+                try:
                     seen.add(repr(call()))
-    assert swapper.swaps > 10  # the race was really run
+                except ContainmentViolation:
+                    refused += 1
+    assert swaps[0] > 10 and refused > 0  # the race was really run
     assert not any("secret" in s for s in seen)
-    assert sorted(p.name for p in outside.iterdir()) == ["a.txt", "secret-marker.txt"]
-    assert (outside / "a.txt").read_text() == "secret"
+    assert sorted(p.name for p in (outside / deep).iterdir()) == ["a.txt", "secret-marker.txt"]
+    assert (outside / deep / "a.txt").read_text() == "secret"
