@@ -61,7 +61,15 @@ class Containment:
             )
         base = self.roots[0] if self.roots else self.read_only[0]
         candidate = raw if os.path.isabs(raw) else os.path.join(base, raw)
-        real = os.path.realpath(candidate)
+        try:
+            real = os.path.realpath(candidate)
+        except OSError as exc:  # a link changed between realpath's own steps
+            raise ContainmentViolation(
+                f"{access} access to {raw!r} refused: the path changed while it was being "
+                f"checked ({exc.strerror})",
+                path=raw,
+                access=access,
+            ) from None
         holder = self.root_of(real)
         if holder is None:
             lexical = os.path.normpath(candidate)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import stat
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -153,7 +154,11 @@ def _at(name: str, flags: int, dir_fd: int, path: str, access: Access) -> int:
     try:
         return os.open(name, flags, 0o644, dir_fd=dir_fd)
     except OSError as exc:
-        if exc.errno != errno.ELOOP:
+        # O_NOFOLLOW answers ELOOP for a link, and ENOTDIR with O_DIRECTORY: unless the entry
+        # is plainly a file, it is (or was, a moment ago) a link
+        if exc.errno != errno.ELOOP and not (
+            exc.errno == errno.ENOTDIR and not _plainly_not_a_directory(name, dir_fd)
+        ):
             raise
         raise ContainmentViolation(
             f"{access} access to {path!r} refused: {name!r} became a symlink after the path "
@@ -161,6 +166,14 @@ def _at(name: str, flags: int, dir_fd: int, path: str, access: Access) -> int:
             path=path,
             access=access,
         ) from None
+
+
+def _plainly_not_a_directory(name: str, dir_fd: int) -> bool:
+    try:
+        mode = os.lstat(name, dir_fd=dir_fd).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISDIR(mode) or stat.S_ISLNK(mode))
 
 
 def describe_paths(paths: list[str] | tuple[str, ...], *, limit: int = 5) -> str:
