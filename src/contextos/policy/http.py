@@ -27,7 +27,8 @@ from contextos.tools.contract import Effect, Risk, tool
 _MAX_REDIRECTS = 5
 
 Resolver = Callable[[str], Awaitable[Iterable[str]]]
-"""Answers the addresses of a host name (an async `getaddrinfo`)."""
+"""Answers the addresses of a host name (an async `getaddrinfo`); raises OSError (such as
+`socket.gaierror`) when the name does not resolve."""
 
 
 async def system_resolver(host: str) -> list[str]:
