@@ -6,7 +6,11 @@ The tools check again at the moment they act, whatever the policy engine said be
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -68,8 +72,6 @@ def test_the_runs_containment_narrows_the_tools_roots(root: Path) -> None:
         return read_file.fn(path=str(root / "b" / "x.txt"))
 
     # a fresh context, as each run's task has
-    import contextvars
-
     with pytest.raises(ContainmentViolation):
         contextvars.copy_context().run(in_run)
     assert read_file.fn(path=str(root / "b" / "x.txt")) == "b"
@@ -136,3 +138,106 @@ def test_http_deny_wins(servers: tuple[int, int]) -> None:
     http_get, _ = http_tools(NetworkPolicy(allow=("127.0.0.1",), deny=(f"127.0.0.1:{good}",)))
     with pytest.raises(ContainmentViolation, match="deny list"):
         asyncio.run(http_get.fn(url=f"http://127.0.0.1:{good}/x"))  # type: ignore[arg-type]
+
+
+def test_a_hard_link_to_a_file_outside_cannot_be_read_or_overwritten(
+    root: Path, tmp_path: Path
+) -> None:
+    os.link(tmp_path / "secret.txt", root / "notes.txt")
+    read_file, write_file, _ = file_tools([str(root)])
+    with pytest.raises(ContainmentViolation, match="hard links"):
+        read_file.fn(path="notes.txt")
+    with pytest.raises(ContainmentViolation, match="hard links"):
+        write_file.fn(path="notes.txt", content="overwritten")
+    assert (tmp_path / "secret.txt").read_text() == "secret"
+    # the run's own containment refuses it too, whatever the tool allows
+    lenient_read, _, _ = file_tools([str(root)], allow_hard_links=True)
+    assert lenient_read.fn(path="notes.txt") == "secret"
+
+    def in_run() -> Any:
+        activate(Containment(roots=(str(root),)))
+        return lenient_read.fn(path="notes.txt")
+
+    with pytest.raises(ContainmentViolation, match="hard links"):
+        contextvars.copy_context().run(in_run)
+
+
+def test_a_read_only_directory_inside_a_writable_root_stays_read_only(root: Path) -> None:
+    (root / "kb").mkdir()
+    (root / "kb" / "faq.txt").write_text("faq")
+    read_file, write_file, _ = file_tools([str(root)], read_only=[str(root / "kb")])
+    assert read_file.fn(path="kb/faq.txt") == "faq"
+    with pytest.raises(ContainmentViolation, match="read-only"):
+        write_file.fn(path="kb/faq.txt", content="changed")
+    with pytest.raises(ContainmentViolation, match="read-only"):
+        write_file.fn(path="kb/new/deeper.txt", content="new")
+    assert (root / "kb" / "faq.txt").read_text() == "faq"
+    assert not (root / "kb" / "new").exists()
+    assert "wrote" in str(write_file.fn(path="elsewhere.txt", content="ok"))
+
+
+_SWAP_LOOP = """
+import ctypes, os, sys
+dir, link, stop = sys.argv[1:]
+exchange = ctypes.CDLL(None, use_errno=True).renameat2  # atomic: `dir` is never missing
+swaps = 0
+while not os.path.exists(stop):
+    if exchange(-100, dir.encode(), -100, link.encode(), 2) != 0:  # AT_FDCWD, RENAME_EXCHANGE
+        raise OSError(ctypes.get_errno(), "renameat2")
+    swaps += 1
+    for _ in range(10):  # stay in each state about as long as a call takes
+        os.lstat(dir)
+print(swaps)
+"""
+
+
+@contextlib.contextmanager
+def _swapping(dir: Path, target: Path) -> Iterator[list[int]]:
+    """Another process swaps `dir` with a symlink to `target` and back, over and over."""
+    stop = dir.parent.parent / "stop-swapping"
+    link = dir.with_name(dir.name + ".link")
+    link.symlink_to(target)
+    swaps: list[int] = []
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SWAP_LOOP, str(dir), str(link), str(stop)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        yield swaps
+    finally:
+        stop.touch()
+        out, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 0
+        swaps.append(int(out))
+
+
+def test_a_directory_swapped_for_a_symlink_mid_call_never_leads_outside(
+    root: Path, tmp_path: Path
+) -> None:
+    # a deep path keeps the time between checking `d` and opening the file long
+    deep = "/".join(f"x{i}" for i in range(12))
+    (root / "d" / deep).mkdir(parents=True)
+    (root / "d" / deep / "a.txt").write_text("inside")
+    outside = tmp_path / "outside"
+    (outside / deep).mkdir(parents=True)
+    (outside / deep / "a.txt").write_text("secret")
+    (outside / deep / "secret-marker.txt").write_text("")
+    read_file, write_file, list_files = file_tools([str(root)])
+    seen: set[str] = set()
+    refused = 0
+    with _swapping(root / "d", outside) as swaps:
+        for i in range(1000):
+            for call in (
+                lambda: read_file.fn(path=f"d/{deep}/a.txt"),
+                lambda: list_files.fn(path=f"d/{deep}"),
+                lambda i=i: write_file.fn(path=f"d/{deep}/w{i % 7}.txt", content="written"),
+            ):
+                try:
+                    seen.add(repr(call()))
+                except ContainmentViolation:
+                    refused += 1
+    assert swaps[0] > 10 and refused > 0  # the race was really run
+    assert not any("secret" in s for s in seen)
+    assert sorted(p.name for p in (outside / deep).iterdir()) == ["a.txt", "secret-marker.txt"]
+    assert (outside / deep / "a.txt").read_text() == "secret"

@@ -4,12 +4,13 @@
 on `contextos.interrupts`, which depends on this package.
 """
 
-from contextos.policy.containment import Containment, NetworkPolicy
+from contextos.policy.containment import Containment
 from contextos.policy.decision import Check, Decision, PolicyDecision, PolicyHook, ProposedCall
 from contextos.policy.engine import CallHistory, ConfinedTool, Engine
 from contextos.policy.files import file_tools
 from contextos.policy.http import http_tools
 from contextos.policy.identity import CLASSIFICATIONS, Principal, PrincipalKind, RunContext
+from contextos.policy.network import NetworkPolicy
 from contextos.policy.rules import Condition, Limit, Policy, Rule
 
 __all__ = [

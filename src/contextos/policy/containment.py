@@ -6,94 +6,27 @@ moment they act; nothing the model writes and no approval can move these walls.
 
 from __future__ import annotations
 
-import fnmatch
-import ipaddress
+import contextlib
 import os
+import stat
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 from contextos.errors import ContainmentViolation
+from contextos.policy.network import IP, NetworkPolicy
 
 Access = Literal["read", "write"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class NetworkPolicy:
-    """Which hosts HTTP tools may reach. Deny wins over allow; nothing is reachable by default."""
-
-    allow: tuple[str, ...] = ()
-    """Host patterns (`api.example.com`, `*.example.com`, `127.0.0.1:8080`, `10.0.0.0/8`)."""
-    deny: tuple[str, ...] = ()
-    """Host patterns refused even when an allow pattern matches."""
-
-    def permits(self, url: str) -> bool:
-        return self.why_not(url) is None
-
-    def why_not(self, url: str) -> str | None:
-        """None when the URL may be fetched, else the reason it may not."""
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https"):
-            return f"scheme {parts.scheme or '(none)'!r} is not http or https"
-        host = (parts.hostname or "").lower().rstrip(".")
-        if not host:
-            return "the URL has no host"
-        try:
-            port = parts.port or (443 if parts.scheme == "https" else 80)
-        except ValueError:
-            return "the URL has an invalid port"
-        if any(_host_matches(p, host, port) for p in self.deny):
-            return f"{host}:{port} is on the network deny list"
-        if not any(_host_matches(p, host, port) for p in self.allow):
-            allowed = ", ".join(self.allow) or "nothing"
-            return f"{host}:{port} is not on the network allow list (allowed: {allowed})"
-        return None
-
-    def narrows(self, parent: NetworkPolicy) -> bool:
-        """True when this setting reaches no host the parent's cannot."""
-        return set(parent.deny) <= set(self.deny) and all(
-            any(_pattern_within(p, q) for q in parent.allow) for p in self.allow
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"allow": list(self.allow), "deny": list(self.deny)}
-
-
-def _host_matches(pattern: str, host: str, port: int) -> bool:
-    pattern = pattern.strip().lower()
-    if pattern == "*":
-        return True
-    if "/" in pattern:  # a CIDR range matches IP literals only
-        try:
-            return ipaddress.ip_address(host) in ipaddress.ip_network(pattern, strict=False)
-        except ValueError:
-            return False
-    want_port: int | None = None
-    head, sep, tail = pattern.rpartition(":")
-    if sep and tail.isdigit() and not pattern.startswith("["):
-        pattern, want_port = head, int(tail)
-    if want_port is not None and want_port != port:
-        return False
-    return fnmatch.fnmatchcase(host, pattern)
-
-
-def _pattern_within(child: str, parent: str) -> bool:
-    """Conservative: a child pattern is within a parent one when equal, or parent is `*`,
-    or the parent is a wildcard domain the child falls under."""
-    child, parent = child.strip().lower(), parent.strip().lower()
-    if parent in ("*", child):
-        return True
-    if "*" in child or "/" in child or "/" in parent:
-        return False
-    host, _, port = child.partition(":")
-    return _host_matches(parent, host, int(port) if port.isdigit() else 0) and ":" not in parent
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
 class Containment:
-    """Where a run's built-in tools may read, write and connect."""
+    """Where a run's built-in tools may read, write and connect.
+
+    Where roots nest, the most specific one decides: a `read_only` directory inside a writable
+    root is read-only, a root inside a `read_only` directory is writable.
+    """
 
     roots: tuple[str, ...] = ()
     """Directories the run may read and write below."""
@@ -101,6 +34,9 @@ class Containment:
     """Directories the run may only read below."""
     network: NetworkPolicy = field(default_factory=NetworkPolicy)
     """Hosts HTTP tools may reach."""
+    allow_hard_links: bool = False
+    """Let tools use a regular file that has more than one hard link. Off by default: a link
+    inside a root can be another name for a file outside it."""
 
     def __post_init__(self) -> None:
         # Roots are stored resolved, so a symlinked root cannot be swapped for another later.
@@ -125,10 +61,19 @@ class Containment:
             )
         base = self.roots[0] if self.roots else self.read_only[0]
         candidate = raw if os.path.isabs(raw) else os.path.join(base, raw)
-        real = os.path.realpath(candidate)
-        if not any(_within(real, root) for root in allowed):
+        try:
+            real = os.path.realpath(candidate)
+        except OSError as exc:  # a link changed between realpath's own steps
+            raise ContainmentViolation(
+                f"{access} access to {raw!r} refused: the path changed while it was being "
+                f"checked ({exc.strerror})",
+                path=raw,
+                access=access,
+            ) from None
+        holder = self.root_of(real)
+        if holder is None:
             lexical = os.path.normpath(candidate)
-            if any(_within(lexical, root) for root in allowed):
+            if self.root_of(lexical) is not None:
                 why = "it is a symlink (or goes through one) that leads outside the run's roots"
             elif not os.path.isabs(raw):
                 why = "the relative path climbs out of the run's roots"
@@ -140,7 +85,25 @@ class Containment:
                 resolved=real,
                 access=access,
             )
+        if access == "write" and holder[1] == "read":
+            raise ContainmentViolation(
+                f"write access to {raw!r} refused: it is inside {holder[0]}, which is read-only",
+                path=raw,
+                resolved=real,
+                access=access,
+            )
+        if not self.allow_hard_links:
+            with contextlib.suppress(OSError):  # a file not there yet has no other name
+                refuse_hard_link(os.lstat(real), raw, access)
         return Path(real)
+
+    def root_of(self, path: str) -> tuple[str, Access] | None:
+        """The most specific root holding `path` and what it grants (read-only wins a tie)."""
+        holders: list[tuple[str, Access]] = [
+            (r, "read") for r in self.read_only if _within(path, r)
+        ]
+        holders += [(r, "write") for r in self.roots if _within(path, r)]
+        return max(holders, key=lambda h: len(h[0]), default=None)
 
     def check_url(self, url: str) -> None:
         why = self.network.why_not(url)
@@ -149,10 +112,12 @@ class Containment:
 
     def narrows(self, parent: Containment) -> bool:
         """True when everything this containment permits, the parent's permits too."""
-        parent_any = parent.roots + parent.read_only
+        # Access changes only at a root, so comparing the two at every root of either is enough.
+        points = self.roots + self.read_only + parent.roots + parent.read_only
         return (
-            all(any(_within(r, p) for p in parent.roots) for r in self.roots)
-            and all(any(_within(r, p) for p in parent_any) for r in self.read_only)
+            all(parent.root_of(r) is not None for r in self.roots + self.read_only)
+            and all(_grants(parent, p) == "write" for p in points if _grants(self, p) == "write")
+            and (parent.allow_hard_links or not self.allow_hard_links)
             and self.network.narrows(parent.network)
         )
 
@@ -161,6 +126,7 @@ class Containment:
             "roots": list(self.roots),
             "read_only": list(self.read_only),
             "network": self.network.to_dict(),
+            "allow_hard_links": self.allow_hard_links,
         }
 
     @classmethod
@@ -172,6 +138,23 @@ class Containment:
             network=NetworkPolicy(
                 allow=tuple(net.get("allow", ())), deny=tuple(net.get("deny", ()))
             ),
+            allow_hard_links=bool(data.get("allow_hard_links", False)),
+        )
+
+
+def _grants(containment: Containment, path: str) -> Access | None:
+    holder = containment.root_of(path)
+    return holder[1] if holder else None
+
+
+def refuse_hard_link(st: os.stat_result, path: str, access: Access) -> None:
+    """ContainmentViolation when `st` is a regular file reachable under more than one name."""
+    if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+        raise ContainmentViolation(
+            f"{access} access to {path!r} refused: the file has {st.st_nlink} hard links, and "
+            "another could be outside the run's roots (set allow_hard_links to permit it)",
+            path=path,
+            access=access,
         )
 
 
@@ -218,6 +201,34 @@ def confine_path(path: str, access: Access, own: Containment | None = None) -> P
     return real
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Placed:
+    """A path every containment in force permits, in the form an fd walk opens it."""
+
+    real: Path
+    """The path with every symlink resolved, as checked."""
+    root: str
+    """The outermost root holding it: nothing above it is the run's to change."""
+    names: tuple[str, ...]
+    """The components from `root` down to the path (none for the root itself)."""
+    hard_links: bool
+    """Whether every containment in force allows files with several hard links."""
+
+
+def place(path: str, access: Access, own: Containment | None = None) -> Placed:
+    """Check `path` like `confine_path`, and say where a walk that opens it starts."""
+    real = confine_path(path, access, own)
+    layers = _layers(own)
+    first = layers[0]
+    root = min((r for r in first.roots + first.read_only if _within(str(real), r)), key=len)
+    return Placed(
+        real=real,
+        root=root,
+        names=real.relative_to(root).parts,
+        hard_links=all(c.allow_hard_links for c in layers),
+    )
+
+
 def confine_url(url: str, own: Containment | None = None) -> None:
     """Refuse a URL unless every containment in force permits it."""
     layers = _layers(own)
@@ -227,3 +238,14 @@ def confine_url(url: str, own: Containment | None = None) -> None:
         )
     for c in layers:
         c.check_url(url)
+
+
+def confine_reach(
+    url: str, host: str, port: int, addresses: list[IP], own: Containment | None
+) -> None:
+    """Refuse to connect to `host` at `addresses` unless every containment in force permits
+    each of them (the resolved half of `confine_url`)."""
+    for c in _layers(own):
+        why = c.network.why_not_reach(host, port, addresses)
+        if why is not None:
+            raise ContainmentViolation(f"request to {url!r} refused: {why}", url=url)
