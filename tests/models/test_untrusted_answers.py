@@ -13,11 +13,13 @@ import pytest
 from model_servers import Handler, LoopbackServer, Reply, Seen
 
 from contextos import Agent, Budget, FailureReason, RunResult, RunStatus, Runtime
+from contextos.messages import Message, ToolCall, Usage
 from contextos.models._http import HTTPOptions
 from contextos.models.anthropic import AnthropicModel
-from contextos.models.base import ModelAdapter
+from contextos.models.base import ModelAdapter, ModelResponse
 from contextos.models.openai import OpenAIModel
 from contextos.models.pricing import Price
+from contextos.testing import ScriptedModel
 from contextos.timeline import describe
 
 Start = Callable[[list[Reply] | Handler], LoopbackServer]
@@ -225,6 +227,34 @@ async def test_tool_arguments_sent_as_an_object_are_accepted(
         assert call.arguments == '{"city": "Paris"}'
         tool = next(e for e in events if e.type == "tool_completed")
         assert '"city": "Paris"' in tool.output and not tool.is_error
+        await assert_readable(runtime, result)
+
+
+ANY_ADAPTER = {
+    "content that is not text": ModelResponse(message=Message(role="assistant", content=7)),  # type: ignore[arg-type]
+    "arguments that are not text": ModelResponse(
+        message=Message(
+            role="assistant",
+            tool_calls=(ToolCall(id="c", name="get_weather", arguments={"city": "P"}),),  # type: ignore[arg-type]
+        )
+    ),
+    "negative usage": ModelResponse(
+        message=Message(role="assistant", content="hi"), usage=Usage(input_tokens=-5)
+    ),
+    "a cost that is not a number": ModelResponse(
+        message=Message(role="assistant", content="hi"), usage=Usage(cost_usd=float("nan"))
+    ),
+    "a lone surrogate": ModelResponse(message=Message(role="assistant", content="\ud800")),
+}
+
+
+@pytest.mark.parametrize("answer", ANY_ADAPTER.values(), ids=ANY_ADAPTER.keys())
+async def test_the_runtime_refuses_what_no_event_can_hold_from_any_adapter(
+    tmp_path: Path, answer: ModelResponse
+) -> None:
+    async with Runtime(store(tmp_path)) as runtime:
+        result = await runtime.run(weather(ScriptedModel([answer])), QUESTION)
+        assert_protocol_failure(result, await runtime.events(result.run_id))
         await assert_readable(runtime, result)
 
 

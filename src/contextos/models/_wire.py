@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Annotated, Any, TypeVar
 
@@ -32,7 +33,7 @@ class Wire(BaseModel):
     model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
 
 
-W = TypeVar("W", bound=Wire)
+T = TypeVar("T")
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -45,10 +46,11 @@ def loads(content: bytes | str, *, provider: str, what: str) -> Any:
         raise ModelProtocolError(f"{provider}: {what} is not JSON", provider=provider) from None
 
 
-def read(shape: type[W], data: Any, *, provider: str, what: str) -> W:
-    """`data` as the wire shape `shape`, or a ModelProtocolError naming the first problem."""
+def read(validate: Callable[[Any], T], data: Any, *, provider: str, what: str) -> T:
+    """`data` through a wire shape's validator, or a ModelProtocolError naming the first
+    problem (`validate`: a shape's `model_validate`, or a TypeAdapter's `validate_python`)."""
     try:
-        return shape.model_validate(data)
+        return validate(data)
     except ValidationError as exc:
         first = exc.errors(include_url=False, include_input=False)[0]
         where = ".".join(str(p) for p in first["loc"]) or "the body"

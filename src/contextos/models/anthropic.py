@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 import httpx
-from pydantic import Discriminator, StrictInt, StrictStr, Tag, TypeAdapter, ValidationError
+from pydantic import Discriminator, StrictInt, StrictStr, Tag, TypeAdapter
 
 from contextos.errors import ModelError, ModelProtocolError
 from contextos.messages import FinishReason, Message, ToolCall, Usage
@@ -108,14 +108,19 @@ class AnthropicModel:
                         retryable=isinstance(error, dict)
                         and error.get("type") in ("overloaded_error", "api_error"),
                     )
-                parsed = _wire.read(_Event, payload, provider=self.name, what="a stream event")
+                parsed = _wire.read(
+                    _Event.model_validate, payload, provider=self.name, what="a stream event"
+                )
                 kind = parsed.type or event
                 delta = acc.feed(kind, parsed)
                 if delta:
                     yield delta
                 if kind == "message_stop":
                     break
-        blocks = [self.block(b, "the streamed answer") for b in acc.blocks()]
+        blocks = [
+            _wire.read(_BLOCK.validate_python, b, provider=self.name, what="the streamed answer")
+            for b in acc.blocks()
+        ]
         message = _message(blocks)
         yield self.sealed(
             ModelResponse(
@@ -170,7 +175,7 @@ class AnthropicModel:
                 f"{_wire.clip(_describe_error(0, data) or str(data.get('error')))}",
                 provider=self.name,
             )
-        answer = _wire.read(_Answer, data, provider=self.name, what="the answer")
+        answer = _wire.read(_Answer.model_validate, data, provider=self.name, what="the answer")
         message = _message(answer.content)
         return self.sealed(
             ModelResponse(
@@ -181,16 +186,6 @@ class AnthropicModel:
                 request_id=headers.get("request-id") or answer.id,
             )
         )
-
-    def block(self, raw: dict[str, Any], what: str) -> _Block:
-        try:
-            return _BLOCK.validate_python(raw)
-        except ValidationError as exc:
-            first = exc.errors(include_url=False, include_input=False)[0]
-            raise ModelProtocolError(
-                f"{self.name}: {what} has a malformed content block: {first['msg']}",
-                provider=self.name,
-            ) from None
 
     def usage(self, raw: _Usage | None, request: ModelRequest, message: Message) -> Usage:
         """Tokens as reported (cache reads and writes count as input), estimated when not

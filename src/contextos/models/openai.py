@@ -132,12 +132,14 @@ class OpenAIModel:
                         provider=self.name,
                         retryable=True,
                     )
-                chunk = _wire.read(_Chunk, payload, provider=self.name, what="a stream chunk")
+                chunk = _wire.read(
+                    _Chunk.model_validate, payload, provider=self.name, what="a stream chunk"
+                )
                 delta = acc.feed(chunk)
                 if delta and self.tool_mode == "native":
                     yield delta
         raw = _wire.read(
-            _Message,
+            _Message.model_validate,
             {"content": acc.text(), "tool_calls": acc.tool_calls()},
             provider=self.name,
             what="the streamed answer",
@@ -213,7 +215,9 @@ class OpenAIModel:
                 f"{_wire.clip(_describe_error(0, data) or str(data['error']))}",
                 provider=self.name,
             )
-        completion = _wire.read(_Completion, data, provider=self.name, what="the answer")
+        completion = _wire.read(
+            _Completion.model_validate, data, provider=self.name, what="the answer"
+        )
         choice = completion.choices[0]
         message = self.parse_message(choice.message, request)
         return self.sealed(
@@ -441,10 +445,8 @@ class _StreamState:
                 # Some servers repeat the id and name in every chunk: keep the first.
                 slot["id"] = slot["id"] or call.id or ""
                 slot["name"] = slot["name"] or fn.name or ""
-                if isinstance(fn.arguments, dict):  # the whole arguments as an object
+                if fn.arguments:  # a piece of JSON text, or (some servers) the whole object
                     slot["arguments"] += _wire.arguments_text(fn.arguments)
-                else:
-                    slot["arguments"] += fn.arguments or ""
             if choice.finish_reason:
                 self.finish_reason = choice.finish_reason
         self.parts.append(text)
