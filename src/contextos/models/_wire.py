@@ -23,7 +23,10 @@ from contextos.models.base import MAX_TOKENS_PER_CALL, ModelResponse
 Tokens = Annotated[int, Field(ge=0, le=MAX_TOKENS_PER_CALL)]
 """A token count a provider reports: a whole number, not negative, not absurd."""
 
-Name = Annotated[str, Field(min_length=1)]
+Label = Annotated[str, Field(max_length=256)]
+"""An id, a model name, a stop reason: short text (the size cap counts only the answer)."""
+
+Name = Annotated[str, Field(min_length=1, max_length=256)]
 """A tool name: a non-empty string."""
 
 
@@ -103,7 +106,7 @@ def sealed(response: ModelResponse, *, max_answer_bytes: int) -> ModelResponse:
         response,
         message=message,
         model=_storable(response.model),
-        request_id=_storable(response.request_id) if response.request_id else None,
+        request_id=_storable(response.request_id[:256]) if response.request_id else None,
     )
 
 

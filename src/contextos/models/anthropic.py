@@ -15,7 +15,7 @@ from contextos.errors import ModelError, ModelProtocolError
 from contextos.messages import FinishReason, Message, ToolCall, Usage
 from contextos.models import _wire
 from contextos.models._http import HTTPOptions, Secret, Transport
-from contextos.models._wire import Name, Tokens, Wire
+from contextos.models._wire import Label, Name, Tokens, Wire
 from contextos.models.base import ModelRequest, ModelResponse
 from contextos.models.pricing import Price, cost_usd, estimate_prompt_tokens, estimate_tokens
 
@@ -231,7 +231,7 @@ class _Text(Wire):
 
 class _ToolUse(Wire):
     type: Literal["tool_use"]
-    id: StrictStr | None = None
+    id: Label | None = None
     name: Name
     input: dict[str, Any] | StrictStr | None = None
     """An object; JSON text when accumulated from a stream."""
@@ -266,37 +266,37 @@ class _Usage(Wire):
 
 class _Answer(Wire):
     type: Literal["message"] = "message"
-    id: StrictStr | None = None
-    model: StrictStr | None = None
+    id: Label | None = None
+    model: Label | None = None
     content: list[_Block]
-    stop_reason: StrictStr | None = None
+    stop_reason: Label | None = None
     usage: _Usage | None = None
 
 
 class _StartedMessage(Wire):
-    id: StrictStr | None = None
-    model: StrictStr | None = None
+    id: Label | None = None
+    model: Label | None = None
     usage: _Usage | None = None
 
 
 class _StartedBlock(Wire):
     type: StrictStr
-    id: StrictStr | None = None
+    id: Label | None = None
     name: StrictStr | None = None
     text: StrictStr | None = None
 
 
 class _Delta(Wire):
-    type: StrictStr | None = None
+    type: Label | None = None
     text: StrictStr | None = None
     partial_json: StrictStr | None = None
-    stop_reason: StrictStr | None = None
+    stop_reason: Label | None = None
 
 
 class _Event(Wire):
     """One stream event; which fields it has depends on its type."""
 
-    type: StrictStr | None = None
+    type: Label | None = None
     index: StrictInt = 0
     message: _StartedMessage | None = None
     content_block: _StartedBlock | None = None

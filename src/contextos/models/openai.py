@@ -22,7 +22,7 @@ from contextos.messages import FinishReason, Message, ToolCall, Usage
 from contextos.models import _jsontools as jt
 from contextos.models import _wire
 from contextos.models._http import HTTPOptions, Secret, Transport
-from contextos.models._wire import Name, Tokens, Wire
+from contextos.models._wire import Label, Name, Tokens, Wire
 from contextos.models.base import ModelRequest, ModelResponse
 from contextos.models.pricing import Price, cost_usd, estimate_prompt_tokens, estimate_tokens
 
@@ -294,12 +294,12 @@ class _Function(Wire):
 
 
 class _Call(Wire):
-    id: StrictStr | None = None
+    id: Label | None = None
     function: _Function
 
 
 class _Part(Wire):
-    type: StrictStr | None = None
+    type: Label | None = None
     text: StrictStr | None = None
 
 
@@ -316,7 +316,7 @@ class _Message(Wire):
 
 class _Choice(Wire):
     message: _Message
-    finish_reason: StrictStr | None = None
+    finish_reason: Label | None = None
 
 
 class _Details(Wire):
@@ -330,8 +330,8 @@ class _Usage(Wire):
 
 
 class _Completion(Wire):
-    id: StrictStr | None = None
-    model: StrictStr | None = None
+    id: Label | None = None
+    model: Label | None = None
     choices: Annotated[list[_Choice], Field(min_length=1)]
     usage: _Usage | None = None
 
@@ -343,7 +343,7 @@ class _DeltaFunction(Wire):
 
 class _DeltaCall(Wire):
     index: StrictInt = 0
-    id: StrictStr | None = None
+    id: Label | None = None
     function: _DeltaFunction | None = None
 
 
@@ -356,12 +356,12 @@ class _Delta(Wire):
 class _ChunkChoice(Wire):
     index: StrictInt = 0
     delta: _Delta | None = None
-    finish_reason: StrictStr | None = None
+    finish_reason: Label | None = None
 
 
 class _Chunk(Wire):
-    id: StrictStr | None = None
-    model: StrictStr | None = None
+    id: Label | None = None
+    model: Label | None = None
     choices: list[_ChunkChoice] | None = None
     usage: _Usage | None = None
 
