@@ -33,12 +33,12 @@ def get_weather(city: str) -> dict[str, object]:
     return {"city": city, "temp_c": 18}
 
 
-def chat(message: Any, *, usage: Any = None, **body: Any) -> Reply:
-    """An OpenAI chat completion whose first choice holds `message`."""
+def chat(message: Any, *, usage: Any = None) -> Reply:
+    """An OpenAI chat completion whose first choice holds `message` (None: no message)."""
     choice: dict[str, Any] = {"index": 0, "finish_reason": "stop"}
     if message is not None:
         choice["message"] = message
-    payload: dict[str, Any] = {"id": "chatcmpl-1", "model": "m", "choices": [choice], **body}
+    payload: dict[str, Any] = {"id": "chatcmpl-1", "model": "m", "choices": [choice]}
     if usage is not None:
         payload["usage"] = usage
     return Reply(body=payload)
@@ -56,7 +56,11 @@ def tool_call(name: Any = "get_weather", arguments: Any = '{"city": "Paris"}') -
 USAGE = {"prompt_tokens": 300, "completion_tokens": 300}
 
 
+_ABSENT = object()
+
+
 def claude_answer(**fields: Any) -> Reply:
+    """An Anthropic answer with `fields` replaced (or, given _ABSENT, left out)."""
     body = {
         "id": "msg_1",
         "type": "message",
@@ -72,9 +76,6 @@ def claude_answer(**fields: Any) -> Reply:
         else:
             body[key] = value
     return Reply(body=body)
-
-
-_ABSENT = object()
 
 
 def openai(server: LoopbackServer, **http: Any) -> OpenAIModel:
