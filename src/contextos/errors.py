@@ -13,6 +13,7 @@
     ├── ModelError                    a model call failed (retryable says whether to try again)
     │   ├── ModelTimeout              the provider did not answer in time (after retries)
     │   ├── ModelRateLimited          the provider kept saying 429 / Retry-After too far away
+    │   ├── ModelProtocolError        the answer broke the protocol: types, fields, numbers, size
     │   └── ScriptExhausted           the scripted model was asked for more steps than it has
     └── ToolError                     a tool failed; goes back to the model unless it ends the run
         ├── ToolTimeout
@@ -148,6 +149,16 @@ class ModelTimeout(ModelError):
 
 class ModelRateLimited(ModelError):
     code = "model_rate_limited"
+
+
+class ModelProtocolError(ModelError):
+    """A provider answered, but not with a valid answer: a wrong type, a missing field, a
+    negative or impossible number, an answer over the size cap. Nothing of it is recorded."""
+
+    code = "model_protocol_error"
+
+    def __init__(self, message: str, *, retryable: bool = True, **fields: Any) -> None:
+        super().__init__(message, retryable=retryable, **fields)
 
 
 class ScriptExhausted(ModelError):

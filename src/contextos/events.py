@@ -7,6 +7,8 @@ with a version this code does not know stops loudly instead of guessing.
 Version history (bump SCHEMA_VERSION on the type, add a line here and a golden fixture of the
 old shape under tests/fixtures/events/):
 - every type: v1, the first shape.
+- run_completed v2: `answer_seq` names the model answer that holds the output, which is then
+  not repeated in `output` (v1 always repeated it; it reads as v2 without `answer_seq`).
 """
 
 from __future__ import annotations
@@ -116,10 +118,14 @@ class RunReleased(_Event):
 class RunCompleted(_Event):
     """The verifier passed; the run is done."""
 
+    SCHEMA_VERSION = 2
     SETS_STATUS = RunStatus.COMPLETED
     type: Literal["run_completed"] = "run_completed"
-    output: str
-    """The final answer text."""
+    output: str = ""
+    """The final answer text, when `answer_seq` does not name the event that holds it."""
+    answer_seq: int | None = None
+    """Seq of the model_responded event whose text is the final answer: a long answer is
+    stored once, there (the fold reads it back into the run's output)."""
     structured_output: Any = None
     """The final answer parsed into the agent's output type, as JSON data."""
 
@@ -551,7 +557,9 @@ EVENT_TYPES: dict[str, type[_Event]] = {
 }
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
-UPCASTERS: dict[tuple[str, int], Upcaster] = {}
+UPCASTERS: dict[tuple[str, int], Upcaster] = {
+    ("run_completed", 1): lambda payload: payload,  # v2 only added `answer_seq`
+}
 """(type, old version) -> function turning that payload into the next version's shape."""
 
 

@@ -22,7 +22,7 @@ from contextos.errors import ConcurrencyConflict, ModelError, ToolManifestChange
 from contextos.events import utcnow
 from contextos.messages import FinishReason, Message, ToolCall
 from contextos.middleware.base import Chain, ModelCall, RunEnd, RunView
-from contextos.models.base import ModelAdapter, ModelRequest, ModelResponse
+from contextos.models.base import ModelAdapter, ModelRequest, ModelResponse, check_response
 from contextos.runs import FailureReason, RunStatus
 from contextos.state import RunState, apply
 from contextos.store.base import EventStore
@@ -197,6 +197,7 @@ class Driver:
             usage=s.usage,
             budget=s.budget,
             metadata=dict(s.metadata),
+            deadline_at=s.deadline_at,
         )
 
     def build_call(self) -> ModelCall:
@@ -236,9 +237,12 @@ class Driver:
             await self.fail(FailureReason.BUDGET_EXHAUSTED, exhausted)
             return
         chain = self.chain
-        call = self.build_call()
         try:
+            call = self.build_call()
             result = await self.within_deadline(chain.model_call(call))
+            if result.response is not None:
+                # Whatever adapter answered, nothing is recorded that an event cannot hold.
+                check_response(result.response, model=self.model.name)
         except DeadlinePassed:
             await self.fail(FailureReason.TIMEOUT, "the run's deadline passed during a model call")
             return
@@ -379,9 +383,12 @@ class Driver:
         answer = s.last_message.content if s.last_message else ""
         verdict, verifier = await verify_all(self.agent.verifiers, answer)
         if verdict.passed:
+            # The answer is the last model answer's text: named, not stored a second time.
             await self.commit(
                 self.event(
-                    ev.RunCompleted, output=answer, structured_output=verdict.structured_output
+                    ev.RunCompleted,
+                    answer_seq=s.message_seqs[-1],
+                    structured_output=verdict.structured_output,
                 )
             )
         elif s.verification_attempts >= s.budget.max_verification_attempts:

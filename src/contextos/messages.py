@@ -60,6 +60,8 @@ class Usage:
     """Cost in US dollars from the pricing table (0 when unknown)."""
     requests: int = 0
     """Number of model calls."""
+    estimated: bool = False
+    """Some of the tokens are an estimate: the provider did not report them."""
 
     @property
     def total_tokens(self) -> int:
@@ -71,6 +73,7 @@ class Usage:
             output_tokens=self.output_tokens + other.output_tokens,
             cost_usd=self.cost_usd + other.cost_usd,
             requests=self.requests + other.requests,
+            estimated=self.estimated or other.estimated,
         )
 
 

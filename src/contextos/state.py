@@ -192,7 +192,7 @@ def apply(state: RunState, event: ev.Event) -> RunState:
         case ev.UserMessageAdded():
             state.messages.append(Message(role="user", content=event.content))
         case ev.RunCompleted():
-            state.output = event.output
+            state.output = event.output if event.answer_seq is None else _answer(state, event)
             state.structured_output = event.structured_output
         case ev.RunFailed():
             state.failure_reason = event.reason
@@ -219,6 +219,16 @@ def apply(state: RunState, event: ev.Event) -> RunState:
     state.seq = event.seq
     state.updated_at = event.occurred_at
     return state
+
+
+def _answer(state: RunState, event: ev.RunCompleted) -> str:
+    """The text of the model answer a run_completed event names."""
+    for message, seq in zip(reversed(state.messages), reversed(state.message_seqs), strict=True):
+        if seq == event.answer_seq and message.role == "assistant":
+            return message.content
+    raise EventDecodeError(
+        state.run_id, event.seq, f"the answer it names (#{event.answer_seq}) is not in the log"
+    )
 
 
 def _move_effect(state: RunState, event: ev.EffectChanged) -> None:

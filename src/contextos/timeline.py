@@ -51,6 +51,8 @@ def describe(event: ev.Event) -> str:
             return f"{event.name} [{event.call_id}] {mark}{_clip(event.output)}"
         case ev.VerificationFailed():
             return f"{event.verifier} rejected the answer: {'; '.join(event.gaps)}"
+        case ev.RunCompleted() if event.answer_seq is not None:
+            return f"completed with the answer of #{event.answer_seq}"
         case ev.RunCompleted():
             return f"completed: {_clip(event.output)}"
         case ev.RunFailed():

@@ -164,3 +164,23 @@ def test_events_are_immutable() -> None:
     event = sample_events()[0]
     with pytest.raises(dataclasses.FrozenInstanceError):
         event.input = "changed"  # type: ignore[misc]
+
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "events"
+
+
+def test_a_v1_run_completed_still_reads_with_its_output() -> None:
+    payload = (FIXTURES / "run_completed.v1.json").read_bytes()
+    event = ev.decode(RID, 6, "run_completed", 1, payload)
+    assert isinstance(event, ev.RunCompleted)
+    assert (event.output, event.answer_seq) == ("It is 18 degrees.", None)
+    assert event.structured_output == {"temp_c": 18}
+
+
+def test_a_run_completed_that_names_its_answer_folds_that_answers_text() -> None:
+    events = sample_events()[:5]  # ... the model's final answer "done" at #5
+    state = fold([*events, ev.RunCompleted(run_id=RID, seq=6, answer_seq=5)])
+    assert state.status is RunStatus.COMPLETED
+    assert state.output == "done"
+    with pytest.raises(EventDecodeError, match="not in the log"):
+        fold([*events, ev.RunCompleted(run_id=RID, seq=6, answer_seq=4)])

@@ -21,6 +21,10 @@ class Reply:
     delay_s: float = 0.0
     sse: list[tuple[str, Any]] | None = None
     """Server-sent events (event name or "", JSON data or a raw string) instead of a body."""
+    drip_s: float = 0.0
+    """Pause before each server-sent event (a slow-drip stream)."""
+    raw: bytes | None = None
+    """The exact body bytes, instead of `body` as JSON."""
 
 
 @dataclass(kw_only=True)
@@ -71,6 +75,8 @@ class LoopbackServer:
 
             def send_json(self, reply: Reply) -> None:
                 payload = json.dumps(reply.body).encode() if reply.body is not None else b""
+                if reply.raw is not None:
+                    payload = reply.raw
                 self.send_response(reply.status)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(payload)))
@@ -87,6 +93,7 @@ class LoopbackServer:
                     self.send_header(k, v)
                 self.end_headers()
                 for event, data in reply.sse or []:
+                    time.sleep(reply.drip_s)
                     text = data if isinstance(data, str) else json.dumps(data)
                     frame = (f"event: {event}\n" if event else "") + f"data: {text}\n\n"
                     self.wfile.write(frame.encode())

@@ -95,3 +95,11 @@ def test_secrets_never_print() -> None:
     assert s.reveal() == "sk-live-abcdef123456"
     assert scrub("bad key sk-live-abcdef123456 given", s) == "bad key *** given"
     assert "zzz" not in scrub("header had sk-proj-zzzzzzzzzzzzzz")
+
+
+@pytest.mark.parametrize("rate", [-1.0, float("nan"), float("inf")])
+def test_a_price_that_would_turn_spending_into_credit_is_refused(rate: float) -> None:
+    with pytest.raises(ConfigError, match="finite and not negative"):
+        Price(input_per_mtok=1.0, output_per_mtok=rate)
+    with pytest.raises(ConfigError, match="finite and not negative"):
+        Price(input_per_mtok=1.0, output_per_mtok=1.0, cache_read_per_mtok=rate)

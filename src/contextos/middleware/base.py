@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import date
+from datetime import date, datetime
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from pydantic import BaseModel
@@ -66,6 +66,8 @@ class RunView:
     """The run's limits."""
     metadata: Mapping[str, Any] = field(default_factory=dict)
     """Labels given at start (`tenant_id`, `user_id`, `principal`, …)."""
+    deadline_at: datetime | None = None
+    """The run's deadline (UTC), when it has one."""
 
     @property
     def principal(self) -> str:
@@ -421,6 +423,7 @@ class Chain:
             max_output_tokens=call.max_output_tokens,
             run_id=call.run.run_id,
             turn=call.run.turn,
+            deadline_at=call.run.deadline_at,
         )
         manifest = context.manifest()
         started = time.perf_counter()

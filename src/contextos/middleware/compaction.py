@@ -34,7 +34,7 @@ from contextos.middleware.base import (
     ModelResult,
     Services,
 )
-from contextos.models.base import ModelAdapter, ModelRequest
+from contextos.models.base import ModelAdapter, ModelRequest, check_response
 
 DEFAULT_PROMPT = (
     "You compact an agent's conversation. Write a faithful, concise summary of the transcript "
@@ -123,8 +123,11 @@ class Compaction(BaseMiddleware):
             max_output_tokens=self.max_summary_tokens,
             run_id=call.run.run_id,
             turn=call.run.turn,
+            deadline_at=call.run.deadline_at,
         )
-        response = await self.summarizer.complete(request)
+        response = check_response(
+            await self.summarizer.complete(request), model=self.summarizer.name
+        )
         summary = response.message.content.strip()
         through = old[-1].seq
         item = ContextItem(

@@ -1,9 +1,12 @@
-"""HTTP for the hosted-model adapters: POST with retries, backoff, Retry-After and timeouts.
+"""HTTP for the hosted-model adapters: POST with retries, backoff, Retry-After and time limits.
 
-A model request has no side effect, so retrying it is always safe: 408, 409, 429, 5xx and
-connection failures are retried with exponential backoff and full jitter, and a server's
-`Retry-After` (or `retry-after-ms`) is honoured. Secrets live only in request headers, which
-are never logged or copied into errors; provider error text is scrubbed of the key as well.
+A model request has no side effect, so retrying it is always safe: 408, 409, 429, 5xx,
+connection failures and malformed answers are retried with exponential backoff and full
+jitter, and a server's `Retry-After` (or `retry-after-ms`) is honoured when it is a plain
+number of seconds or an HTTP date. A server is never trusted with time or memory: every call
+has a total deadline (retries and waits included, clamped to the run's deadline), and no
+response is read past a size cap. Secrets live only in request headers, which are never logged
+or copied into errors; provider error text is scrubbed of the key as well.
 """
 
 from __future__ import annotations
@@ -12,34 +15,45 @@ import asyncio
 import email.utils
 import json
 import logging
+import math
 import random
 import re
-import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, TypeVar
 
 import httpx
 
-from contextos.errors import ModelError, ModelRateLimited, ModelTimeout
+from contextos.errors import ModelError, ModelProtocolError, ModelRateLimited, ModelTimeout
+from contextos.models._wire import clip
 
 log = logging.getLogger("contextos.models")
+
+T = TypeVar("T")
 
 RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 """Statuses worth another attempt (529 is Anthropic's 'overloaded')."""
 
+MAX_ANSWER_BYTES = 4 * 1024 * 1024
+"""Default cap on one answer's text plus tool-call arguments (UTF-8 bytes)."""
+
 _KEYLIKE = re.compile(r"\b(sk|key|xai|gsk)-[A-Za-z0-9_\-*.]{6,}")
+_SECONDS = re.compile(r"\d+(\.\d+)?")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class HTTPOptions:
-    """Timeouts and retries of one adapter."""
+    """Time limits, retries and size limits of one adapter."""
 
     timeout_s: float = 120.0
     """Whole-attempt limit for a request; for a stream, the longest silence between chunks."""
     connect_timeout_s: float = 10.0
     """Limit on opening the connection."""
+    call_timeout_s: float = 300.0
+    """Limit on the whole call: every attempt, wait and streamed chunk (and never past the
+    run's deadline)."""
     max_retries: int = 4
     """Further attempts after the first (0 never retries)."""
     backoff_s: float = 0.5
@@ -48,6 +62,13 @@ class HTTPOptions:
     """Upper bound of one computed backoff."""
     max_retry_after_s: float = 60.0
     """A Retry-After further away than this is not waited for: the call fails as retryable."""
+    max_answer_bytes: int = MAX_ANSWER_BYTES
+    """A larger answer (text plus tool-call arguments) fails the call; it is never truncated."""
+
+    @property
+    def max_body_bytes(self) -> int:
+        """Bytes read from one response at most: the answer cap with room for JSON escapes."""
+        return 6 * self.max_answer_bytes + 1024 * 1024
 
 
 class Secret:
@@ -78,25 +99,48 @@ def scrub(text: str, *secrets: Secret | None) -> str:
     return _KEYLIKE.sub("***", text)
 
 
-def retry_after_s(headers: httpx.Headers) -> float | None:
-    """Seconds the server asked us to wait, from `retry-after-ms` or `Retry-After`."""
-    ms = headers.get("retry-after-ms")
-    if ms is not None:
-        try:
-            return max(float(ms) / 1000, 0.0)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if value is None:
-        return None
+def retry_after_s(headers: httpx.Headers, *, now: datetime | None = None) -> float | None:
+    """Seconds the server asked us to wait, from `retry-after-ms` or `Retry-After`.
+
+    Only a plain non-negative number or an HTTP date counts; anything else (`nan`, `-1`,
+    `soon`) is None, and the caller falls back to its own backoff.
+    """
+    ms = headers.get("retry-after-ms", "").strip()
+    if _SECONDS.fullmatch(ms):
+        return _finite(float(ms) / 1000)
+    value = headers.get("retry-after", "").strip()
+    if _SECONDS.fullmatch(value):
+        return _finite(float(value))
+    if not value[:1].isalpha():
+        return None  # nothing, or a number that is not a plain one; an HTTP date names its day
     try:
-        return max(float(value), 0.0)
-    except ValueError:
-        pass
-    when = email.utils.parsedate_to_datetime(value) if value.strip() else None
-    if when is None:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError, OverflowError):
         return None
-    return max(when.timestamp() - time.time(), 0.0)
+    if when.tzinfo is None:  # "-0000": UTC by the HTTP rules
+        when = when.replace(tzinfo=UTC)
+    return max((when - (now or datetime.now(UTC))).total_seconds(), 0.0)
+
+
+def _finite(seconds: float) -> float | None:
+    return seconds if math.isfinite(seconds) else None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Failed:
+    """One attempt that got no usable answer."""
+
+    error: ModelError
+    retry_after: float | None = None
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EventStream:
+    """An open server-sent-event stream: its headers and its events, as (name, data)."""
+
+    headers: httpx.Headers
+    events: AsyncIterator[tuple[str, str]]
 
 
 class Transport:
@@ -142,84 +186,155 @@ class Transport:
             await self._client.aclose()
         self._client = None
 
+    def deadline(self, deadline_at: datetime | None = None) -> float:
+        """The call's deadline in event-loop time: its own limit, or the run's if sooner."""
+        now = asyncio.get_running_loop().time()
+        deadline = now + self.options.call_timeout_s
+        if deadline_at is not None:
+            deadline = min(deadline, now + (deadline_at - datetime.now(UTC)).total_seconds())
+        return deadline
+
     # -- one request ----------------------------------------------------------------------
 
-    async def post(self, path: str, body: Mapping[str, Any]) -> httpx.Response:
-        """POST JSON and return the 2xx response, retrying what is safe to retry."""
+    async def call(
+        self,
+        path: str,
+        body: Mapping[str, Any],
+        parse: Callable[[httpx.Headers, bytes], T],
+        *,
+        deadline_at: datetime | None = None,
+    ) -> T:
+        """POST JSON and parse the 2xx answer, retrying what is safe to retry.
+
+        `parse` raises ModelProtocolError for an answer that is not a valid one: a retryable
+        one is asked for again like a 5xx.
+        """
+        deadline = self.deadline(deadline_at)
         attempt = 0
         while True:
-            try:
-                async with asyncio.timeout(self.options.timeout_s):
-                    response = await self.client().post(
-                        self.url(path), json=body, headers=dict(self._headers())
-                    )
-                    await response.aread()
-            except (TimeoutError, httpx.TransportError) as exc:
-                error, reason = self.unreachable(exc)
-                await self._before_retry(error, attempt, None, reason=reason)
+            outcome = await self._attempt(path, body, deadline)
+            if isinstance(outcome, _Failed):
+                failed = outcome
             else:
-                if response.is_success:
-                    return response
-                error = self.status_error(response)
-                if not error.retryable:
-                    raise error
-                await self._before_retry(
-                    error,
-                    attempt,
-                    retry_after_s(response.headers),
-                    reason=f"HTTP {response.status_code}",
-                )
+                try:
+                    return parse(*outcome)
+                except ModelProtocolError as exc:
+                    failed = _Failed(error=exc, reason="malformed answer")
+            if not failed.error.retryable:
+                raise failed.error
+            await self._before_retry(failed, attempt, deadline)
             attempt += 1
 
-    def unreachable(self, exc: BaseException) -> tuple[ModelError, str]:
-        """The retryable error for a request that got no answer, and a short reason."""
+    async def _attempt(
+        self, path: str, body: Mapping[str, Any], deadline: float
+    ) -> tuple[httpx.Headers, bytes] | _Failed:
+        """One POST, read in full (up to the size cap) within the attempt's time limit."""
+        client = self.client()
+        request = client.build_request(
+            "POST", self.url(path), json=body, headers=dict(self._headers())
+        )
+        try:
+            async with asyncio.timeout_at(self._attempt_deadline(deadline)):
+                response = await client.send(request, stream=True)
+                try:
+                    content = await self._read(response)
+                finally:
+                    await response.aclose()
+        except (TimeoutError, httpx.TransportError) as exc:
+            return self._unreachable(exc, deadline)
+        if response.is_success:
+            return response.headers, content
+        return self._status_failure(response.status_code, response.headers, content)
+
+    def _attempt_deadline(self, deadline: float) -> float:
+        return min(asyncio.get_running_loop().time() + self.options.timeout_s, deadline)
+
+    async def _read(self, response: httpx.Response) -> bytes:
+        limit = self.options.max_body_bytes
+        declared = response.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise self.too_large(int(declared))
+        chunks, size = list[bytes](), 0
+        async for chunk in response.aiter_bytes():
+            size += len(chunk)
+            if size > limit:
+                raise self.too_large(size)
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def too_large(self, size: int) -> ModelProtocolError:
+        """The (not retryable) error for an answer over the size cap."""
+        return ModelProtocolError(
+            f"{self.provider}: the answer is larger than the cap of "
+            f"{self.options.max_answer_bytes} bytes ({size} bytes or more); raise "
+            "HTTPOptions.max_answer_bytes if such answers are expected",
+            retryable=False,
+            provider=self.provider,
+            max_answer_bytes=self.options.max_answer_bytes,
+        )
+
+    def out_of_time(self) -> ModelTimeout:
+        """The error for a call that reached its deadline (its own limit or the run's)."""
+        limit = self.options.call_timeout_s
+        return ModelTimeout(
+            f"{self.provider}: the call ran out of time (its limit is {limit:g}s, set by "
+            "HTTPOptions.call_timeout_s, and never past the run's deadline)",
+            retryable=True,
+            provider=self.provider,
+            timeout_s=limit,
+        )
+
+    def _unreachable(self, exc: BaseException, deadline: float) -> _Failed:
+        """A request that got no answer, as a retryable error."""
         if isinstance(exc, TimeoutError | httpx.TimeoutException):
+            if asyncio.get_running_loop().time() >= deadline:
+                return _Failed(error=self.out_of_time(), reason="timeout")
             timeout = ModelTimeout(
                 f"{self.provider}: no answer within {self.options.timeout_s:g}s",
                 retryable=True,
                 provider=self.provider,
                 timeout_s=self.options.timeout_s,
             )
-            return timeout, "timeout"
+            return _Failed(error=timeout, reason="timeout")
         error = ModelError(
             f"{self.provider}: cannot reach {self.base_url}: {type(exc).__name__}",
             retryable=True,
             provider=self.provider,
         )
-        return error, type(exc).__name__
+        return _Failed(error=error, reason=type(exc).__name__)
 
     @asynccontextmanager
-    async def stream(self, path: str, body: Mapping[str, Any]) -> AsyncIterator[httpx.Response]:
+    async def stream(
+        self, path: str, body: Mapping[str, Any], *, deadline_at: datetime | None = None
+    ) -> AsyncIterator[EventStream]:
         """Open a streaming POST; retries happen only until a 2xx response has started."""
+        deadline = self.deadline(deadline_at)
         attempt = 0
         while True:
-            request = self.client().build_request(
+            client = self.client()
+            request = client.build_request(
                 "POST", self.url(path), json=body, headers=dict(self._headers())
             )
             try:
-                response = await self.client().send(request, stream=True)
-            except httpx.TransportError as exc:
-                error, reason = self.unreachable(exc)
-                await self._before_retry(error, attempt, None, reason=reason)
+                async with asyncio.timeout_at(self._attempt_deadline(deadline)):
+                    response = await client.send(request, stream=True)
+                    if not response.is_success:
+                        try:
+                            content = await self._read(response)
+                        finally:
+                            await response.aclose()
+            except (TimeoutError, httpx.TransportError) as exc:
+                failed = self._unreachable(exc, deadline)
             else:
                 if response.is_success:
                     break
-                try:
-                    await response.aread()
-                finally:
-                    await response.aclose()
-                error = self.status_error(response)
-                if not error.retryable:
-                    raise error
-                await self._before_retry(
-                    error,
-                    attempt,
-                    retry_after_s(response.headers),
-                    reason=f"HTTP {response.status_code}",
-                )
+                failed = self._status_failure(response.status_code, response.headers, content)
+            if not failed.error.retryable:
+                raise failed.error
+            await self._before_retry(failed, attempt, deadline)
             attempt += 1
         try:
-            yield response
+            yield EventStream(headers=response.headers, events=self._events(response, deadline))
         except httpx.TimeoutException:
             raise ModelTimeout(
                 f"{self.provider}: the stream went silent for {self.options.timeout_s:g}s",
@@ -236,45 +351,75 @@ class Transport:
         finally:
             await response.aclose()
 
+    async def _events(
+        self, response: httpx.Response, deadline: float
+    ) -> AsyncIterator[tuple[str, str]]:
+        """The stream's server-sent events, within the call's deadline and size cap."""
+        chunks = response.aiter_bytes()
+        lines = _Lines(self.options.max_body_bytes, self.too_large)
+        event, data = "", list[str]()
+        while True:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    chunk = await anext(chunks, None)
+            except TimeoutError:
+                raise self.out_of_time() from None
+            for line in lines.feed(chunk) if chunk is not None else lines.rest():
+                if not line:
+                    if data:
+                        yield event, "\n".join(data)
+                    event, data = "", []
+                    continue
+                if line.startswith(":"):
+                    continue
+                name, _, value = line.partition(":")
+                value = value.removeprefix(" ")
+                if name == "event":
+                    event = value
+                elif name == "data":
+                    data.append(value)
+            if chunk is None:
+                return
+
     def url(self, path: str) -> str:
         return f"{self.base_url}/{path.lstrip('/')}"
 
     # -- errors and waiting ---------------------------------------------------------------
 
-    def status_error(self, response: httpx.Response) -> ModelError:
-        """A clear, secret-free error for a non-2xx response."""
-        status = response.status_code
+    def _status_failure(self, status: int, headers: httpx.Headers, content: bytes) -> _Failed:
+        """A clear, secret-free error for a non-2xx response, and the wait it asked for."""
         try:
-            payload: Any = response.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            payload = response.text
+            payload: Any = json.loads(content)
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+            payload = content.decode("utf-8", errors="replace")
         detail = self._describe_error(status, payload) if self._describe_error else ""
         if not detail:
-            detail = payload if isinstance(payload, str) else json.dumps(payload)
-        detail = scrub(detail, self._secret)[:500]
-        request_id = response.headers.get("x-request-id") or response.headers.get("request-id")
+            detail = content[:2000].decode("utf-8", errors="replace")
+        detail = clip(scrub(detail[:2000], self._secret), 500)
+        request_id = headers.get("x-request-id") or headers.get("request-id")
         fields: dict[str, Any] = {"provider": self.provider, "status": status}
         if request_id:
             fields["request_id"] = request_id
+        wait = retry_after_s(headers)
+        error: ModelError
         if status == 429:
-            wait = retry_after_s(response.headers)
             if wait is not None:
                 fields["retry_after_s"] = wait
-            return ModelRateLimited(
+            error = ModelRateLimited(
                 f"{self.provider}: rate limited (HTTP 429): {detail}", retryable=True, **fields
             )
-        hint = _HINTS.get(status, "")
-        return ModelError(
-            f"{self.provider}: HTTP {status}{hint}: {detail}",
-            retryable=status in RETRY_STATUSES or status >= 500,
-            **fields,
-        )
+        else:
+            hint = _HINTS.get(status, "")
+            error = ModelError(
+                f"{self.provider}: HTTP {status}{hint}: {detail}",
+                retryable=status in RETRY_STATUSES or status >= 500,
+                **fields,
+            )
+        return _Failed(error=error, retry_after=wait, reason=f"HTTP {status}")
 
-    async def _before_retry(
-        self, error: ModelError, attempt: int, retry_after: float | None, *, reason: str
-    ) -> None:
-        """Wait before the next attempt, or raise `error` when no attempt is left."""
-        o = self.options
+    async def _before_retry(self, failed: _Failed, attempt: int, deadline: float) -> None:
+        """Wait before the next attempt, or raise the error when no attempt (or time) is left."""
+        o, error, retry_after = self.options, failed.error, failed.retry_after
         if attempt >= o.max_retries:
             raise error
         if retry_after is not None:
@@ -287,10 +432,12 @@ class Transport:
                 random.uniform(0, min(o.backoff_s * 2**attempt, o.max_backoff_s)),
                 "backoff",
             )
+        if asyncio.get_running_loop().time() + delay >= deadline:
+            raise error  # the next attempt could not start before the call's deadline
         log.warning(
             "%s: %s; retry %d of %d in %.2fs (%s)",
             self.provider,
-            reason,
+            failed.reason,
             attempt + 1,
             o.max_retries,
             delay,
@@ -309,22 +456,38 @@ _HINTS = {
 }
 
 
-async def sse_events(response: httpx.Response) -> AsyncIterator[tuple[str, str]]:
-    """Server-sent events as (event name, data) pairs; the name is "" when not given."""
-    event, data = "", list[str]()
-    async for line in response.aiter_lines():
-        if not line:
-            if data:
-                yield event, "\n".join(data)
-            event, data = "", list[str]()
-            continue
-        if line.startswith(":"):
-            continue
-        field, _, value = line.partition(":")
-        value = value.removeprefix(" ")
-        if field == "event":
-            event = value
-        elif field == "data":
-            data.append(value)
-    if data:
-        yield event, "\n".join(data)
+class _Lines:
+    """Splits a byte stream into text lines, refusing to hold more than `limit` bytes."""
+
+    __slots__ = ("_buffer", "_limit", "_scanned", "_seen", "_too_large")
+
+    def __init__(self, limit: int, too_large: Callable[[int], Exception]) -> None:
+        self._buffer = bytearray()
+        self._scanned = 0
+        self._seen = 0
+        self._limit = limit
+        self._too_large = too_large
+
+    def feed(self, chunk: bytes) -> list[str]:
+        self._seen += len(chunk)
+        if self._seen > self._limit:
+            raise self._too_large(self._seen)
+        buffer = self._buffer
+        buffer += chunk
+        out, start = [], 0
+        while (end := buffer.find(b"\n", max(start, self._scanned))) >= 0:
+            out.append(_text(buffer[start:end]))
+            start = end + 1
+        del buffer[:start]
+        self._scanned = len(buffer)
+        return out
+
+    def rest(self) -> list[str]:
+        """The last line when the stream did not end with a newline, then an empty one."""
+        last = [_text(self._buffer)] if self._buffer else []
+        self._buffer.clear()
+        return [*last, ""]
+
+
+def _text(line: bytes | bytearray) -> str:
+    return bytes(line).decode("utf-8", errors="replace").removesuffix("\r")

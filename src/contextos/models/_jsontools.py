@@ -17,6 +17,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from contextos.errors import ModelProtocolError
 from contextos.messages import FinishReason, Message, ToolCall, ToolSpec
 
 ANSWER = "answer"
@@ -134,16 +135,29 @@ def render_messages(messages: Sequence[Message], system: str) -> list[dict[str, 
 
 
 def parse_decision(text: str, *, output_schema: dict[str, Any] | None = None) -> Message:
-    """The assistant message a decision stands for (text as is when it does not parse)."""
+    """The assistant message a decision stands for (text as is when it is not JSON).
+
+    A call whose name is not a non-empty string, or whose arguments are neither an object nor
+    JSON text, is a ModelProtocolError: no tool call is made of it.
+    """
     try:
         # Lenient about raw control characters in strings: some servers' grammars allow them.
         data = json.loads(text, strict=False)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return Message(role="assistant", content=text)
     if isinstance(data, dict) and "name" in data and "arguments" in data:
-        call = ToolCall(
-            id="call_0", name=str(data["name"]), arguments=json.dumps(data["arguments"])
-        )
+        name, arguments = data["name"], data["arguments"]
+        if not isinstance(name, str) or not name:
+            raise ModelProtocolError(
+                f"the decision's tool name is a {type(name).__name__}, not a non-empty string"
+            )
+        if not isinstance(arguments, dict | str):
+            raise ModelProtocolError(
+                f"the decision's arguments for {name[:100]!r} are a "
+                f"{type(arguments).__name__}, not an object"
+            )
+        raw = arguments if isinstance(arguments, str) else json.dumps(arguments)
+        call = ToolCall(id="call_0", name=name, arguments=raw)
         return Message(role="assistant", tool_calls=(call,))
     if isinstance(data, dict) and ANSWER in data:
         answer = data[ANSWER]

@@ -6,13 +6,18 @@ import json
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from contextos.errors import ModelError
+import httpx
+from pydantic import Discriminator, StrictInt, StrictStr, Tag, TypeAdapter
+
+from contextos.errors import ModelError, ModelProtocolError
 from contextos.messages import FinishReason, Message, ToolCall, Usage
-from contextos.models._http import HTTPOptions, Secret, Transport, sse_events
+from contextos.models import _wire
+from contextos.models._http import HTTPOptions, Secret, Transport
+from contextos.models._wire import Label, Name, Tokens, Wire
 from contextos.models.base import ModelRequest, ModelResponse
-from contextos.models.pricing import Price, cost_usd
+from contextos.models.pricing import Price, cost_usd, estimate_prompt_tokens, estimate_tokens
 
 ANTHROPIC_BASE_URL = "https://api.anthropic.com"
 ANTHROPIC_VERSION = "2023-06-01"
@@ -78,52 +83,53 @@ class AnthropicModel:
     # -- the protocol ---------------------------------------------------------------------
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
-        response = await self._transport.post("v1/messages", self.body(request))
-        data = response.json()
-        message = _message(data.get("content") or [])
-        return ModelResponse(
-            message=message,
-            finish_reason=_finish(data.get("stop_reason"), message),
-            usage=self.usage(data.get("usage") or {}),
-            model=f"anthropic:{data.get('model') or self.model}",
-            request_id=response.headers.get("request-id") or data.get("id"),
+        return await self._transport.call(
+            "v1/messages",
+            self.body(request),
+            lambda headers, content: self.read_answer(headers, content, request),
+            deadline_at=request.deadline_at,
         )
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[str | ModelResponse]:
         """Yield text deltas as they arrive, then the final ModelResponse."""
         acc = _StreamState()
         async with self._transport.stream(
-            "v1/messages", {**self.body(request), "stream": True}
-        ) as response:
-            acc.request_id = response.headers.get("request-id")
-            async for event, data in sse_events(response):
-                try:
-                    payload = json.loads(data)
-                except json.JSONDecodeError as exc:
+            "v1/messages", {**self.body(request), "stream": True}, deadline_at=request.deadline_at
+        ) as opened:
+            acc.request_id = opened.headers.get("request-id")
+            async for event, data in opened.events:
+                payload = _wire.loads(data, provider=self.name, what="a stream event")
+                if isinstance(payload, dict) and (payload.get("type") or event) == "error":
+                    error = payload.get("error")
                     raise ModelError(
-                        f"{self.name}: a stream event is not JSON", provider=self.name
-                    ) from exc
-                kind = payload.get("type") or event
-                if kind == "error":
-                    error = payload.get("error") or {}
-                    raise ModelError(
-                        f"{self.name}: the stream reported {error.get('type', 'an error')}: "
-                        f"{error.get('message', '')}",
+                        f"{self.name}: the stream reported "
+                        f"{_wire.clip(_describe_error(0, payload) or 'an error')}",
                         provider=self.name,
-                        retryable=error.get("type") in ("overloaded_error", "api_error"),
+                        retryable=isinstance(error, dict)
+                        and error.get("type") in ("overloaded_error", "api_error"),
                     )
-                delta = acc.feed(kind, payload)
+                parsed = _wire.read(
+                    _Event.model_validate, payload, provider=self.name, what="a stream event"
+                )
+                kind = parsed.type or event
+                delta = acc.feed(kind, parsed)
                 if delta:
                     yield delta
                 if kind == "message_stop":
                     break
-        message = _message(acc.blocks())
-        yield ModelResponse(
-            message=message,
-            finish_reason=_finish(acc.stop_reason, message),
-            usage=self.usage(acc.usage),
-            model=f"anthropic:{acc.model or self.model}",
-            request_id=acc.request_id or acc.id,
+        blocks = [
+            _wire.read(_BLOCK.validate_python, b, provider=self.name, what="the streamed answer")
+            for b in acc.blocks()
+        ]
+        message = _message(blocks)
+        yield self.sealed(
+            ModelResponse(
+                message=message,
+                finish_reason=_finish(acc.stop_reason, message),
+                usage=self.usage(acc.usage, request, message),
+                model=f"anthropic:{acc.model or self.model}",
+                request_id=acc.request_id or acc.id,
+            )
         )
 
     # -- building and reading -------------------------------------------------------------
@@ -158,12 +164,43 @@ class AnthropicModel:
         body.update(self.extra_body)
         return body
 
-    def usage(self, raw: dict[str, Any]) -> Usage:
-        """Tokens as reported (cache reads and writes count as input), and their cost."""
-        fresh = int(raw.get("input_tokens") or 0)
-        read = int(raw.get("cache_read_input_tokens") or 0)
-        write = int(raw.get("cache_creation_input_tokens") or 0)
-        output = int(raw.get("output_tokens") or 0)
+    def read_answer(
+        self, headers: httpx.Headers, content: bytes, request: ModelRequest
+    ) -> ModelResponse:
+        """A Messages API body as a ModelResponse, or a ModelProtocolError."""
+        data = _wire.loads(content, provider=self.name, what="the answer")
+        if isinstance(data, dict) and (data.get("type") == "error" or "error" in data):
+            raise ModelProtocolError(
+                f"{self.name}: a successful answer carries an error: "
+                f"{_wire.clip(_describe_error(0, data) or str(data.get('error')))}",
+                provider=self.name,
+            )
+        answer = _wire.read(_Answer.model_validate, data, provider=self.name, what="the answer")
+        message = _message(answer.content)
+        return self.sealed(
+            ModelResponse(
+                message=message,
+                finish_reason=_finish(answer.stop_reason, message),
+                usage=self.usage(answer.usage, request, message),
+                model=f"anthropic:{answer.model or self.model}",
+                request_id=headers.get("request-id") or answer.id,
+            )
+        )
+
+    def usage(self, raw: _Usage | None, request: ModelRequest, message: Message) -> Usage:
+        """Tokens as reported (cache reads and writes count as input), estimated when not
+        reported; and their cost."""
+        raw = raw or _Usage()
+        fresh, output = raw.input_tokens, raw.output_tokens
+        read = raw.cache_read_input_tokens or 0
+        write = raw.cache_creation_input_tokens or 0
+        estimated = fresh is None or output is None
+        if fresh is None:
+            fresh = max(estimate_prompt_tokens(request.messages, request.tools) - read - write, 0)
+        if output is None:
+            output = estimate_tokens(message.content) + sum(
+                estimate_tokens(c.name) + estimate_tokens(c.arguments) for c in message.tool_calls
+            )
         cost = cost_usd(
             self.name,
             fresh,
@@ -173,8 +210,98 @@ class AnthropicModel:
             cache_write_tokens=write,
         )
         return Usage(
-            input_tokens=fresh + read + write, output_tokens=output, cost_usd=cost, requests=1
+            input_tokens=fresh + read + write,
+            output_tokens=output,
+            cost_usd=cost,
+            requests=1,
+            estimated=estimated,
         )
+
+    def sealed(self, response: ModelResponse) -> ModelResponse:
+        return _wire.sealed(response, max_answer_bytes=self._transport.options.max_answer_bytes)
+
+
+# -- the wire ---------------------------------------------------------------------------------
+
+
+class _Text(Wire):
+    type: Literal["text"]
+    text: StrictStr
+
+
+class _ToolUse(Wire):
+    type: Literal["tool_use"]
+    id: Label | None = None
+    name: Name
+    input: dict[str, Any] | StrictStr | None = None
+    """An object; JSON text when accumulated from a stream."""
+
+
+class _Other(Wire):
+    """A block the runtime does not use (thinking, server tools, ...)."""
+
+    type: StrictStr
+
+
+def _block_kind(value: Any) -> str:
+    kind = value.get("type") if isinstance(value, dict) else None
+    return kind if kind in ("text", "tool_use") else "other"
+
+
+_Block = Annotated[
+    Annotated[_Text, Tag("text")]
+    | Annotated[_ToolUse, Tag("tool_use")]
+    | Annotated[_Other, Tag("other")],
+    Discriminator(_block_kind),
+]
+_BLOCK: TypeAdapter[_Block] = TypeAdapter(_Block)
+
+
+class _Usage(Wire):
+    input_tokens: Tokens | None = None
+    output_tokens: Tokens | None = None
+    cache_read_input_tokens: Tokens | None = None
+    cache_creation_input_tokens: Tokens | None = None
+
+
+class _Answer(Wire):
+    type: Literal["message"] = "message"
+    id: Label | None = None
+    model: Label | None = None
+    content: list[_Block]
+    stop_reason: Label | None = None
+    usage: _Usage | None = None
+
+
+class _StartedMessage(Wire):
+    id: Label | None = None
+    model: Label | None = None
+    usage: _Usage | None = None
+
+
+class _StartedBlock(Wire):
+    type: StrictStr
+    id: Label | None = None
+    name: StrictStr | None = None
+    text: StrictStr | None = None
+
+
+class _Delta(Wire):
+    type: Label | None = None
+    text: StrictStr | None = None
+    partial_json: StrictStr | None = None
+    stop_reason: Label | None = None
+
+
+class _Event(Wire):
+    """One stream event; which fields it has depends on its type."""
+
+    type: Label | None = None
+    index: StrictInt = 0
+    message: _StartedMessage | None = None
+    content_block: _StartedBlock | None = None
+    delta: _Delta | None = None
+    usage: _Usage | None = None
 
 
 # -- wire helpers -------------------------------------------------------------------------
@@ -242,21 +369,20 @@ def _tool_choice(choice: str) -> dict[str, Any]:
     return {"type": "tool", "name": choice}
 
 
-def _message(blocks: list[dict[str, Any]]) -> Message:
-    text = "".join(b.get("text", "") for b in blocks if b.get("type") == "text")
+def _message(blocks: list[_Block]) -> Message:
+    text = "".join(b.text for b in blocks if isinstance(b, _Text))
     calls = tuple(
-        ToolCall(id=b.get("id") or f"toolu_{i}", name=b.get("name", ""), arguments=_args(b))
+        ToolCall(id=b.id or f"toolu_{i}", name=b.name, arguments=_args(b))
         for i, b in enumerate(blocks)
-        if b.get("type") == "tool_use"
+        if isinstance(b, _ToolUse)
     )
     return Message(role="assistant", content=text, tool_calls=calls)
 
 
-def _args(block: dict[str, Any]) -> str:
-    raw = block.get("input")
-    if isinstance(raw, str):  # accumulated from a stream's partial JSON
-        return raw or "{}"
-    return json.dumps(raw if raw is not None else {})
+def _args(block: _ToolUse) -> str:
+    if isinstance(block.input, str):  # accumulated from a stream's partial JSON
+        return block.input or "{}"
+    return json.dumps(block.input if block.input is not None else {})
 
 
 def _finish(stop_reason: str | None, message: Message) -> FinishReason:
@@ -280,35 +406,43 @@ class _StreamState:
 
     content: dict[int, dict[str, Any]] = field(default_factory=dict)
     stop_reason: str | None = None
-    usage: dict[str, Any] = field(default_factory=dict)
+    usage: _Usage | None = None
     model: str | None = None
     id: str | None = None
     request_id: str | None = None
 
-    def feed(self, kind: str, payload: dict[str, Any]) -> str:
+    def feed(self, kind: str, event: _Event) -> str:
         """Take one event; return the text it adds."""
-        if kind == "message_start":
-            msg = payload.get("message") or {}
-            self.id, self.model = msg.get("id"), msg.get("model")
-            self.usage.update(msg.get("usage") or {})
-        elif kind == "content_block_start":
-            block = dict(payload.get("content_block") or {})
-            if block.get("type") == "tool_use":
+        if kind == "message_start" and event.message is not None:
+            self.id, self.model = event.message.id, event.message.model
+            self.add_usage(event.message.usage)
+        elif kind == "content_block_start" and event.content_block is not None:
+            block = event.content_block.model_dump(exclude_none=True)
+            if block["type"] == "tool_use":
                 block["input"] = ""  # filled by input_json_delta events
-            self.content[int(payload.get("index", 0))] = block
-        elif kind == "content_block_delta":
-            block = self.content.setdefault(int(payload.get("index", 0)), {"type": "text"})
-            delta = payload.get("delta") or {}
-            if delta.get("type") == "text_delta":
-                block["text"] = block.get("text", "") + delta.get("text", "")
-                return str(delta.get("text", ""))
-            if delta.get("type") == "input_json_delta":
-                block["input"] = block.get("input", "") + delta.get("partial_json", "")
+            elif block["type"] == "text":
+                block.setdefault("text", "")
+            self.content[event.index] = block
+        elif kind == "content_block_delta" and event.delta is not None:
+            block = self.content.setdefault(event.index, {"type": "text"})
+            delta = event.delta
+            if delta.type == "text_delta" and delta.text is not None:
+                block["text"] = block.get("text", "") + delta.text
+                return delta.text
+            if delta.type == "input_json_delta" and delta.partial_json is not None:
+                block["input"] = block.get("input", "") + delta.partial_json
         elif kind == "message_delta":
-            delta = payload.get("delta") or {}
-            self.stop_reason = delta.get("stop_reason") or self.stop_reason
-            self.usage.update({k: v for k, v in (payload.get("usage") or {}).items() if v})
+            if event.delta is not None:
+                self.stop_reason = event.delta.stop_reason or self.stop_reason
+            self.add_usage(event.usage)
         return ""
+
+    def add_usage(self, usage: _Usage | None) -> None:
+        """Later counts replace earlier ones; a count left out keeps the earlier one."""
+        if usage is not None:
+            counts = {k: v for k, v in usage.model_dump().items() if v}
+            merged = (self.usage or _Usage()).model_dump() | counts
+            self.usage = _Usage.model_validate(merged)
 
     def blocks(self) -> list[dict[str, Any]]:
         return [self.content[i] for i in sorted(self.content)]

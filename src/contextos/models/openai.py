@@ -9,16 +9,20 @@ to one JSON decision, a call of a visible tool or the final answer.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from contextos.errors import ModelError
+import httpx
+from pydantic import Field, StrictInt, StrictStr
+
+from contextos.errors import ModelError, ModelProtocolError
 from contextos.messages import FinishReason, Message, ToolCall, Usage
 from contextos.models import _jsontools as jt
-from contextos.models._http import HTTPOptions, Secret, Transport, sse_events
+from contextos.models import _wire
+from contextos.models._http import HTTPOptions, Secret, Transport
+from contextos.models._wire import Label, Name, Tokens, Wire
 from contextos.models.base import ModelRequest, ModelResponse
 from contextos.models.pricing import Price, cost_usd, estimate_prompt_tokens, estimate_tokens
 
@@ -102,61 +106,55 @@ class OpenAIModel:
     # -- the protocol ---------------------------------------------------------------------
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
-        response = await self._transport.post("chat/completions", self.body(request))
-        data = response.json()
-        request_id = response.headers.get("x-request-id") or data.get("id")
-        choices = data.get("choices") or []
-        if not choices:
-            raise ModelError(f"{self.name}: the response has no choices", provider=self.name)
-        choice = choices[0]
-        raw = choice.get("message") or {}
-        message = self.parse_message(raw, request)
-        finish = _finish(choice.get("finish_reason"), message, refusal=raw.get("refusal"))
-        usage = self.usage(data.get("usage"), request, message)
-        return ModelResponse(
-            message=message,
-            finish_reason=finish,
-            usage=usage,
-            model=f"{self.provider}:{data.get('model') or self.model}",
-            request_id=request_id,
+        return await self._transport.call(
+            "chat/completions",
+            self.body(request),
+            lambda headers, content: self.read_answer(headers, content, request),
+            deadline_at=request.deadline_at,
         )
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[str | ModelResponse]:
         """Yield content deltas as they arrive, then the final ModelResponse."""
         body = {**self.body(request), "stream": True, "stream_options": {"include_usage": True}}
         acc = _StreamState()
-        async with self._transport.stream("chat/completions", body) as response:
-            acc.request_id = response.headers.get("x-request-id")
-            async for _, data in sse_events(response):
+        async with self._transport.stream(
+            "chat/completions", body, deadline_at=request.deadline_at
+        ) as opened:
+            acc.request_id = opened.headers.get("x-request-id")
+            async for _, data in opened.events:
                 if data.strip() == "[DONE]":
                     break
-                try:
-                    chunk = json.loads(data)
-                except json.JSONDecodeError as exc:
-                    raise ModelError(
-                        f"{self.name}: a stream chunk is not JSON", provider=self.name
-                    ) from exc
-                if "error" in chunk:
+                payload = _wire.loads(data, provider=self.name, what="a stream chunk")
+                if isinstance(payload, dict) and "error" in payload:
                     raise ModelError(
                         f"{self.name}: the stream reported an error: "
-                        f"{_describe_error(0, chunk) or chunk}",
+                        f"{_wire.clip(_describe_error(0, payload) or str(payload))}",
                         provider=self.name,
                         retryable=True,
                     )
+                chunk = _wire.read(
+                    _Chunk.model_validate, payload, provider=self.name, what="a stream chunk"
+                )
                 delta = acc.feed(chunk)
                 if delta and self.tool_mode == "native":
                     yield delta
-        raw: dict[str, Any] = {"content": acc.text(), "tool_calls": acc.tool_calls()}
+        raw = _wire.read(
+            _Message.model_validate,
+            {"content": acc.text(), "tool_calls": acc.tool_calls()},
+            provider=self.name,
+            what="the streamed answer",
+        )
         message = self.parse_message(raw, request)
         if self.tool_mode == "json" and message.content:
             yield message.content
-        finish = _finish(acc.finish_reason, message, refusal=acc.refusal or None)
-        yield ModelResponse(
-            message=message,
-            finish_reason=finish,
-            usage=self.usage(acc.usage, request, message),
-            model=f"{self.provider}:{acc.model or self.model}",
-            request_id=acc.request_id or acc.id,
+        yield self.sealed(
+            ModelResponse(
+                message=message,
+                finish_reason=_finish(acc.finish_reason, message, refusal=acc.refusal or None),
+                usage=self.usage(acc.usage, request, message),
+                model=f"{self.provider}:{acc.model or self.model}",
+                request_id=acc.request_id or acc.id,
+            )
         )
 
     # -- building and reading -------------------------------------------------------------
@@ -206,37 +204,68 @@ class OpenAIModel:
             return {"type": "json_object", "schema": schema}
         return {"type": "json_schema", "json_schema": {"name": name, "schema": schema}}
 
-    def parse_message(self, raw: dict[str, Any], request: ModelRequest) -> Message:
-        content = raw.get("content") or ""
-        if isinstance(content, list):  # some servers return content parts
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    def read_answer(
+        self, headers: httpx.Headers, content: bytes, request: ModelRequest
+    ) -> ModelResponse:
+        """A chat completion's body as a ModelResponse, or a ModelProtocolError."""
+        data = _wire.loads(content, provider=self.name, what="the answer")
+        if isinstance(data, dict) and "error" in data and "choices" not in data:
+            raise ModelProtocolError(
+                f"{self.name}: a successful answer carries an error: "
+                f"{_wire.clip(_describe_error(0, data) or str(data['error']))}",
+                provider=self.name,
+            )
+        completion = _wire.read(
+            _Completion.model_validate, data, provider=self.name, what="the answer"
+        )
+        choice = completion.choices[0]
+        message = self.parse_message(choice.message, request)
+        return self.sealed(
+            ModelResponse(
+                message=message,
+                finish_reason=_finish(
+                    choice.finish_reason, message, refusal=choice.message.refusal
+                ),
+                usage=self.usage(completion.usage, request, message),
+                model=f"{self.provider}:{completion.model or self.model}",
+                request_id=headers.get("x-request-id") or completion.id,
+            )
+        )
+
+    def parse_message(self, raw: _Message, request: ModelRequest) -> Message:
+        content = raw.text()
         if self.tool_mode == "json" and (
             jt.visible_tools(request.tools, request.tool_choice) or request.output_schema
         ):
             return jt.parse_decision(content, output_schema=request.output_schema)
         calls = tuple(
             ToolCall(
-                id=c.get("id") or f"call_{i}",
-                name=(c.get("function") or {}).get("name", ""),
-                arguments=(c.get("function") or {}).get("arguments") or "{}",
+                id=c.id or f"call_{i}",
+                name=c.function.name,
+                arguments=_wire.arguments_text(c.function.arguments),
             )
-            for i, c in enumerate(raw.get("tool_calls") or [])
+            for i, c in enumerate(raw.tool_calls or ())
         )
-        refusal = raw.get("refusal")
-        return Message(role="assistant", content=content or refusal or "", tool_calls=calls)
+        return Message(role="assistant", content=content or raw.refusal or "", tool_calls=calls)
 
-    def usage(self, raw: dict[str, Any] | None, request: ModelRequest, message: Message) -> Usage:
+    def usage(self, raw: _Usage | None, request: ModelRequest, message: Message) -> Usage:
         """Tokens from the provider when it reports them, estimated otherwise; and the cost."""
-        if raw and raw.get("prompt_tokens") is not None:
-            prompt = int(raw.get("prompt_tokens") or 0)
-            completion = int(raw.get("completion_tokens") or 0)
-            cached = int((raw.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
-        else:
+        prompt = raw.prompt_tokens if raw else None
+        completion = raw.completion_tokens if raw else None
+        details = raw.prompt_tokens_details if raw else None
+        cached = (details.cached_tokens if details else None) or 0
+        estimated = prompt is None or completion is None
+        if prompt is None:
             prompt = estimate_prompt_tokens(request.messages, request.tools)
+        if completion is None:
             completion = estimate_tokens(message.content) + sum(
                 estimate_tokens(c.name) + estimate_tokens(c.arguments) for c in message.tool_calls
             )
-            cached = 0
+        if cached > prompt:
+            raise ModelProtocolError(
+                f"{self.name}: the answer reports {cached} cached of {prompt} prompt tokens",
+                provider=self.name,
+            )
         cost = cost_usd(
             self.name,
             prompt - cached,
@@ -244,7 +273,97 @@ class OpenAIModel:
             price=self.price,
             cache_read_tokens=cached,
         )
-        return Usage(input_tokens=prompt, output_tokens=completion, cost_usd=cost, requests=1)
+        return Usage(
+            input_tokens=prompt,
+            output_tokens=completion,
+            cost_usd=cost,
+            requests=1,
+            estimated=estimated,
+        )
+
+    def sealed(self, response: ModelResponse) -> ModelResponse:
+        return _wire.sealed(response, max_answer_bytes=self._transport.options.max_answer_bytes)
+
+
+# -- the wire ---------------------------------------------------------------------------------
+
+
+class _Function(Wire):
+    name: Name
+    arguments: StrictStr | dict[str, Any] | None = None
+
+
+class _Call(Wire):
+    id: Label | None = None
+    function: _Function
+
+
+class _Part(Wire):
+    type: Label | None = None
+    text: StrictStr | None = None
+
+
+class _Message(Wire):
+    content: StrictStr | list[_Part] | None = None
+    tool_calls: list[_Call] | None = None
+    refusal: StrictStr | None = None
+
+    def text(self) -> str:
+        if isinstance(self.content, list):  # some servers send content parts
+            return "".join(p.text for p in self.content if p.text is not None)
+        return self.content or ""
+
+
+class _Choice(Wire):
+    message: _Message
+    finish_reason: Label | None = None
+
+
+class _Details(Wire):
+    cached_tokens: Tokens | None = None
+
+
+class _Usage(Wire):
+    prompt_tokens: Tokens | None = None
+    completion_tokens: Tokens | None = None
+    prompt_tokens_details: _Details | None = None
+
+
+class _Completion(Wire):
+    id: Label | None = None
+    model: Label | None = None
+    choices: Annotated[list[_Choice], Field(min_length=1)]
+    usage: _Usage | None = None
+
+
+class _DeltaFunction(Wire):
+    name: StrictStr | None = None
+    arguments: StrictStr | dict[str, Any] | None = None
+
+
+class _DeltaCall(Wire):
+    index: StrictInt = 0
+    id: Label | None = None
+    function: _DeltaFunction | None = None
+
+
+class _Delta(Wire):
+    content: StrictStr | None = None
+    refusal: StrictStr | None = None
+    tool_calls: list[_DeltaCall] | None = None
+
+
+class _ChunkChoice(Wire):
+    index: StrictInt = 0
+    delta: _Delta | None = None
+    finish_reason: Label | None = None
+
+
+class _Chunk(Wire):
+    id: Label | None = None
+    model: Label | None = None
+    choices: list[_ChunkChoice] | None = None
+    usage: _Usage | None = None
 
 
 # -- wire helpers -------------------------------------------------------------------------
@@ -301,38 +420,35 @@ class _StreamState:
     parts: list[str] = field(default_factory=list)
     calls: dict[int, dict[str, str]] = field(default_factory=dict)
     finish_reason: str | None = None
-    usage: dict[str, Any] | None = None
+    usage: _Usage | None = None
     refusal: str = ""
     model: str | None = None
     id: str | None = None
     request_id: str | None = None
 
-    def feed(self, chunk: dict[str, Any]) -> str:
+    def feed(self, chunk: _Chunk) -> str:
         """Take one chunk; return its new content text."""
-        self.id = self.id or chunk.get("id")
-        self.model = self.model or chunk.get("model")
-        if chunk.get("usage"):
-            self.usage = chunk["usage"]
+        self.id = self.id or chunk.id
+        self.model = self.model or chunk.model
+        if chunk.usage:
+            self.usage = chunk.usage
         text = ""
-        for choice in chunk.get("choices") or []:
-            if choice.get("index", 0) != 0:
+        for choice in chunk.choices or ():
+            if choice.index != 0:
                 continue
-            delta = choice.get("delta") or {}
-            if delta.get("content"):
-                text += delta["content"]
-            if delta.get("refusal"):
-                self.refusal += delta["refusal"]
-            for call in delta.get("tool_calls") or []:
-                slot = self.calls.setdefault(
-                    int(call.get("index", 0)), {"id": "", "name": "", "arguments": ""}
-                )
-                fn = call.get("function") or {}
+            delta = choice.delta or _Delta()
+            text += delta.content or ""
+            self.refusal += delta.refusal or ""
+            for call in delta.tool_calls or ():
+                slot = self.calls.setdefault(call.index, {"id": "", "name": "", "arguments": ""})
+                fn = call.function or _DeltaFunction()
                 # Some servers repeat the id and name in every chunk: keep the first.
-                slot["id"] = slot["id"] or call.get("id") or ""
-                slot["name"] = slot["name"] or fn.get("name") or ""
-                slot["arguments"] += fn.get("arguments") or ""
-            if choice.get("finish_reason"):
-                self.finish_reason = choice["finish_reason"]
+                slot["id"] = slot["id"] or call.id or ""
+                slot["name"] = slot["name"] or fn.name or ""
+                if fn.arguments:  # a piece of JSON text, or (some servers) the whole object
+                    slot["arguments"] += _wire.arguments_text(fn.arguments)
+            if choice.finish_reason:
+                self.finish_reason = choice.finish_reason
         self.parts.append(text)
         return text
 
@@ -341,6 +457,6 @@ class _StreamState:
 
     def tool_calls(self) -> list[dict[str, Any]]:
         return [
-            {"id": c["id"], "function": {"name": c["name"], "arguments": c["arguments"]}}
+            {"id": c["id"] or None, "function": {"name": c["name"], "arguments": c["arguments"]}}
             for _, c in sorted(self.calls.items())
         ]

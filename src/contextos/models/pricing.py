@@ -12,6 +12,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from contextos.errors import ConfigError
 from contextos.messages import Message, ToolSpec
 
 
@@ -27,6 +28,17 @@ class Price:
     """Prompt tokens read from the provider's prompt cache (None: billed as input)."""
     cache_write_per_mtok: float | None = None
     """Prompt tokens written to the provider's prompt cache (None: billed as input)."""
+
+    def __post_init__(self) -> None:
+        rates = (
+            self.input_per_mtok,
+            self.output_per_mtok,
+            self.cache_read_per_mtok,
+            self.cache_write_per_mtok,
+        )
+        if not all(r is None or (math.isfinite(r) and r >= 0) for r in rates):
+            # A negative price would turn spending into credit and switch budgets off.
+            raise ConfigError(f"prices must be finite and not negative: {self}")
 
     def cost(
         self,

@@ -218,6 +218,31 @@ CREATE TRIGGER terminal_run_is_final BEFORE UPDATE ON runs
 WHEN OLD.status IN {_TERMINAL}
 BEGIN SELECT RAISE(ABORT, 'run is terminal'); END;
 """,
+    # 7: the daily usage counters only ever grow: an event whose usage is negative (written
+    # by code that did not check a provider's numbers) adds nothing instead of a credit.
+    """
+DROP TRIGGER principal_usage_from_events;
+CREATE TRIGGER principal_usage_from_events AFTER INSERT ON events
+WHEN NEW.type IN ('model_responded', 'context_compacted')
+BEGIN
+    INSERT INTO principal_usage (principal, day, input_tokens, output_tokens, cost_usd, calls)
+    SELECT
+        coalesce(json_extract(CAST(c.payload AS TEXT), '$.metadata.principal'),
+            coalesce(json_extract(CAST(c.payload AS TEXT), '$.metadata.tenant_id'), '-') || '/'
+            || coalesce(json_extract(CAST(c.payload AS TEXT), '$.metadata.user_id'), '-')),
+        substr(NEW.occurred_at, 1, 10),
+        max(0, coalesce(json_extract(CAST(NEW.payload AS TEXT), '$.usage.input_tokens'), 0)),
+        max(0, coalesce(json_extract(CAST(NEW.payload AS TEXT), '$.usage.output_tokens'), 0)),
+        max(0, coalesce(json_extract(CAST(NEW.payload AS TEXT), '$.usage.cost_usd'), 0)),
+        1
+    FROM events c WHERE c.run_id = NEW.run_id AND c.seq = 1
+    ON CONFLICT (principal, day) DO UPDATE SET
+        input_tokens = input_tokens + excluded.input_tokens,
+        output_tokens = output_tokens + excluded.output_tokens,
+        cost_usd = cost_usd + excluded.cost_usd,
+        calls = calls + excluded.calls;
+END;
+""",
 ]
 
 
@@ -497,6 +522,28 @@ BEGIN
         RAISE EXCEPTION 'run % is terminal', NEW.run_id;
     END IF;
     RETURN NEW;
+END $$;
+""",
+    # 8: the daily usage counters only ever grow, as SQLite's migration 7.
+    """
+CREATE OR REPLACE FUNCTION contextos_principal_usage() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    usage json := contextos_json(NEW.payload) -> 'usage';
+BEGIN
+    INSERT INTO principal_usage AS u (principal, day, input_tokens, output_tokens, cost_usd, calls)
+    SELECT contextos_principal_of(c.payload),
+           to_char(NEW.occurred_at AT TIME ZONE 'UTC', 'YYYY-MM-DD'),
+           greatest(coalesce((usage ->> 'input_tokens')::bigint, 0), 0),
+           greatest(coalesce((usage ->> 'output_tokens')::bigint, 0), 0),
+           greatest(coalesce((usage ->> 'cost_usd')::double precision, 0), 0),
+           1
+    FROM events c WHERE c.run_id = NEW.run_id AND c.seq = 1
+    ON CONFLICT (principal, day) DO UPDATE SET
+        input_tokens = u.input_tokens + EXCLUDED.input_tokens,
+        output_tokens = u.output_tokens + EXCLUDED.output_tokens,
+        cost_usd = u.cost_usd + EXCLUDED.cost_usd,
+        calls = u.calls + EXCLUDED.calls;
+    RETURN NULL;
 END $$;
 """,
 ]

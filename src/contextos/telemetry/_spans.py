@@ -90,6 +90,7 @@ def build(events: list[ev.Event], *, capture_content: bool = False) -> list[Span
     tools: dict[str, _Tool] = {}
     calls: dict[str, tuple[str, str]] = {}  # call id -> (tool name, arguments)
     conversation: list[dict[str, Any]] = [_message("user", created.input)]
+    answers: dict[int, str] = {}  # seq of a model answer -> its text
     status = RunStatus.QUEUED
     input_tokens = output_tokens = turns = 0
     cost = 0.0
@@ -119,6 +120,7 @@ def build(events: list[ev.Event], *, capture_content: bool = False) -> list[Span
                     _chat(e, trace_id, root_id, turns, conversation if capture_content else None)
                 )
                 conversation.append(_assistant(e.message, str(e.finish_reason)))
+                answers[e.seq] = e.message.content
             case ev.PolicyDecided():
                 t = tool(e.call_id, e.tool, e.occurred_at)
                 t.attributes["contextos.policy.decision"] = e.decision
@@ -185,8 +187,9 @@ def build(events: list[ev.Event], *, capture_content: bool = False) -> list[Span
                 terminal = e
                 end_status = "ok"
                 if capture_content:
+                    output = e.output if e.answer_seq is None else answers.get(e.answer_seq, "")
                     end_attrs[gen_ai.GEN_AI_OUTPUT_MESSAGES] = json.dumps(
-                        [_message("assistant", e.output)]
+                        [_message("assistant", output)]
                     )
             case ev.RunFailed():
                 terminal = e
