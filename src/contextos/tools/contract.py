@@ -20,6 +20,9 @@ from pydantic import BaseModel, ConfigDict, create_model
 
 from contextos.messages import ToolSpec
 
+DEFAULT_MAX_OUTPUT_CHARS = 16_000
+"""Characters of a tool's rendered output kept by default; the rest is cut with a note."""
+
 
 class Effect(StrEnum):
     """What calling the tool does to the world."""
@@ -143,6 +146,9 @@ class Tool:
     """Team or person responsible."""
     context_param: str | None = None
     """Name of the parameter that receives the ToolContext, if any."""
+    max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS
+    """Characters of rendered output recorded and shown to the model; longer output is cut
+    there, with a note saying how much was left out."""
 
     @property
     def is_async(self) -> bool:
@@ -183,6 +189,12 @@ class Tool:
             "redact_fields": list(self.redact_fields),
             "compensation": self.compensation,
             "approval_policy": self.approval_policy,
+            # Added only when set, so that contracts which leave it alone keep their hash.
+            **(
+                {"max_output_chars": self.max_output_chars}
+                if self.max_output_chars != DEFAULT_MAX_OUTPUT_CHARS
+                else {}
+            ),
         }
 
     def contract_hash(self) -> str:
@@ -237,6 +249,7 @@ def tool(
     redact_fields: tuple[str, ...] = (),
     owner: str | None = None,
     output_classification: str | None = None,
+    max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -262,6 +275,7 @@ def tool(
     redact_fields: tuple[str, ...] = (),
     owner: str | None = None,
     output_classification: str | None = None,
+    max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Declare a tool: `@tool` on a typed function, or `@tool(effect="write", ...)`."""
 
@@ -290,6 +304,7 @@ def tool(
             redact_fields=tuple(redact_fields),
             owner=owner,
             context_param=context_param,
+            max_output_chars=max_output_chars,
         )
 
     return build(fn) if fn is not None else build
@@ -320,6 +335,7 @@ class BaseTool:
     approval_policy: str | None = None
     redact_fields: tuple[str, ...] = ()
     owner: str | None = None
+    max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS
 
     run: Callable[..., Any]
 
@@ -345,6 +361,7 @@ class BaseTool:
             approval_policy=self.approval_policy,
             redact_fields=tuple(self.redact_fields),
             owner=self.owner,
+            max_output_chars=self.max_output_chars,
         )(self.run)
 
 
