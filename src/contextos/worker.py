@@ -80,7 +80,8 @@ class WorkerConfig:
     """How often it looks for interrupts nobody answered by their deadline (safe on every
     worker: each expiry is one fenced append, recorded once)."""
     max_attempts: int = 10
-    """A run whose worker died or failed this many times is failed with runtime_crashed."""
+    """A run whose worker died or failed this many times is failed with runtime_crashed (or
+    tool_crashed when the last worker died during a tool call)."""
     retry_base_s: float = 1.0
     """First back-off after a failed attempt; doubles each time."""
     retry_cap_s: float = 300.0

@@ -105,11 +105,7 @@ async def _run_async(name: str, coro: Coroutine[Any, Any, Any], limit: float) ->
             f"time limit ({limit:g}s); run blocking work in a sync tool or a thread"
         )
     if task.cancelled():  # nothing cancelled it: the call raised CancelledError itself
-        raise ToolCrashed(
-            f"{name} raised CancelledError although nothing cancelled it",
-            tool=name,
-            error_type="CancelledError",
-        )
+        raise stray_cancellation(name)
     return task.result()
 
 
@@ -141,10 +137,19 @@ def _error_of(name: str, error: BaseException) -> Exception:
     if isinstance(error, Exception):
         return error
     crashed = ToolCrashed(
-        f"{name} raised {describe(error)}", tool=name, error_type=type(error).__name__
+        f"it raised {describe(error)}", tool=name, error_type=type(error).__name__
     )
     crashed.__cause__ = error
     return crashed
+
+
+def stray_cancellation(name: str) -> ToolCrashed:
+    """A CancelledError that no cancellation of the caller explains."""
+    return ToolCrashed(
+        "it raised CancelledError although nothing cancelled it",
+        tool=name,
+        error_type="CancelledError",
+    )
 
 
 class CallTimedOut(TimeoutError):

@@ -40,7 +40,7 @@ from contextos.policy.decision import Decision, PolicyDecision
 from contextos.runs import FailureReason
 from contextos.state import RunState
 from contextos.store.base import EventStore
-from contextos.tools._invoke import describe, error_type, safe_text
+from contextos.tools._invoke import describe, error_type, safe_text, stray_cancellation
 from contextos.tools.contract import Tool, ToolContext
 from contextos.tools.gateway import (
     Gateway,
@@ -596,11 +596,8 @@ class ToolRunner:
             if not watcher.cut:
                 if task.cancelling():
                     raise  # the runtime is stopping this run (cancel, lease lost, shutdown)
-                raise ToolCrashed(  # raised by code around the call (a middleware), not ours
-                    f"{tool.name} raised CancelledError although nothing cancelled it",
-                    tool=tool.name,
-                    error_type="CancelledError",
-                ) from None
+                # raised by code around the call (a middleware), not by the runtime
+                raise stray_cancellation(tool.name) from None
         finally:
             handle.cancel()
             watcher.stop()
@@ -773,7 +770,7 @@ def _unknown_note(tool: Tool, exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):
         return f"{timeout_message(tool, exc).rstrip('.')}; it may have acted"
     if isinstance(exc, ToolCrashed):
-        return f"{safe_text(exc)}; it may have acted"
+        return f"{tool.name} crashed ({safe_text(exc)}); it may have acted"
     return describe(exc)
 
 

@@ -233,8 +233,8 @@ class Gateway:
             text.encode("utf-8")
         except UnicodeEncodeError as exc:
             raise ToolOutputInvalid(
-                f"the output of {tool.name} is not valid Unicode text ({exc.reason} at "
-                f"character {exc.start}); it was not recorded",
+                f"its output is not valid Unicode text ({exc.reason} at character "
+                f"{exc.start}); it was not recorded",
                 tool=tool.name,
             ) from None
         return Rendered(text=text, truncated=truncated, receipts=receipts)
@@ -254,7 +254,7 @@ def render_output(result: Any) -> str:
     except BaseException as exc:  # user code runs here (__str__, serializers): no await, so
         # not even a CancelledError can be the runtime's
         raise ToolOutputInvalid(
-            f"the output could not be turned into text: {describe(exc)}"
+            f"its output could not be turned into text: {describe(exc)}"
         ) from exc
 
 
