@@ -336,3 +336,33 @@ async def test_a_write_that_blocked_the_event_loop_has_an_unknown_outcome(
         if isinstance(e, ev.EffectChanged) and e.state is EffectState.OUTCOME_UNKNOWN
     )
     assert "held the event loop" in unknown.note
+
+
+async def test_a_compensation_whose_output_cannot_be_shown_still_undoes_the_write(
+    runtime: Runtime,
+) -> None:
+    booked: list[str] = []
+
+    @tool(effect="reversible_write", compensation="cancel_booking")
+    def book(slot: str) -> str:
+        """Book a slot."""
+        booked.append(slot)
+        return f"booked {slot}"
+
+    @tool(effect="write")
+    def cancel_booking(slot: str) -> Any:
+        """Cancel a booking, answering with a cyclic receipt."""
+        booked.remove(slot)
+        return cyclic()
+
+    model = ScriptedModel([call_tool("book", {"slot": "9:00"}), reply("never reached")])
+    agent = Agent(
+        name="wedge", model=model, tools=[book, cancel_booking], budget=Budget(max_turns=1)
+    )
+    result = await runtime.run(agent, "book")
+    assert result.status is RunStatus.FAILED
+    assert result.failure_reason is FailureReason.BUDGET_EXHAUSTED
+    original, compensation = (await runtime.state(result.run_id)).effects.values()
+    assert original.state is EffectState.COMPENSATED and booked == []
+    assert compensation.state is EffectState.COMMITTED
+    assert "cannot be shown" in (compensation.output or "")

@@ -50,6 +50,7 @@ from contextos.tools.gateway import (
     refusal_outcome,
     safe_receipts,
     timeout_message,
+    unshowable_outcome,
 )
 from contextos.tools.saga import Saga, needs_settling, unsettled
 
@@ -372,14 +373,7 @@ class ToolRunner:
                 return
             except ToolOutputInvalid as exc:
                 # The call returned, so it took effect; only its result cannot be shown.
-                outcome = ToolOutcome(
-                    output=f"The call to {tool.name} went through, but its result cannot be "
-                    f"shown: {safe_text(exc)}",
-                    is_error=True,
-                    error_code=exc.code,
-                    receipts=safe_receipts(ctx.receipts),
-                    duration_ms=_ms_since(started),
-                )
+                outcome = unshowable_outcome(tool, exc, ctx.receipts, _ms_since(started))
                 await self._commit_effect(call, tool, effect, outcome)
                 return
             except Exception as exc:
@@ -626,8 +620,7 @@ class ToolRunner:
 
         A crash is never retried: no contract declares SystemExit safe to try again.
         """
-        crashed = isinstance(exc, ToolCrashed)
-        again = not crashed and tool.retry.allows(exc, attempt)
+        again = not isinstance(exc, ToolCrashed) and tool.retry.allows(exc, attempt)
         delay = tool.retry.delay(attempt) if again else 0.0
         b = self.batch()
         b.add(

@@ -269,6 +269,20 @@ def timeout_message(tool: Tool, exc: TimeoutError) -> str:
     return f"{tool.name} did not finish within its time limit ({tool.timeout_s:g}s)."
 
 
+def unshowable_outcome(
+    tool: Tool, exc: ToolOutputInvalid, receipts: Mapping[Any, Any], duration_ms: float = 0.0
+) -> ToolOutcome:
+    """A call that returned, so took effect, but whose result cannot be shown."""
+    return ToolOutcome(
+        output=f"The call to {tool.name} went through, but its result cannot be shown: "
+        f"{safe_text(exc)}",
+        is_error=True,
+        error_code=exc.code,
+        receipts=safe_receipts(receipts),
+        duration_ms=duration_ms,
+    )
+
+
 def failure_outcome(tool: Tool, exc: Exception, *, started: float | None = None) -> ToolOutcome:
     """What the model is told about a call that raised (or whose output cannot be shown)."""
     if isinstance(exc, ToolCrashed | ToolOutputInvalid):

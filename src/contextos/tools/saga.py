@@ -21,7 +21,7 @@ from contextos.messages import ToolCall
 from contextos.state import RunState
 from contextos.tools._invoke import describe, error_type, safe_text
 from contextos.tools.contract import Tool
-from contextos.tools.gateway import ToolOutcome, safe_receipts
+from contextos.tools.gateway import ToolOutcome, safe_receipts, unshowable_outcome
 
 if TYPE_CHECKING:
     from contextos.tools.effects import ToolRunner
@@ -164,16 +164,8 @@ class Saga:
             try:
                 r = self.r.gw.render(await self.r.gw.dispatch(tool, args, ctx), tool)
             except ToolOutputInvalid as exc:  # it returned, so it took effect
-                await self.r._commit_effect(
-                    None,
-                    tool,
-                    comp,
-                    ToolOutcome(
-                        output=f"{tool.name} went through; its result cannot be shown: "
-                        f"{safe_text(exc)}",
-                        receipts=safe_receipts(ctx.receipts),
-                    ),
-                )
+                outcome = unshowable_outcome(tool, exc, ctx.receipts)
+                await self.r._commit_effect(None, tool, comp, outcome)
                 return
             except Exception as exc:
                 unknown = isinstance(exc, (TimeoutError, ToolOutcomeUnknown, ToolCrashed))
