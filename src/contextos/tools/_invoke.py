@@ -32,8 +32,8 @@ _abandoned: set[asyncio.Task[Any]] = set()
 async def invoke(
     name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], limit: float
 ) -> Any:
-    """`fn(*args, **kwargs)` within `limit` seconds: async functions in a task of their own, sync
-    ones on a daemon thread."""
+    """`fn(*args, **kwargs)` within `limit` seconds: an async function in a task of its own, a
+    sync one on a daemon thread."""
     started = time.monotonic()
     if inspect.iscoroutinefunction(fn):
         return await _run_async(name, fn(*args, **kwargs), limit)
@@ -82,28 +82,31 @@ async def _run_sync(
 
 
 async def _run_async(name: str, coro: Coroutine[Any, Any, Any], limit: float) -> Any:
-    watch = _Watch(name, limit)
-    # A task of its own: a call that ignores cancellation can be let go, and a CancelledError
-    # it raises is told apart from a cancellation of the caller.
-    task = asyncio.ensure_future(watch.run(coro))
+    watch = _Watch(limit)
+    # A task of its own: a call that ignores its cancellation can be let go, and a
+    # CancelledError it raises is told apart from a cancellation of the caller.
+    task = asyncio.ensure_future(watch.run(name, coro))
     try:
         await asyncio.wait((task,), timeout=limit)
     except asyncio.CancelledError:
         await _stop(name, task)
         raise
-    if not task.done():
-        if await _stop(name, task):
-            raise CallTimedOut(f"{name} did not finish within its time limit ({limit:g}s)")
-        raise CallTimedOut(
-            f"{name} did not finish within its time limit ({limit:g}s) and ignored its "
-            f"cancellation; it was abandoned after {CANCEL_GRACE_S:g}s more"
-        )
+    timed_out = not task.done()
+    abandoned = timed_out and not await _stop(name, task)
     if watch.held_s is not None:
-        _consume(task)
+        if task.done():
+            _consume(task)
         raise CallTimedOut(
             f"{name} held the event loop for {watch.held_s:.1f}s without yielding, past its "
             f"time limit ({limit:g}s); run blocking work in a sync tool or a thread"
         )
+    if abandoned:
+        raise CallTimedOut(
+            f"{name} did not finish within its time limit ({limit:g}s) and ignored its "
+            f"cancellation; it was abandoned after {CANCEL_GRACE_S:g}s more"
+        )
+    if timed_out:
+        raise CallTimedOut(f"{name} did not finish within its time limit ({limit:g}s)")
     if task.cancelled():  # nothing cancelled it: the call raised CancelledError itself
         raise stray_cancellation(name)
     return task.result()
@@ -160,18 +163,17 @@ class _Watch:
     """Times each synchronous stretch of an async call: one that started before the call's
     limit and ended after it held the event loop past the limit (no timer could fire)."""
 
-    def __init__(self, name: str, limit: float) -> None:
-        self.name = name
+    def __init__(self, limit: float) -> None:
         self.deadline = time.monotonic() + limit
         self.held_s: float | None = None
 
-    async def run(self, coro: Coroutine[Any, Any, Any]) -> Any:
+    async def run(self, name: str, coro: Coroutine[Any, Any, Any]) -> Any:
         try:
             return await self._steps(coro)
         except (asyncio.CancelledError, Exception):
             raise
         except BaseException as exc:  # a task would re-raise SystemExit out of the event loop
-            raise _error_of(self.name, exc) from exc
+            raise _error_of(name, exc) from exc
         finally:
             coro.close()  # a call cancelled before it started is not left 'never awaited'
 
