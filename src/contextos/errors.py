@@ -21,6 +21,8 @@
         ├── ToolOutcomeUnknown        a tool cannot tell whether its call took effect
         ├── ToolManifestChanged       a run's tools changed while it was in flight
         ├── ContentBlocked            a read tool's output held data the PII policy blocks
+        ├── ToolCrashed               a tool raised a BaseException (SystemExit, a stray cancel)
+        ├── ToolOutputInvalid         a tool's result cannot be turned into text and recorded
         └── McpServerUnavailable      an MCP server did not connect in time, or is gone
     PolicyError (ContextOSError)      authority: policies, run contexts, containment, interrupts
     ├── PolicyLoadError               a policy file or rule is malformed
@@ -186,6 +188,21 @@ class ToolOutcomeUnknown(ToolError):
 
 class ToolManifestChanged(ToolError):
     code = "tool_manifest_changed"
+
+
+class ToolCrashed(ToolError):
+    """A tool ended with a BaseException that is not an `Exception` (SystemExit,
+    KeyboardInterrupt, a CancelledError the runtime did not cause, ...): the tool's fault,
+    recorded as its failure; it never stops the process driving the run."""
+
+    code = "tool_crashed"
+
+
+class ToolOutputInvalid(ToolError):
+    """A tool's result has no text that can be recorded (cyclic, its `__str__` raises, lone
+    surrogates, ...): the call is recorded as failed with the reason."""
+
+    code = "tool_output_invalid"
 
 
 class ContentBlocked(ToolError):

@@ -355,13 +355,15 @@ class Driver:
         await self.record_tool(call)
 
     async def record_tool(self, call: ToolCall) -> None:
-        """After a call settled: end the run when tools keep failing."""
+        """After a call settled: end the run when tools keep failing (`tool_crashed` when the
+        last one crashed: raised SystemExit, KeyboardInterrupt or a stray cancellation)."""
         s = self.state
         limit = s.budget.max_consecutive_tool_errors
         last = s.messages[-1] if s.messages else None
         if s.status is RunStatus.RUNNING and s.consecutive_tool_errors >= limit:
+            crashed = s.last_tool_error == FailureReason.TOOL_CRASHED.value
             await self.fail(
-                FailureReason.TOOL_FAILED,
+                FailureReason.TOOL_CRASHED if crashed else FailureReason.TOOL_FAILED,
                 f"{limit} tool calls in a row failed; the last: {last.content if last else ''}",
                 tool=call.name,
             )

@@ -80,6 +80,9 @@ class FailureReason(StrEnum):
     RUNTIME_CRASHED = "runtime_crashed"
     CONTENT_BLOCKED = "content_blocked"
     """The PII policy blocks what the run was given (e.g. a card number in the input)."""
+    TOOL_CRASHED = "tool_crashed"
+    """A tool kept crashing: it raised SystemExit, KeyboardInterrupt or a stray cancellation
+    on every call, or the process driving the run kept dying while it ran."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

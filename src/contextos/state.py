@@ -76,6 +76,8 @@ class RunState:
     """Set when the run will fail or be cancelled once its effects are settled."""
     tool_errors: int = 0
     """Tool calls that ended in an error the model had to handle, over the whole run."""
+    last_tool_error: str | None = None
+    """Error code of the last tool result when it was an error (`tool_crashed`, ...)."""
 
     @property
     def is_terminal(self) -> bool:
@@ -144,6 +146,7 @@ def apply(state: RunState, event: ev.Event) -> RunState:
                 state.consecutive_tool_errors + 1 if event.is_error else 0
             )
             state.tool_errors += 1 if event.is_error else 0
+            state.last_tool_error = event.error_code if event.is_error else None
         case ev.PolicyDecided():
             state.policy_by_call[event.call_id] = event
         case ev.EffectProposed():

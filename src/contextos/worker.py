@@ -17,8 +17,9 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from contextos import events as ev
 from contextos.agents import Agent
@@ -34,9 +35,11 @@ from contextos.expiry import Sweeper
 from contextos.runs import FailureReason, RunId
 from contextos.runtime import Runtime
 from contextos.scheduler import fire_due, retry_at
+from contextos.state import RunState
 from contextos.store import EventStore, open_store
 from contextos.store.queue import Lease, RunQueue, WorkerInfo, WorkerStatus, queue_of
 from contextos.store.wakeup import Ready, Wakeup, wakeup_for
+from contextos.tools._invoke import CANCEL_GRACE_S
 from contextos.triggers import fire_due as fire_triggers
 
 log = logging.getLogger("contextos.worker")
@@ -77,7 +80,8 @@ class WorkerConfig:
     """How often it looks for interrupts nobody answered by their deadline (safe on every
     worker: each expiry is one fenced append, recorded once)."""
     max_attempts: int = 10
-    """A run whose worker died or failed this many times is failed with runtime_crashed."""
+    """A run whose worker died or failed this many times is failed with runtime_crashed (or
+    tool_crashed when the last worker died during a tool call)."""
     retry_base_s: float = 1.0
     """First back-off after a failed attempt; doubles each time."""
     retry_cap_s: float = 300.0
@@ -282,15 +286,13 @@ class Worker:
     async def _give_up(self, lease: Lease) -> None:
         state = await self.runtime.state(lease.run_id)
         if not state.is_terminal:
+            reason, message, error = _given_up(state, lease)
             failed = ev.RunFailed(
                 run_id=RunId(lease.run_id),
                 seq=state.seq + 1,
-                reason=FailureReason.RUNTIME_CRASHED,
-                message=(
-                    f"gave up after {lease.attempts} failed attempts "
-                    "(workers died holding the run, or it kept failing)"
-                ),
-                error={"code": "too_many_attempts", "attempts": lease.attempts},
+                reason=reason,
+                message=message,
+                error=error,
                 actor=f"worker:{self.worker_id}",
             )
             with contextlib.suppress(ConcurrencyConflict, RunIsTerminal):
@@ -367,6 +369,27 @@ class Worker:
             log.exception("firing triggers failed; the next pass tries again")
 
 
+def _given_up(state: RunState, lease: Lease) -> tuple[FailureReason, str, dict[str, Any]]:
+    """Why a run that used up its attempts failed: the tool its last worker died running
+    (`tool_crashed`), or the runtime (`runtime_crashed`)."""
+    error: dict[str, Any] = {"code": "too_many_attempts", "attempts": lease.attempts}
+    if lease.recovered and state.pending_tool_calls:
+        call = state.pending_tool_calls[0]
+        return (
+            FailureReason.TOOL_CRASHED,
+            f"gave up after {lease.attempts} failed attempts: the last worker died during the "
+            f"call to {call.name}, which most likely ends the process (os._exit, a signal, a "
+            "crash in native code); fix or remove the tool",
+            {**error, "tool": call.name, "call_id": call.id},
+        )
+    return (
+        FailureReason.RUNTIME_CRASHED,
+        f"gave up after {lease.attempts} failed attempts "
+        "(workers died holding the run, or it kept failing)",
+        error,
+    )
+
+
 def run_worker(
     store: str | None = None,
     *,
@@ -382,7 +405,31 @@ def run_worker(
             loop.add_signal_handler(sig, worker.stop)
         await worker.run()
 
-    asyncio.run(main())
+    _run_letting_go(main())
+
+
+def _run_letting_go(main: Coroutine[Any, Any, None]) -> None:
+    """`asyncio.run(main)`, except that at the end it does not wait for what it cannot stop.
+
+    `asyncio.run` waits, without a limit, for every task still running: a tool call abandoned
+    because it ignored its cancellation would hold a stopped worker for ever. Tasks left here
+    get `CANCEL_GRACE_S` after their cancellation, then go with the loop.
+    """
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_until_complete(main)
+    finally:
+        try:
+            left = asyncio.all_tasks(loop)
+            for task in left:
+                task.cancel()
+            if left:
+                loop.run_until_complete(asyncio.wait(left, timeout=CANCEL_GRACE_S))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()
 
 
 # -- operations ---------------------------------------------------------------------------

@@ -1,14 +1,17 @@
 """The effect ledger against a real payments service on loopback.
 
-A "crash" here is a BaseException raised by the tool right after the service charged: the
-driver dies mid-call exactly as a killed worker would (the log ends at `dispatched`), and a fresh
-Runtime resumes the run. The SIGKILL version of this runs in test_fault_injection.py.
+A "crash" here is a BaseException raised by the store at the moment the call's outcome is to be
+recorded, right after the service charged: the driver dies mid-call exactly as a killed worker
+would (the log ends at `dispatched`), and a fresh Runtime resumes the run. (A BaseException
+raised by the tool itself is the tool's failure, not a crash: see test_wedging.py.) The SIGKILL
+version of this runs in test_fault_injection.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,7 @@ from payments_tools import ALL, ChargeCard
 from contextos import Agent, Budget, FailureReason, RunStatus, Runtime
 from contextos import events as ev
 from contextos.ledger import EffectState
+from contextos.runs import RunId
 from contextos.store import SqliteStore
 from contextos.testing import ScriptedModel, call_tool, reply
 from contextos.tools import Tool, ToolContext, as_tool, tool
@@ -31,25 +35,50 @@ class Crash(BaseException):
     """Stands in for the worker process dying."""
 
 
-def crashing(t: Tool) -> Tool:
-    """The same contract, but the process 'dies' right after the real call returned."""
+class DiesAround(SqliteStore):
+    """The process 'dies' around a call to `tool`: after it, when its outcome is about to be
+    recorded (the log ends at `dispatched`, the call was made), or, with `before_call`, once
+    `dispatched` is recorded and before the tool is called."""
 
-    async def fn(**kwargs: Any) -> Any:
-        result = t.fn(**kwargs)
-        if asyncio.iscoroutine(result):
-            await result
-        raise Crash()
+    def __init__(self, path: str, tool: str, *, before_call: bool = False) -> None:
+        super().__init__(path)
+        self.tool = tool
+        self.before_call = before_call
+        self.effects: set[str] = set()
 
-    return dataclasses.replace(t, fn=fn)
+    async def append(
+        self,
+        run_id: RunId,
+        events: Sequence[ev.Event],
+        *,
+        expected_seq: int,
+        synchronous: bool = True,
+    ) -> int:
+        changes = []
+        for e in events:
+            if isinstance(e, ev.EffectProposed) and e.tool == self.tool:
+                self.effects.add(e.effect_id)
+            if isinstance(e, ev.EffectChanged) and e.effect_id in self.effects:
+                changes.append(e.state)
+        if not self.before_call and set(changes) & OUTCOMES:
+            raise Crash()
+        seq = await super().append(
+            run_id, events, expected_seq=expected_seq, synchronous=synchronous
+        )
+        if self.before_call and EffectState.DISPATCHED in changes:
+            raise Crash()
+        return seq
 
 
-def tools(crash: str | None = None, extra: list[Any] | None = None) -> list[Tool]:
-    out = [as_tool(t) for t in [*ALL, *(extra or [])]]
-    return [crashing(t) if t.name == crash else t for t in out]
+OUTCOMES = {EffectState.COMMITTED, EffectState.FAILED, EffectState.OUTCOME_UNKNOWN}
 
 
-def agent(model: ScriptedModel, crash: str | None = None, **kw: Any) -> Agent:
-    return Agent(name="shop", model=model, tools=tools(crash, kw.pop("extra", None)), **kw)
+def tools(extra: list[Any] | None = None) -> list[Tool]:
+    return [as_tool(t) for t in [*ALL, *(extra or [])]]
+
+
+def agent(model: ScriptedModel, **kw: Any) -> Agent:
+    return Agent(name="shop", model=model, tools=tools(kw.pop("extra", None)), **kw)
 
 
 def effect_states(events: list[ev.Event]) -> list[str]:
@@ -178,9 +207,9 @@ async def test_crash_after_dispatch_is_reconciled(
     tmp_path: Path, payments: PaymentsService
 ) -> None:
     db = str(tmp_path / "runs.db")
-    async with Runtime(db) as rt:
+    async with Runtime(DiesAround(db, "charge_card")) as rt:
         with pytest.raises(Crash):
-            await rt.run(agent(ScriptedModel(script("charge_card")), crash="charge_card"), "go")
+            await rt.run(agent(ScriptedModel(script("charge_card"))), "go")
         (summary,) = await rt.runs()
         state = await rt.state(summary.run_id)
         (effect,) = state.effects.values()
@@ -208,24 +237,12 @@ async def test_crash_after_dispatch_is_reconciled(
 async def test_crash_before_the_service_acted_reconciles_to_failed(
     tmp_path: Path, payments: PaymentsService
 ) -> None:
-    @tool(
-        effect="irreversible",
-        name="charge_card",
-        description=as_tool(ChargeCard).description,
-        reconcile=as_tool(ChargeCard).reconcile,
-    )
-    async def never_sent(
-        customer: str, amount: int, order_id: str, ctx: ToolContext, unavailable_first: int = 0
-    ) -> Any:
-        raise Crash()
-
     db = str(tmp_path / "runs.db")
     base = as_tool(ChargeCard)
-    dying = dataclasses.replace(base, fn=never_sent.fn)
-    async with Runtime(db) as rt:
+    async with Runtime(DiesAround(db, "charge_card", before_call=True)) as rt:
         with pytest.raises(Crash):
             await rt.run(
-                Agent(name="shop", model=ScriptedModel(script("charge_card")), tools=[dying]), "go"
+                Agent(name="shop", model=ScriptedModel(script("charge_card")), tools=[base]), "go"
             )
         (summary,) = await rt.runs()
     async with Runtime(db) as rt:
@@ -243,11 +260,9 @@ async def test_crash_with_idempotent_contract_is_resent_with_the_same_key(
     tmp_path: Path, payments: PaymentsService
 ) -> None:
     db = str(tmp_path / "runs.db")
-    async with Runtime(db) as rt:
+    async with Runtime(DiesAround(db, "charge_card_keyed")) as rt:
         with pytest.raises(Crash):
-            await rt.run(
-                agent(ScriptedModel(script("charge_card_keyed")), crash="charge_card_keyed"), "go"
-            )
+            await rt.run(agent(ScriptedModel(script("charge_card_keyed"))), "go")
         (summary,) = await rt.runs()
     async with Runtime(db) as rt:
         model = ScriptedModel(script("charge_card_keyed"), by_turn=True)
@@ -273,9 +288,9 @@ async def test_crash_without_reconcile_or_safe_retry_asks_a_person(
 ) -> None:
     db = str(tmp_path / "runs.db")
     name = "charge_card_unchecked"
-    async with Runtime(db) as rt:
+    async with Runtime(DiesAround(db, name)) as rt:
         with pytest.raises(Crash):
-            await rt.run(agent(ScriptedModel(script(name)), crash=name), "go")
+            await rt.run(agent(ScriptedModel(script(name))), "go")
         (summary,) = await rt.runs()
     rid = summary.run_id
     async with Runtime(db) as rt:
@@ -399,9 +414,9 @@ async def test_cancel_of_a_run_nobody_drives_runs_its_saga(
             reply("x"),
         ]
     )
-    async with Runtime(db) as rt:
+    async with Runtime(DiesAround(db, "charge_card_unchecked")) as rt:
         with pytest.raises(Crash):
-            await rt.run(agent(model, crash="charge_card_unchecked"), "go")
+            await rt.run(agent(model), "go")
         (summary,) = await rt.runs()
     async with Runtime(db) as rt:
         waiting = await rt.resume(summary.run_id, agent(ScriptedModel([], by_turn=True)))

@@ -129,3 +129,58 @@ quick = Agent(
 )
 
 ticker = Agent(name="ticker", model=ScriptedModel([reply("tick")], by_turn=True))
+
+# -- tools that misbehave: the worker outlives them, and none of them can hold it ---------------
+
+
+def exit_now() -> str:
+    """Leave the process, as a careless library might."""
+    raise SystemExit(3)
+
+
+crasher = Agent(
+    name="crasher",
+    model=ScriptedModel([call_tool("exit_now"), reply("the worker survived")], by_turn=True),
+    tools=[exit_now],
+)
+
+
+def kill_process() -> str:
+    """End the process at once, as a crash in native code would."""
+    os._exit(3)
+
+
+killer = Agent(
+    name="killer",
+    model=ScriptedModel([call_tool("kill_process"), reply("never reached")], by_turn=True),
+    tools=[kill_process],
+)
+
+
+def _hang(ctx: ToolContext) -> str:
+    """Block the thread until the test says go (a guard ends it after two minutes)."""
+    folder = Path(os.environ[DIR_ENV])
+    (folder / f"hanging-{ctx.run_id}").touch()
+    deadline = time.monotonic() + 120
+    while not (folder / "go").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return "went"
+
+
+hang = tool(name="hang", timeout_s=600)(_hang)
+"""Hangs well within its time limit: a drained worker waits for it."""
+
+hang_past_limit = tool(name="hang_past_limit", timeout_s=0.5)(_hang)
+"""Hangs past its time limit: the call is let go and the run goes on."""
+
+hanger = Agent(
+    name="hanger",
+    model=ScriptedModel([call_tool("hang"), reply("never reached")], by_turn=True),
+    tools=[hang],
+)
+
+timed_out = Agent(
+    name="timed_out",
+    model=ScriptedModel([call_tool("hang_past_limit"), reply("gave up on it")], by_turn=True),
+    tools=[hang_past_limit],
+)

@@ -232,7 +232,12 @@ async def test_a_rolled_back_start_sends_no_wake_up_and_claims_stay_correct(
                 )
                 await conn.rollback()
             rid = await start_quick(rt)
-            await wait_until(lambda: is_terminal(rt, rid), timeout_s=PROMPTLY_S, what="the run")
+
+            async def given_back() -> bool:  # ended, and its lease released (the second wake-up)
+                entry = await q.queue_entry(rid)
+                return await is_terminal(rt, rid) and entry is not None and not entry.lease_owner
+
+            await wait_until(given_back, timeout_s=PROMPTLY_S, what="the run")
             # Notifications arrive in commit order: everything sent before this marker is here.
             await listen.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"marker {schema}"))
             kinds: list[str] = []

@@ -52,7 +52,11 @@ def worker(
     schedules: Annotated[bool, typer.Option(help="Fire due cron schedules.")] = True,
     triggers: Annotated[bool, typer.Option(help="Start the runs run triggers owe.")] = True,
     max_attempts: Annotated[
-        int, typer.Option(help="Failed attempts before a run is failed (runtime_crashed).")
+        int,
+        typer.Option(
+            help="Failed attempts before a run is failed (runtime_crashed, or tool_crashed"
+            " when the last worker died during a tool call)."
+        ),
     ] = 10,
     worker_id: Annotated[str | None, typer.Option(help="Name this worker.")] = None,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING or ERROR.")] = "INFO",

@@ -21,6 +21,9 @@ from pydantic import BaseModel, ConfigDict, create_model
 from contextos.messages import ToolSpec
 from contextos.tools.arguments import MAX_BYTES, MAX_DEPTH
 
+DEFAULT_MAX_OUTPUT_CHARS = 16_000
+"""Characters of a tool's rendered output kept by default; the rest is cut with a note."""
+
 
 class Effect(StrEnum):
     """What calling the tool does to the world."""
@@ -148,6 +151,9 @@ class Tool:
     """Deepest nesting of objects and arrays the model may send as arguments."""
     max_arg_bytes: int = MAX_BYTES
     """Largest argument text the model may send, in bytes of JSON."""
+    max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS
+    """Characters of rendered output recorded and shown to the model; longer output is cut
+    there, with a note saying how much was left out."""
 
     @property
     def is_async(self) -> bool:
@@ -196,6 +202,12 @@ class Tool:
             # only when changed, so contracts that keep the defaults keep their hashes
             **({"max_arg_depth": self.max_arg_depth} if self.max_arg_depth != MAX_DEPTH else {}),
             **({"max_arg_bytes": self.max_arg_bytes} if self.max_arg_bytes != MAX_BYTES else {}),
+            # Added only when set, so that contracts which leave it alone keep their hash.
+            **(
+                {"max_output_chars": self.max_output_chars}
+                if self.max_output_chars != DEFAULT_MAX_OUTPUT_CHARS
+                else {}
+            ),
         }
 
     def contract_hash(self) -> str:
@@ -252,6 +264,7 @@ def tool(
     output_classification: str | None = None,
     max_arg_depth: int = MAX_DEPTH,
     max_arg_bytes: int = MAX_BYTES,
+    max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -279,6 +292,7 @@ def tool(
     output_classification: str | None = None,
     max_arg_depth: int = MAX_DEPTH,
     max_arg_bytes: int = MAX_BYTES,
+    max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Declare a tool: `@tool` on a typed function, or `@tool(effect="write", ...)`."""
 
@@ -309,6 +323,7 @@ def tool(
             context_param=context_param,
             max_arg_depth=max_arg_depth,
             max_arg_bytes=max_arg_bytes,
+            max_output_chars=max_output_chars,
         )
 
     return build(fn) if fn is not None else build
@@ -341,6 +356,7 @@ class BaseTool:
     owner: str | None = None
     max_arg_depth: int = MAX_DEPTH
     max_arg_bytes: int = MAX_BYTES
+    max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS
 
     run: Callable[..., Any]
 
@@ -368,6 +384,7 @@ class BaseTool:
             owner=self.owner,
             max_arg_depth=self.max_arg_depth,
             max_arg_bytes=self.max_arg_bytes,
+            max_output_chars=self.max_output_chars,
         )(self.run)
 
 

@@ -18,10 +18,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from contextos import events as ev
-from contextos.errors import ToolManifestChanged, ToolOutcomeUnknown
+from contextos.errors import (
+    ToolCrashed,
+    ToolManifestChanged,
+    ToolOutcomeUnknown,
+    ToolOutputInvalid,
+)
 from contextos.interrupts import approval_interrupt, interrupt_id_for
 from contextos.ledger import (
     MAX_DISPATCHES,
@@ -35,8 +40,18 @@ from contextos.policy.decision import Decision, PolicyDecision
 from contextos.runs import FailureReason
 from contextos.state import RunState
 from contextos.store.base import EventStore
+from contextos.tools._invoke import describe, error_type, safe_text, stray_cancellation
 from contextos.tools.contract import Tool, ToolContext
-from contextos.tools.gateway import Gateway, ToolOutcome, error_outcome, refusal_outcome
+from contextos.tools.gateway import (
+    Gateway,
+    ToolOutcome,
+    error_outcome,
+    failure_outcome,
+    refusal_outcome,
+    safe_receipts,
+    timeout_message,
+    unshowable_outcome,
+)
 from contextos.tools.saga import Saga, needs_settling, unsettled
 
 CANCEL_POLL_S = 0.25
@@ -182,7 +197,7 @@ class ToolRunner:
             ctx = self._context(call, None, attempt)
             started = _now()
             try:
-                result = await self._attempt(tool, args, ctx)
+                r = self.gw.render(await self._attempt(tool, args, ctx), tool)
             except _Ending:
                 await self._complete(
                     call,
@@ -194,26 +209,21 @@ class ToolRunner:
                     attempt += 1
                     continue
                 await self._complete(
-                    call,
-                    error_outcome(
-                        "tool_timeout",
-                        f"{tool.name} did not finish within its time limit ({tool.timeout_s:g}s).",
-                    ),
+                    call, error_outcome("tool_timeout", timeout_message(tool, exc))
                 )
                 return
             except Exception as exc:
                 if await self._retry_after(call, tool, None, attempt, exc):
                     attempt += 1
                     continue
-                await self._complete(call, _tool_error(tool, exc))
+                await self._complete(call, failure_outcome(tool, exc))
                 return
-            r = self.gw.render(result)
             await self._complete(
                 call,
                 ToolOutcome(
                     output=r.text,
                     truncated=r.truncated,
-                    receipts={**ctx.receipts, **r.receipts},
+                    receipts={**safe_receipts(ctx.receipts), **r.receipts},
                     duration_ms=_ms_since(started),
                 ),
             )
@@ -346,30 +356,36 @@ class ToolRunner:
             ctx = self._context(call, effect, attempt)
             started = _now()
             try:
-                result = await self._attempt(tool, args, ctx)
-            except (TimeoutError, ToolOutcomeUnknown, _Ending) as exc:
+                r = self.gw.render(await self._attempt(tool, args, ctx), tool)
+            except (TimeoutError, ToolOutcomeUnknown, ToolCrashed, _Ending) as exc:
+                # Cut short, or ended abnormally: the call may have acted.
                 b = self.batch()
                 b.add(
                     ev.EffectChanged,
                     effect_id=eid,
                     state=EffectState.OUTCOME_UNKNOWN,
-                    receipts=dict(ctx.receipts),
-                    error_code="outcome_unknown",
+                    receipts=safe_receipts(ctx.receipts),
+                    error_code=exc.code if isinstance(exc, ToolCrashed) else "outcome_unknown",
                     note=_unknown_note(tool, exc),
                 )
                 await b.commit()
                 await self._resolve(call, tool, args, effect)
                 return
+            except ToolOutputInvalid as exc:
+                # The call returned, so it took effect; only its result cannot be shown.
+                outcome = unshowable_outcome(tool, exc, ctx.receipts, _ms_since(started))
+                await self._commit_effect(call, tool, effect, outcome)
+                return
             except Exception as exc:
                 if await self._retry_after(call, tool, effect, attempt, exc):
                     continue
-                outcome = _tool_error(tool, exc)
+                outcome = failure_outcome(tool, exc)
                 b = self.batch()
                 b.add(
                     ev.EffectChanged,
                     effect_id=eid,
                     state=EffectState.FAILED,
-                    receipts=dict(ctx.receipts),
+                    receipts=safe_receipts(ctx.receipts),
                     output=outcome.output,
                     error_code=outcome.error_code,
                     note=f"{type(exc).__name__} is not declared safe to retry",
@@ -377,11 +393,10 @@ class ToolRunner:
                 self._add_completed(b, call, outcome, eid)
                 await b.commit()
                 return
-            r = self.gw.render(result)
             outcome = ToolOutcome(
                 output=r.text,
                 truncated=r.truncated,
-                receipts={**ctx.receipts, **r.receipts},
+                receipts={**safe_receipts(ctx.receipts), **r.receipts},
                 duration_ms=_ms_since(started),
             )
             await self._commit_effect(call, tool, effect, outcome)
@@ -408,16 +423,17 @@ class ToolRunner:
             await b.commit()
             try:
                 found = await self.gw.reconcile(tool, effect.idempotency_key)
+                receipts = None if found is None else self.gw.render(found, tool).receipts
             except Exception as exc:
-                found, why = None, f"verification could not run: {type(exc).__name__}: {exc}"
+                receipts, why = None, f"verification could not run: {describe(exc)}"
             else:
                 why = "verification found no record of the call"
-            if found is not None:
+            if receipts is not None:
                 b.add(
                     ev.EffectChanged,
                     effect_id=effect.effect_id,
                     state=EffectState.VERIFIED,
-                    receipts=self.gw.render(found).receipts,
+                    receipts=receipts,
                     note="confirmed through reconcile",
                 )
             else:
@@ -442,17 +458,18 @@ class ToolRunner:
             await b.commit()
             try:
                 found = await self.gw.reconcile(tool, effect.idempotency_key)
+                r = None if found is None else self.gw.render(found, tool)
             except Exception as exc:
                 b.add(
                     ev.EffectChanged,
                     effect_id=eid,
                     state=EffectState.OUTCOME_UNKNOWN,
                     error_code="reconcile_failed",
-                    note=f"reconcile failed: {type(exc).__name__}: {exc}",
+                    note=f"reconcile failed: {describe(exc)}",
                 )
                 await b.commit()
             else:
-                if found is None:
+                if r is None:
                     outcome = error_outcome(
                         "not_committed",
                         f"The call to {tool.name} did not take effect (checked with the provider "
@@ -470,7 +487,6 @@ class ToolRunner:
                         self._add_completed(b, call, outcome, eid)
                     await b.commit()
                     return True
-                r = self.gw.render(found)
                 await self._commit_effect(
                     call,
                     tool,
@@ -571,7 +587,10 @@ class ToolRunner:
             result = await self.gw.dispatch(tool, args, ctx, timeout_s=remaining)
         except asyncio.CancelledError:
             if not watcher.cut:
-                raise
+                if task.cancelling():
+                    raise  # the runtime is stopping this run (cancel, lease lost, shutdown)
+                # raised by code around the call (a middleware), not by the runtime
+                raise stray_cancellation(tool.name) from None
         finally:
             handle.cancel()
             watcher.stop()
@@ -596,8 +615,11 @@ class ToolRunner:
         attempt: int,
         exc: BaseException,
     ) -> bool:
-        """Record a failed attempt; wait and return True when the contract allows another."""
-        again = tool.retry.allows(exc, attempt)
+        """Record a failed attempt; wait and return True when the contract allows another.
+
+        A crash is never retried: no contract declares SystemExit safe to try again.
+        """
+        again = not isinstance(exc, ToolCrashed) and tool.retry.allows(exc, attempt)
         delay = tool.retry.delay(attempt) if again else 0.0
         b = self.batch()
         b.add(
@@ -605,8 +627,8 @@ class ToolRunner:
             call_id=call.id,
             tool=tool.name,
             attempt=attempt,
-            error_type=type(exc).__name__,
-            error=str(exc) or type(exc).__name__,
+            error_type=error_type(exc),
+            error=safe_text(exc) or type(exc).__name__,
             will_retry=again,
             delay_s=delay,
             effect_id=effect.effect_id if effect else None,
@@ -736,16 +758,12 @@ def _as_decision(d: ev.PolicyDecided) -> PolicyDecision:
     )
 
 
-def _tool_error(tool: Tool, exc: BaseException) -> ToolOutcome:
-    if isinstance(exc, ValidationError):
-        return error_outcome("tool_error", f"{tool.name} returned data that failed validation.")
-    return error_outcome("tool_error", f"{tool.name} failed: {type(exc).__name__}: {exc}")
-
-
 def _unknown_note(tool: Tool, exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):
-        return f"{tool.name} did not answer within {tool.timeout_s:g}s; it may have acted"
-    return f"{type(exc).__name__}: {exc}"
+        return f"{timeout_message(tool, exc).rstrip('.')}; it may have acted"
+    if isinstance(exc, ToolCrashed):
+        return f"{tool.name} crashed ({safe_text(exc)}); it may have acted"
+    return describe(exc)
 
 
 def _now() -> datetime:

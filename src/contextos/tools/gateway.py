@@ -8,23 +8,25 @@ these steps (recording the decision, the effect ledger, retries, reconciliation)
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from contextos.errors import ToolArgumentsInvalid, ToolOutcomeUnknown
+from contextos.errors import (
+    ToolArgumentsInvalid,
+    ToolCrashed,
+    ToolOutcomeUnknown,
+    ToolOutputInvalid,
+)
 from contextos.messages import ToolCall, ToolSpec
 from contextos.policy.decision import Decision, PolicyDecision, PolicyHook, ProposedCall
+from contextos.tools._invoke import CallTimedOut, describe, invoke, safe_text
 from contextos.tools.arguments import check_finite, decode
 from contextos.tools.contract import Tool, ToolContext, ToolResult, manifest_hash
-
-DEFAULT_MAX_OUTPUT_CHARS = 16_000
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -36,8 +38,8 @@ class ToolOutcome:
     is_error: bool = False
     """True when `output` explains an error."""
     error_code: str | None = None
-    """Stable code: unknown_tool, invalid_arguments, tool_timeout, tool_error, policy_denied,
-    approval_required, outcome_unknown, not_committed."""
+    """Stable code: unknown_tool, invalid_arguments, tool_timeout, tool_error, tool_crashed,
+    tool_output_invalid, policy_denied, approval_required, outcome_unknown, not_committed."""
     truncated: bool = False
     """True when the output was cut."""
     duration_ms: float = 0.0
@@ -68,7 +70,6 @@ class Gateway:
         tools: Sequence[Tool],
         *,
         policy: PolicyHook | None = None,
-        max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
     ) -> None:
         self.tools: dict[str, Tool] = {}
         for t in tools:
@@ -82,7 +83,6 @@ class Gateway:
                     "the run's tools"
                 )
         self.policy = policy
-        self.max_output_chars = max_output_chars
         self.manifest_hash = manifest_hash(list(self.tools.values()))
         self._specs = tuple(t.spec() for t in self.tools.values())
 
@@ -167,11 +167,15 @@ class Gateway:
     async def dispatch(
         self, tool: Tool, args: BaseModel, ctx: ToolContext, *, timeout_s: float | None = None
     ) -> Any:
-        """Run the tool once within its timeout; exceptions propagate to the caller.
+        """Run the tool once within its time limit; its exceptions propagate to the caller.
 
-        A sync tool runs in a worker thread; on timeout the thread is abandoned (Python cannot
-        kill it), which is why a timed-out call to a tool with effects counts as an unknown
-        outcome rather than a failure.
+        Whatever the tool ends with that is not an `Exception` (SystemExit, KeyboardInterrupt,
+        a CancelledError the runtime did not cause) comes out as `ToolCrashed`. A call past its
+        limit raises TimeoutError and is let go: a sync tool's thread is left to finish on its
+        own, an async tool that ignores its cancellation is abandoned after `CANCEL_GRACE_S`,
+        and an async tool that held the event loop past its limit counts as timed out although
+        it returned. Neither can be stopped for sure, which is why a timed-out call to a tool
+        with effects counts as an unknown outcome rather than a failure.
         """
         kwargs = {name: getattr(args, name) for name in type(args).model_fields}
         if args.model_extra:  # tools described by a JSON schema only (MCP) keep every argument
@@ -181,21 +185,15 @@ class Gateway:
         if tool.idempotency_arg:
             kwargs[tool.idempotency_arg] = ctx.idempotency_key
         limit = tool.timeout_s if timeout_s is None else min(tool.timeout_s, timeout_s)
-        # A timeout scope, not wait_for: the tool runs in the caller's task, with no task of
-        # its own to create and schedule on every call.
-        async with asyncio.timeout(max(limit, 0)):
-            if tool.is_async:
-                return await tool.fn(**kwargs)
-            return await asyncio.to_thread(tool.fn, **kwargs)
+        return await invoke(tool.name, tool.fn, (), kwargs, max(limit, 0))
 
     async def reconcile(self, tool: Tool, idempotency_key: str) -> Any:
         """Ask the tool what became of the call with this key (None: it never took effect)."""
         if tool.reconcile is None:
             raise ValueError(f"tool {tool.name} has no reconcile")
-        result = tool.reconcile(idempotency_key)
-        if inspect.isawaitable(result):
-            result = await asyncio.wait_for(result, timeout=tool.timeout_s)
-        return result
+        return await invoke(
+            f"{tool.name}.reconcile", tool.reconcile, (idempotency_key,), {}, tool.timeout_s
+        )
 
     async def call(self, call: ToolCall, ctx: ToolContext) -> ToolOutcome:
         """Parse, authorise, dispatch once and render one call, recording nothing.
@@ -212,46 +210,100 @@ class Gateway:
         if decision.decision in (Decision.DENY, Decision.REQUIRE_APPROVAL):
             return refusal_outcome(found.name, decision)
         try:
-            result = await self.dispatch(found, args, ctx)
-        except TimeoutError:
-            return error_outcome(
-                "tool_timeout",
-                f"{found.name} did not finish within {found.timeout_s:g}s.",
-                started=started,
-            )
+            r = self.render(await self.dispatch(found, args, ctx), found)
+        except TimeoutError as exc:
+            return error_outcome("tool_timeout", timeout_message(found, exc), started=started)
         except ToolOutcomeUnknown as exc:
-            return error_outcome("outcome_unknown", f"{found.name}: {exc}", started=started)
-        except Exception as exc:  # the tool's failure goes back to the model
             return error_outcome(
-                "tool_error", f"{found.name} failed: {type(exc).__name__}: {exc}", started=started
+                "outcome_unknown", f"{found.name}: {safe_text(exc)}", started=started
             )
-        r = self.render(result)
+        except Exception as exc:  # the tool's failure goes back to the model
+            return failure_outcome(found, exc, started=started)
         return ToolOutcome(
             output=r.text,
             truncated=r.truncated,
-            receipts={**ctx.receipts, **r.receipts},
+            receipts={**safe_receipts(ctx.receipts), **r.receipts},
             duration_ms=(time.perf_counter() - started) * 1000,
         )
 
-    def render(self, result: Any) -> Rendered:
+    def render(self, result: Any, tool: Tool) -> Rendered:
+        """The model-visible text of a tool's result, cut to the tool's `max_output_chars`.
+
+        Raises ToolOutputInvalid when the result has no text that can be recorded.
+        """
         receipts: dict[str, str] = {}
         if isinstance(result, ToolResult):
-            receipts = {str(k): str(v) for k, v in result.receipts.items()}
+            receipts = safe_receipts(result.receipts)
             result = result.output
         text = render_output(result)
-        truncated = len(text) > self.max_output_chars
+        limit = tool.max_output_chars
+        truncated = len(text) > limit
         if truncated:
-            kept = self.max_output_chars
-            text = text[:kept] + f"\n[output truncated: showing {kept} of {len(text)} characters]"
+            text = text[:limit] + f"\n[output truncated: showing {limit} of {len(text)} characters]"
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ToolOutputInvalid(
+                f"its output is not valid Unicode text ({exc.reason} at character "
+                f"{exc.start}); it was not recorded",
+                tool=tool.name,
+            ) from None
         return Rendered(text=text, truncated=truncated, receipts=receipts)
 
 
 def render_output(result: Any) -> str:
-    if isinstance(result, str):
-        return result
-    if isinstance(result, BaseModel):
-        return result.model_dump_json()
-    return json.dumps(result, default=str, ensure_ascii=False)
+    """A tool's result as text: strings as they are, anything else as JSON.
+
+    Raises ToolOutputInvalid when it cannot be (a cyclic structure, a `__str__` that raises).
+    """
+    try:
+        if isinstance(result, str):
+            return result
+        if isinstance(result, BaseModel):
+            return result.model_dump_json()
+        return json.dumps(result, default=str, ensure_ascii=False)
+    except BaseException as exc:  # user code runs here (__str__, serializers): no await, so
+        # not even a CancelledError can be the runtime's
+        raise ToolOutputInvalid(
+            f"its output could not be turned into text: {describe(exc)}"
+        ) from exc
+
+
+def safe_receipts(receipts: Mapping[Any, Any]) -> dict[str, str]:
+    """Receipts a tool gave, as text fit to be recorded."""
+    return {safe_text(k): safe_text(v) for k, v in receipts.items()}
+
+
+def timeout_message(tool: Tool, exc: TimeoutError) -> str:
+    if isinstance(exc, CallTimedOut):
+        return f"{exc}."
+    return f"{tool.name} did not finish within its time limit ({tool.timeout_s:g}s)."
+
+
+def unshowable_outcome(
+    tool: Tool, exc: ToolOutputInvalid, receipts: Mapping[Any, Any], duration_ms: float = 0.0
+) -> ToolOutcome:
+    """A call that returned, so took effect, but whose result cannot be shown."""
+    return ToolOutcome(
+        output=f"The call to {tool.name} went through, but its result cannot be shown: "
+        f"{safe_text(exc)}",
+        is_error=True,
+        error_code=exc.code,
+        receipts=safe_receipts(receipts),
+        duration_ms=duration_ms,
+    )
+
+
+def failure_outcome(tool: Tool, exc: Exception, *, started: float | None = None) -> ToolOutcome:
+    """What the model is told about a call that raised (or whose output cannot be shown)."""
+    if isinstance(exc, ToolCrashed | ToolOutputInvalid):
+        code = exc.code
+        message = f"{tool.name} failed: {safe_text(exc)}"
+    elif isinstance(exc, ValidationError):
+        code, message = "tool_error", f"{tool.name} returned data that failed validation."
+    else:
+        code, message = "tool_error", f"{tool.name} failed: {describe(exc)}"
+    return error_outcome(code, message, started=started)
 
 
 def refusal_outcome(tool: str, decision: PolicyDecision) -> ToolOutcome:

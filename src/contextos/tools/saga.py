@@ -15,12 +15,13 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from contextos import events as ev
-from contextos.errors import ToolOutcomeUnknown
+from contextos.errors import ToolCrashed, ToolOutcomeUnknown, ToolOutputInvalid
 from contextos.ledger import MAX_DISPATCHES, Effect, EffectState, effect_id_for
 from contextos.messages import ToolCall
 from contextos.state import RunState
+from contextos.tools._invoke import describe, error_type, safe_text
 from contextos.tools.contract import Tool
-from contextos.tools.gateway import ToolOutcome
+from contextos.tools.gateway import ToolOutcome, safe_receipts, unshowable_outcome
 
 if TYPE_CHECKING:
     from contextos.tools.effects import ToolRunner
@@ -161,18 +162,23 @@ class Saga:
             await b.commit()
             ctx = self.r._context(call, comp, attempt)
             try:
-                result = await self.r.gw.dispatch(tool, args, ctx)
+                r = self.r.gw.render(await self.r.gw.dispatch(tool, args, ctx), tool)
+            except ToolOutputInvalid as exc:  # it returned, so it took effect
+                outcome = unshowable_outcome(tool, exc, ctx.receipts)
+                await self.r._commit_effect(None, tool, comp, outcome)
+                return
             except Exception as exc:
-                safe = tool.retry.allows(exc, attempt) or (
-                    tool.idempotent and isinstance(exc, (TimeoutError, ToolOutcomeUnknown))
+                unknown = isinstance(exc, (TimeoutError, ToolOutcomeUnknown, ToolCrashed))
+                safe = (not isinstance(exc, ToolCrashed) and tool.retry.allows(exc, attempt)) or (
+                    tool.idempotent and unknown
                 )
                 b.add(
                     ev.ToolAttemptFailed,
                     call_id=call.id,
                     tool=tool.name,
                     attempt=attempt,
-                    error_type=type(exc).__name__,
-                    error=str(exc),
+                    error_type=error_type(exc),
+                    error=safe_text(exc),
                     will_retry=safe,
                     effect_id=comp.effect_id,
                 )
@@ -180,25 +186,23 @@ class Saga:
                     await b.commit()
                     await asyncio.sleep(tool.retry.delay(attempt))
                     continue
-                unknown = isinstance(exc, (TimeoutError, ToolOutcomeUnknown))
                 b.add(
                     ev.EffectChanged,
                     effect_id=comp.effect_id,
                     state=EffectState.OUTCOME_UNKNOWN if unknown else EffectState.FAILED,
-                    receipts=dict(ctx.receipts),
+                    receipts=safe_receipts(ctx.receipts),
                     error_code=type(exc).__name__,
-                    output=f"{type(exc).__name__}: {exc}",
+                    output=describe(exc),
                 )
                 await b.commit()
                 if unknown:
                     await self.r._resolve(None, tool, None, comp)
                 return
-            r = self.r.gw.render(result)
             await self.r._commit_effect(
                 None,
                 tool,
                 comp,
-                ToolOutcome(output=r.text, receipts={**ctx.receipts, **r.receipts}),
+                ToolOutcome(output=r.text, receipts={**safe_receipts(ctx.receipts), **r.receipts}),
             )
             return
 

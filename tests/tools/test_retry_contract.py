@@ -1,0 +1,99 @@
+"""A failed call is sent again only when its contract says the error is safe to retry.
+
+Every execution of the tool appends a line to a file, so the count is what really ran (a retry
+the ledger forgot to record would still show up).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from contextos import Agent, RunStatus, Runtime
+from contextos import events as ev
+from contextos.ledger import EffectState
+from contextos.testing import ScriptedModel, call_tool, reply
+from contextos.tools import RetryPolicy, Tool, tool
+
+
+def flaky_write(log: Path, retry: RetryPolicy, *errors: Exception) -> Tool:
+    """A write tool that raises `errors` in turn (then succeeds), logging every execution."""
+    pending = list(errors)
+
+    @tool(effect="write", retry=retry)
+    def book(slot: str) -> str:
+        """Book a slot."""
+        with log.open("a") as f:
+            f.write(f"{slot}\n")
+        if pending:
+            raise pending.pop(0)
+        return f"booked {slot}"
+
+    return book
+
+
+async def run_booking(runtime: Runtime, book: Tool) -> list[ev.Event]:
+    model = ScriptedModel([call_tool("book", {"slot": "9:00"}), reply("done")])
+    result = await runtime.run(Agent(name="booker", model=model, tools=[book]), "book 9:00")
+    assert result.status is RunStatus.COMPLETED
+    return await runtime.events(result.run_id)
+
+
+def executions(log: Path) -> int:
+    return len(log.read_text().splitlines()) if log.exists() else 0
+
+
+@pytest.mark.parametrize(
+    "retry",
+    [
+        RetryPolicy(attempts=3, safe_on=(ConnectionError,), backoff_s=0),
+        RetryPolicy(attempts=3, backoff_s=0),
+        RetryPolicy(attempts=3, unsafe_on=(KeyError,), backoff_s=0),
+    ],
+    ids=["other error safe", "nothing declared", "other error unsafe"],
+)
+async def test_an_undeclared_error_on_a_write_is_dispatched_once(
+    runtime: Runtime, tmp_path: Path, retry: RetryPolicy
+) -> None:
+    log = tmp_path / "executions.log"
+    events = await run_booking(runtime, flaky_write(log, retry, ValueError("slot taken?")))
+    assert executions(log) == 1
+    failed = [e for e in events if isinstance(e, ev.ToolAttemptFailed)]
+    assert [(f.error_type, f.will_retry) for f in failed] == [("ValueError", False)]
+    dispatched = [
+        e for e in events if isinstance(e, ev.EffectChanged) and e.state is EffectState.DISPATCHED
+    ]
+    assert len(dispatched) == 1
+    done = next(e for e in events if isinstance(e, ev.ToolCompleted))
+    assert done.is_error and "ValueError" in done.output
+
+
+@pytest.mark.parametrize(
+    ("safe", "unsafe"),
+    [(ConnectionResetError, ConnectionResetError), (OSError, ConnectionError)],
+    ids=["the same class", "through its base classes"],
+)
+async def test_an_error_declared_both_safe_and_unsafe_is_not_retried(
+    runtime: Runtime, tmp_path: Path, safe: type[Exception], unsafe: type[Exception]
+) -> None:
+    log = tmp_path / "executions.log"
+    retry = RetryPolicy(attempts=3, safe_on=(safe,), unsafe_on=(unsafe,), backoff_s=0)
+    events = await run_booking(runtime, flaky_write(log, retry, ConnectionResetError("reset")))
+    assert executions(log) == 1
+    failed = [e for e in events if isinstance(e, ev.ToolAttemptFailed)]
+    assert [(f.error_type, f.will_retry) for f in failed] == [("ConnectionResetError", False)]
+
+
+async def test_an_error_declared_safe_is_retried_up_to_the_attempts(
+    runtime: Runtime, tmp_path: Path
+) -> None:
+    log = tmp_path / "executions.log"
+    retry = RetryPolicy(attempts=3, safe_on=(ConnectionError,), backoff_s=0)
+    book = flaky_write(log, retry, ConnectionError("down"), ConnectionError("still down"))
+    events = await run_booking(runtime, book)
+    assert executions(log) == 3
+    failed = [e for e in events if isinstance(e, ev.ToolAttemptFailed)]
+    assert [f.will_retry for f in failed] == [True, True]
+    done = next(e for e in events if isinstance(e, ev.ToolCompleted))
+    assert done.output == "booked 9:00" and not done.is_error
