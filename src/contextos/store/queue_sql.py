@@ -31,7 +31,7 @@ from contextos.store.queue import (
     WorkerInfo,
     WorkerStatus,
 )
-from contextos.store.statements import Dialect, Op, Start
+from contextos.store.statements import Dialect, Op, Start, all_rows, changed_rows, first_row
 
 T = TypeVar("T")
 
@@ -399,7 +399,7 @@ class SqlQueue:
         return await self._execute(op)
 
     async def queue_entry(self, run_id: RunId) -> QueueEntry | None:
-        row = await self._execute(lambda: _one(_ENTRY, {"run_id": run_id}))
+        row = await self._execute(lambda: first_row(_ENTRY, {"run_id": run_id}))
         if row is None:
             return None
         rid, priority, tenant, agent, key, not_before, enqueued, attempts, owner, expires = row
@@ -426,10 +426,10 @@ class SqlQueue:
             "max_running": max_running,
         }
         statement = _UNSET_LIMIT if max_running is None else _SET_LIMIT
-        await self._execute(lambda: _count(statement, params))
+        await self._execute(lambda: changed_rows(statement, params))
 
     async def limits(self) -> list[Limit]:
-        rows = await self._execute(lambda: _all(_LIMITS, {}))
+        rows = await self._execute(lambda: all_rows(_LIMITS, {}))
         return [Limit(scope=LimitScope(s), name=str(n), max_running=int(m)) for s, n, m in rows]
 
     # -- workers --------------------------------------------------------------------------
@@ -452,7 +452,7 @@ class SqlQueue:
 
     async def worker_heartbeat(self, worker_id: str, status: WorkerStatus) -> None:
         params = {"id": worker_id, "status": WorkerStatus(status).value}
-        await self._execute(lambda: _count(_HEARTBEAT, params))
+        await self._execute(lambda: changed_rows(_HEARTBEAT, params))
 
     async def list_workers(self, *, live_within_s: float | None = 60.0) -> list[WorkerInfo]:
         def op() -> Op[tuple[list[Any], list[Any]]]:
@@ -509,7 +509,7 @@ class SqlQueue:
             "created_at": self._stored(s.created_at),
         }
         try:
-            await self._execute(lambda: _count(_ADD_SCHEDULE, params))
+            await self._execute(lambda: changed_rows(_ADD_SCHEDULE, params))
         except self._DUPLICATE as exc:
             raise ConfigError(
                 f"a schedule named {s.name!r} exists already", schedule=s.name
@@ -518,14 +518,14 @@ class SqlQueue:
 
     async def list_schedules(self, *, due_at: datetime | None = None) -> list[Schedule]:
         if due_at is None:
-            rows = await self._execute(lambda: _all(_SCHEDULES, {}))
+            rows = await self._execute(lambda: all_rows(_SCHEDULES, {}))
         else:
             params = {"due_at": self._stored(due_at)}
-            rows = await self._execute(lambda: _all(_DUE_SCHEDULES, params))
+            rows = await self._execute(lambda: all_rows(_DUE_SCHEDULES, params))
         return [self._schedule(row) for row in rows]
 
     async def remove_schedule(self, name: str) -> bool:
-        return await self._execute(lambda: _count(_REMOVE_SCHEDULE, {"name": name})) == 1
+        return await self._execute(lambda: changed_rows(_REMOVE_SCHEDULE, {"name": name})) == 1
 
     async def advance_schedule(
         self,
@@ -543,7 +543,7 @@ class SqlQueue:
             "last_tick_at": self._stored(last_tick_at),
             "last_run_id": last_run_id,
         }
-        return await self._execute(lambda: _count(_ADVANCE_SCHEDULE, params)) == 1
+        return await self._execute(lambda: changed_rows(_ADVANCE_SCHEDULE, params)) == 1
 
     # -- triggers -------------------------------------------------------------------------
 
@@ -565,12 +565,12 @@ class SqlQueue:
             "created_at": self._stored(t.created_at),
         }
         try:
-            await self._execute(lambda: _count(_ADD_TRIGGER, params))
+            await self._execute(lambda: changed_rows(_ADD_TRIGGER, params))
         except self._DUPLICATE as exc:
             raise ConfigError(f"a trigger named {t.name!r} exists already", trigger=t.name) from exc
 
     async def list_triggers(self) -> list[Trigger]:
-        return [self._trigger(row) for row in await self._execute(lambda: _all(_TRIGGERS, {}))]
+        return [self._trigger(row) for row in await self._execute(lambda: all_rows(_TRIGGERS, {}))]
 
     async def remove_trigger(self, name: str) -> bool:
         def op() -> Op[bool]:
@@ -583,9 +583,9 @@ class SqlQueue:
     async def due_firings(self, *, run_id: RunId | None = None, limit: int = 100) -> list[Firing]:
         if run_id is not None:
             params: dict[str, Any] = {"run_id": run_id, "limit": limit}
-            rows = await self._execute(lambda: _all(_FIRINGS_OF_RUN, params))
+            rows = await self._execute(lambda: all_rows(_FIRINGS_OF_RUN, params))
         else:
-            rows = await self._execute(lambda: _all(_DUE_FIRINGS, {"limit": limit}))
+            rows = await self._execute(lambda: all_rows(_DUE_FIRINGS, {"limit": limit}))
         return [
             Firing(trigger=str(t), run_id=RunId(str(r)), status=str(s), attempts=int(a))
             for t, r, s, a in rows
@@ -593,11 +593,11 @@ class SqlQueue:
 
     async def firing_done(self, trigger: str, run_id: RunId) -> None:
         params = {"trigger": trigger, "run_id": run_id}
-        await self._execute(lambda: _count(_FIRING_DONE, params))
+        await self._execute(lambda: changed_rows(_FIRING_DONE, params))
 
     async def defer_firing(self, trigger: str, run_id: RunId, *, not_before: datetime) -> None:
         params = {"trigger": trigger, "run_id": run_id, "not_before": self._stored(not_before)}
-        await self._execute(lambda: _count(_DEFER_FIRING, params))
+        await self._execute(lambda: changed_rows(_DEFER_FIRING, params))
 
     # -- rows to records ------------------------------------------------------------------
 
@@ -644,21 +644,6 @@ class SqlQueue:
 def _held(lease: Lease) -> dict[str, Any]:
     """The parameters of `_HELD`: the lease is still this holder's."""
     return {"run_id": lease.run_id, "worker": lease.worker_id, "token": lease.token}
-
-
-def _one(statement: str, params: dict[str, Any]) -> Op[Any]:
-    """One statement's first row (or None)."""
-    return (yield statement, params).row
-
-
-def _all(statement: str, params: dict[str, Any]) -> Op[list[Any]]:
-    """One statement's rows."""
-    return (yield statement, params).rows
-
-
-def _count(statement: str, params: dict[str, Any]) -> Op[int]:
-    """One statement's count of rows changed."""
-    return (yield statement, params).rowcount
 
 
 __all__ = ["SqlQueue"]

@@ -14,7 +14,7 @@ hand-written code would make). Statements are templates a `Dialect` renders once
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
@@ -25,14 +25,14 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-Params: TypeAlias = Mapping[str, Any] | Sequence[Mapping[str, Any]]
-"""A statement's parameters; a sequence of them runs the statement once for each (executemany)."""
+Params: TypeAlias = dict[str, Any] | list[dict[str, Any]]
+"""A statement's parameters; a list of them runs the statement once for each (executemany)."""
 
 Statement: TypeAlias = tuple[str, Params]
 """A rendered statement and its parameters."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: made for every statement, and a frozen one is slower to make
 class Result:
     """What one statement returned."""
 
@@ -111,11 +111,11 @@ def run_sqlite(conn: sqlite3.Connection, op: Op[T], dialect: Dialect = SQLITE, *
         template, params = next(op)
         while True:
             sql = dialect.sql(template)
-            if isinstance(params, Mapping):
+            if isinstance(params, dict):
                 cur = conn.execute(sql, {**params, **bound} if bound else params)
             else:
                 cur = conn.executemany(sql, params)
-            rows = cur.fetchall()
+            rows = cur.fetchall() if cur.description is not None else []
             template, params = op.send(Result(rows, cur.rowcount))
     except StopIteration as done:
         value: T = done.value
@@ -130,7 +130,7 @@ async def run_postgres(
         template, params = next(op)
         while True:
             sql = dialect.sql(template)
-            if isinstance(params, Mapping):
+            if isinstance(params, dict):
                 cur = await conn.execute(sql, params)
                 rows = await cur.fetchall() if cur.description is not None else []
             else:
@@ -141,3 +141,18 @@ async def run_postgres(
     except StopIteration as done:
         value: T = done.value
         return value
+
+
+def all_rows(template: str, params: dict[str, Any]) -> Op[list[Any]]:
+    """An operation of one statement: its rows."""
+    return (yield template, params).rows
+
+
+def first_row(template: str, params: dict[str, Any]) -> Op[Any]:
+    """An operation of one statement: its first row, or None."""
+    return (yield template, params).row
+
+
+def changed_rows(template: str, params: dict[str, Any]) -> Op[int]:
+    """An operation of one statement: how many rows it changed."""
+    return (yield template, params).rowcount
