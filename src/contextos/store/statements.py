@@ -133,11 +133,12 @@ async def run_postgres(
             if isinstance(params, dict):
                 cur = await conn.execute(sql, params)
                 rows = await cur.fetchall() if cur.description is not None else []
+                result = Result(rows, cur.rowcount)
             else:
-                async with conn.cursor() as cur:
-                    await cur.executemany(sql, params)
-                rows = []
-            template, params = op.send(Result(rows, cur.rowcount))
+                async with conn.cursor() as many:
+                    await many.executemany(sql, params)
+                    result = Result([], many.rowcount)
+            template, params = op.send(result)
     except StopIteration as done:
         value: T = done.value
         return value
