@@ -129,6 +129,7 @@ class SqlCorpus:
         raise NotImplementedError
 
     async def close(self) -> None:
+        """Close the corpus's connection."""
         raise NotImplementedError
 
     async def __aenter__(self) -> Self:

@@ -88,10 +88,7 @@ class PostgresCorpus(SqlCorpus):
     async def _execute(self, start: Start[T], *, atomic: bool = False) -> T:
         async with self._lock:
             conn = await self._connection()
-            if not atomic:
-                return await run_postgres(conn, start(), self._DIALECT)
-            async with conn.transaction():
-                return await run_postgres(conn, start(), self._DIALECT)
+            return await run_postgres(conn, start(), self._DIALECT, atomic=atomic)
 
     def _search(self, words: list[str], k: int) -> tuple[str, dict[str, Any]]:
         params: dict[str, Any] = {f"w{i}": word for i, word in enumerate(words)}

@@ -36,10 +36,7 @@ class PostgresQueue(SqlQueue):
 
     async def _execute(self, start: Start[T], *, atomic: bool = False) -> T:
         async with self._conn() as conn:
-            if not atomic:
-                return await run_postgres(conn, start(), self._DIALECT)
-            async with conn.transaction():
-                return await run_postgres(conn, start(), self._DIALECT)
+            return await run_postgres(conn, start(), self._DIALECT, atomic=atomic)
 
     def _stored(self, at: datetime | None) -> datetime | None:
         return at

@@ -13,6 +13,7 @@ hand-written code would make). Statements are templates a `Dialect` renders once
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ Params: TypeAlias = dict[str, Any] | list[dict[str, Any]]
 """A statement's parameters; a list of them runs the statement once for each (executemany)."""
 
 Statement: TypeAlias = tuple[str, Params]
-"""A rendered statement and its parameters."""
+"""A statement (a template its dialect renders) and its parameters."""
 
 
 @dataclass(slots=True)  # not frozen: made for every statement, and a frozen one is slower to make
@@ -123,25 +124,31 @@ def run_sqlite(conn: sqlite3.Connection, op: Op[T], dialect: Dialect = SQLITE, *
 
 
 async def run_postgres(
-    conn: psycopg.AsyncConnection[Any], op: Op[T], dialect: Dialect = POSTGRES
+    conn: psycopg.AsyncConnection[Any],
+    op: Op[T],
+    dialect: Dialect = POSTGRES,
+    *,
+    atomic: bool = False,
 ) -> T:
-    """Run an operation to its end on a psycopg connection, one statement per round trip."""
-    try:
-        template, params = next(op)
-        while True:
-            sql = dialect.sql(template)
-            if isinstance(params, dict):
-                cur = await conn.execute(sql, params)
-                rows = await cur.fetchall() if cur.description is not None else []
-                result = Result(rows, cur.rowcount)
-            else:
-                async with conn.cursor() as many:
-                    await many.executemany(sql, params)
-                    result = Result([], many.rowcount)
-            template, params = op.send(result)
-    except StopIteration as done:
-        value: T = done.value
-        return value
+    """Run an operation to its end on a psycopg connection, one statement per round trip;
+    `atomic`: in one transaction (two round trips more)."""
+    async with conn.transaction() if atomic else contextlib.nullcontext():
+        try:
+            template, params = next(op)
+            while True:
+                sql = dialect.sql(template)
+                if isinstance(params, dict):
+                    cur = await conn.execute(sql, params)
+                    rows = await cur.fetchall() if cur.description is not None else []
+                    result = Result(rows, cur.rowcount)
+                else:
+                    async with conn.cursor() as many:
+                        await many.executemany(sql, params)
+                        result = Result([], many.rowcount)
+                template, params = op.send(result)
+        except StopIteration as done:
+            value: T = done.value
+            return value
 
 
 def all_rows(template: str, params: dict[str, Any]) -> Op[list[Any]]:
