@@ -24,7 +24,7 @@ from contextos.runs import RunId
 from contextos.store import open_store
 from contextos.store.queue import QueueEntry, queue_of
 
-Rates = tuple[float, float, float, float, float, float]
+Rates = tuple[float, ...]
 """Claims, renewals and releases per second: by the wall clock, then by CPU time."""
 
 
@@ -62,7 +62,7 @@ async def one_round(url: str, runs: int) -> Rates:
     laps = [(claimed, began), (renewed, claimed), (released, renewed)]
     wall = tuple(runs / (end[0] - start[0]) for end, start in laps)
     cpu = tuple(runs / (end[1] - start[1]) for end, start in laps)
-    return (*wall, *cpu)  # type: ignore[return-value]
+    return (*wall, *cpu)
 
 
 def fresh(store: str, directory: Path) -> tuple[str, str | None]:
@@ -70,10 +70,11 @@ def fresh(store: str, directory: Path) -> tuple[str, str | None]:
     if not store.startswith(("postgresql://", "postgres://")):
         return f"sqlite:///{directory / f'{uuid.uuid4().hex}.db'}", None
     import psycopg
+    from psycopg import sql
 
     schema = f"bench_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(store, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")  # type: ignore[arg-type]
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
     sep = "&" if "?" in store else "?"
     return f"{store}{sep}options={quote(f'-csearch_path={schema}')}", schema
 
@@ -81,9 +82,10 @@ def fresh(store: str, directory: Path) -> tuple[str, str | None]:
 def drop(store: str, schema: str | None) -> None:
     if schema is not None:
         import psycopg
+        from psycopg import sql
 
         with psycopg.connect(store, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")  # type: ignore[arg-type]
+            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
 
 
 def main() -> None:
