@@ -139,7 +139,10 @@ async def run_postgres(
                 sql = dialect.sql(template)
                 if isinstance(params, dict):
                     cur = await conn.execute(sql, params)
-                    rows = await cur.fetchall() if cur.description is not None else []
+                    # Only a statement with result columns has rows to fetch (`nfields` is
+                    # cheap to ask, unlike `description`).
+                    has_rows = cur.pgresult is not None and cur.pgresult.nfields > 0
+                    rows = await cur.fetchall() if has_rows else []
                     result = Result(rows, cur.rowcount)
                 else:
                     async with conn.cursor() as many:
