@@ -1,55 +1,56 @@
-"""The knowledge corpus: shared, read-only at run time, versioned, searched with BM25.
+"""The knowledge corpus: shared, read-only at run time, versioned, searched full-text.
 
 Documents are ingested from files into passages; re-ingesting a changed file adds a new version
-and retires the old one (kept for lineage of past runs). Search is SQLite FTS5 full-text with
-its BM25 ranking and returns passages with the source and version a context manifest records.
-Runs open the corpus read-only: retrieval can never change it.
+and retires the old one (kept for lineage of past runs). Search ranks passages of current
+versions and returns them with the source and version a context manifest records. Runs open
+the corpus read-only: retrieval can never change it. This module holds the logic and the shared
+SQL; `corpus_sqlite` and `corpus_postgres` hold each database's full-text search and plumbing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
-import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, ClassVar, Protocol, Self, TypeVar
 
-from contextos.context._sqlite import SqliteFile, transaction
 from contextos.context.compiled import sha
 from contextos.errors import ConfigError
+from contextos.store.statements import Dialect, Op, Start, all_rows
 from contextos.tools.contract import Tool, tool
 
-if TYPE_CHECKING:
-    from contextos.context.corpus_postgres import PostgresCorpus
+T = TypeVar("T")
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS documents (
+DOCUMENTS_TABLE = """
+CREATE TABLE IF NOT EXISTS {documents} (
     doc_id TEXT NOT NULL,
     version TEXT NOT NULL,
     content_hash TEXT NOT NULL,
     title TEXT NOT NULL,
-    ingested_at TEXT NOT NULL,
-    current INTEGER NOT NULL,
+    ingested_at {time} NOT NULL,
+    current {flag} NOT NULL,
     PRIMARY KEY (doc_id, version)
 );
-CREATE TABLE IF NOT EXISTS passages (
-    passage_id INTEGER PRIMARY KEY AUTOINCREMENT,
-    doc_id TEXT NOT NULL,
-    version TEXT NOT NULL,
-    ordinal INTEGER NOT NULL,
-    heading TEXT NOT NULL,
-    text TEXT NOT NULL
-);
-CREATE VIRTUAL TABLE IF NOT EXISTS passages_fts USING fts5(
-    text, heading, content='passages', content_rowid='passage_id', tokenize='porter unicode61'
-);
-CREATE TRIGGER IF NOT EXISTS passages_ai AFTER INSERT ON passages BEGIN
-    INSERT INTO passages_fts (rowid, text, heading) VALUES (new.passage_id, new.text, new.heading);
-END;
 """
+"""Every backend's table of document versions, given its name and its time and flag types."""
+
+# The statements every backend shares; `{documents}` and `{passages}` are its tables.
+_CURRENT_HASH = "SELECT content_hash FROM {documents} WHERE doc_id = :doc_id AND current"
+_VERSIONS = "SELECT count(*) FROM {documents} WHERE doc_id = :doc_id"
+_RETIRE = "UPDATE {documents} SET current = FALSE WHERE doc_id = :doc_id"
+_ADD_DOCUMENT = """
+INSERT INTO {documents} (doc_id, version, content_hash, title, ingested_at, current)
+VALUES (:doc_id, :version, :content_hash, :title, :ingested_at, TRUE)
+"""
+_ADD_PASSAGE = """
+INSERT INTO {passages} (doc_id, version, ordinal, heading, text)
+VALUES (:doc_id, :version, :ordinal, :heading, :text)
+"""
+_CURRENT_DOCUMENTS = "SELECT doc_id FROM {documents} WHERE current"
+_DOCUMENTS = "SELECT doc_id, version, title FROM {documents} WHERE current ORDER BY doc_id"
 
 TEXT_SUFFIXES = frozenset({".md", ".markdown", ".txt", ".rst"})
 
@@ -71,7 +72,7 @@ class Passage:
     text: str
     """The passage."""
     score: float
-    """BM25 relevance (higher is better)."""
+    """Full-text relevance (higher is better): BM25 on SQLite, `ts_rank_cd` on PostgreSQL."""
 
     @property
     def source(self) -> str:
@@ -94,19 +95,44 @@ class IngestReport:
     """Passages written."""
 
 
-class Corpus:
-    """A knowledge corpus in a SQLite file. Read-only unless opened with `writable=True`."""
+class SqlCorpus:
+    """A knowledge corpus in a database; its backend's subclass supplies the hooks below.
 
-    def __init__(self, path: str | Path, *, writable: bool = False) -> None:
+    Read-only unless opened with `writable=True`.
+    """
+
+    _DIALECT: ClassVar[Dialect]
+    """How the backend writes the statements; it names the `documents` and `passages` tables."""
+
+    _INGEST_LOCK: ClassVar[str | None] = None
+    """Taken first by an ingest so that two do not count the same versions (None: the
+    backend's write transactions run one at a time anyway)."""
+
+    name: str
+    """What retrieval calls this corpus."""
+
+    def __init__(self, *, writable: bool, where: str) -> None:
         self.writable = writable
-        self._db = SqliteFile(path, schema=_SCHEMA if writable else "", read_only=not writable)
-        self.path = self._db.path
-        self.name = self.path.name
+        self._where = where
+
+    async def _execute(self, start: Start[T], *, atomic: bool = False) -> T:
+        """Run an operation (`start` begins it afresh); `atomic`: in one write transaction."""
+        raise NotImplementedError
+
+    def _search(self, words: list[str], k: int) -> tuple[str, dict[str, Any]]:
+        """The full-text search for passages matching any of `words` (none can act as an
+        operator), best first: doc_id, version, content_hash, ordinal, heading, text, score."""
+        raise NotImplementedError
+
+    def _stored(self, at: datetime) -> Any:
+        """A time as the backend stores it."""
+        raise NotImplementedError
 
     async def close(self) -> None:
-        await self._db.close()
+        """Close the corpus's connection."""
+        raise NotImplementedError
 
-    async def __aenter__(self) -> Corpus:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -124,52 +150,59 @@ class Corpus:
     ) -> IngestReport:
         """Ingest text files (and the text files under directories) as document versions."""
         if not self.writable:
-            raise ConfigError(f"corpus {self.path} is open read-only; open it with writable=True")
+            raise ConfigError(f"{self._where} is open read-only; open it with writable=True")
         docs = await asyncio.to_thread(_read_docs, list(paths), root, max_chars)
-        now = datetime.now(UTC).isoformat()
+        now = self._stored(datetime.now(UTC))
 
-        def _ingest(conn: sqlite3.Connection) -> IngestReport:
+        def op() -> Op[IngestReport]:
+            if self._INGEST_LOCK is not None:
+                yield self._INGEST_LOCK, {}
             added: list[str] = []
             updated: list[str] = []
             unchanged: list[str] = []
             written = 0
             for doc_id, text, title, passages in docs:
                 digest = sha(text)
-                row = conn.execute(
-                    "SELECT content_hash FROM documents WHERE doc_id = ? AND current = 1",
-                    (doc_id,),
-                ).fetchone()
-                if row is not None and row[0] == digest:
+                current = yield _CURRENT_HASH, {"doc_id": doc_id}
+                if current.row is not None and current.row[0] == digest:
                     unchanged.append(doc_id)
                     continue
-                count = conn.execute(
-                    "SELECT COUNT(*) FROM documents WHERE doc_id = ?", (doc_id,)
-                ).fetchone()[0]
-                version = f"v{count + 1}"
-                conn.execute("UPDATE documents SET current = 0 WHERE doc_id = ?", (doc_id,))
-                conn.execute(
-                    "INSERT INTO documents (doc_id, version, content_hash, title, ingested_at,"
-                    " current) VALUES (?, ?, ?, ?, ?, 1)",
-                    (doc_id, version, digest, title, now),
+                versions = yield _VERSIONS, {"doc_id": doc_id}
+                version = f"v{versions.row[0] + 1}"
+                yield _RETIRE, {"doc_id": doc_id}
+                yield (
+                    _ADD_DOCUMENT,
+                    {
+                        "doc_id": doc_id,
+                        "version": version,
+                        "content_hash": digest,
+                        "title": title,
+                        "ingested_at": now,
+                    },
                 )
-                conn.executemany(
-                    "INSERT INTO passages (doc_id, version, ordinal, heading, text)"
-                    " VALUES (?, ?, ?, ?, ?)",
-                    [(doc_id, version, n, h, t) for n, (h, t) in enumerate(passages, start=1)],
-                )
+                if passages:
+                    yield (
+                        _ADD_PASSAGE,
+                        [
+                            {
+                                "doc_id": doc_id,
+                                "version": version,
+                                "ordinal": n,
+                                "heading": h,
+                                "text": t,
+                            }
+                            for n, (h, t) in enumerate(passages, start=1)
+                        ],
+                    )
                 written += len(passages)
-                (updated if row is not None else added).append(doc_id)
+                (updated if current.row is not None else added).append(doc_id)
             retired: list[str] = []
             if prune:
                 seen = {d[0] for d in docs}
-                for (doc_id,) in conn.execute(
-                    "SELECT doc_id FROM documents WHERE current = 1"
-                ).fetchall():
-                    if doc_id not in seen:
-                        retired.append(doc_id)
-                conn.executemany(
-                    "UPDATE documents SET current = 0 WHERE doc_id = ?", [(d,) for d in retired]
-                )
+                current = yield _CURRENT_DOCUMENTS, {}
+                retired = [str(doc_id) for (doc_id,) in current.rows if doc_id not in seen]
+                if retired:
+                    yield _RETIRE, [{"doc_id": doc_id} for doc_id in retired]
             return IngestReport(
                 added=tuple(added),
                 updated=tuple(updated),
@@ -178,27 +211,16 @@ class Corpus:
                 passages=written,
             )
 
-        return await self._db.run(lambda conn: transaction(conn, _ingest))
+        return await self._execute(op, atomic=True)
 
     # -- reading ----------------------------------------------------------------------------
 
     async def search(self, query: str, *, k: int = 5) -> list[Passage]:
-        """The `k` best passages of current document versions for `query`, by BM25."""
-        match = fts_query(query)
-        if not match or k <= 0:
+        """The `k` best passages of current document versions for `query`."""
+        words = query_words(query)
+        if not words or k <= 0:
             return []
-
-        def _search(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
-            return conn.execute(
-                "SELECT p.doc_id, p.version, d.content_hash, p.ordinal, p.heading, p.text,"
-                " bm25(passages_fts) AS rank"
-                " FROM passages_fts JOIN passages p ON p.passage_id = passages_fts.rowid"
-                " JOIN documents d ON d.doc_id = p.doc_id AND d.version = p.version"
-                " WHERE passages_fts MATCH ? AND d.current = 1"
-                " ORDER BY rank LIMIT ?",
-                (match, k),
-            ).fetchall()
-
+        statement, params = self._search(words, k)
         return [
             Passage(
                 id=f"{doc_id}#{ordinal}",
@@ -207,23 +229,17 @@ class Corpus:
                 content_hash=str(digest),
                 heading=str(heading),
                 text=str(text),
-                score=-float(rank),
+                score=float(score),
             )
-            for doc_id, version, digest, ordinal, heading, text, rank in await self._db.run(_search)
+            for doc_id, version, digest, ordinal, heading, text, score in await self._execute(
+                lambda: all_rows(statement, params)
+            )
         ]
 
     async def documents(self) -> list[tuple[str, str, str]]:
         """(doc_id, current version, title) of every current document."""
-
-        def _docs(conn: sqlite3.Connection) -> list[tuple[str, str, str]]:
-            return [
-                (str(a), str(b), str(c))
-                for a, b, c in conn.execute(
-                    "SELECT doc_id, version, title FROM documents WHERE current = 1 ORDER BY doc_id"
-                ).fetchall()
-            ]
-
-        return await self._db.run(_docs)
+        rows = await self._execute(lambda: all_rows(_DOCUMENTS, {}))
+        return [(str(a), str(b), str(c)) for a, b, c in rows]
 
     def as_tool(self, *, name: str = "search_knowledge", k: int = 4) -> Tool:
         """A read-only tool the model can call to search the corpus."""
@@ -241,11 +257,6 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 def query_words(text: str) -> list[str]:
     """The distinct words of free text, lower-cased, in order."""
     return list(dict.fromkeys(w for w in _WORD.findall(text.lower()) if len(w) > 1))
-
-
-def fts_query(text: str) -> str:
-    """Free text as an FTS5 query: every word quoted (no operators can be smuggled), OR-ed."""
-    return " OR ".join(f'"{w}"' for w in query_words(text))
 
 
 class SearchableCorpus(Protocol):
@@ -269,15 +280,6 @@ def corpus_tool(corpus: SearchableCorpus, *, name: str, k: int) -> Tool:
         name=name,
         description="Search the knowledge base; returns passages with source and version.",
     )(search_knowledge)
-
-
-def open_corpus(location: str | Path, *, writable: bool = False) -> Corpus | PostgresCorpus:
-    """A corpus in a SQLite file (a path) or in PostgreSQL (a `postgresql://` URL)."""
-    if isinstance(location, str) and location.startswith(("postgresql://", "postgres://")):
-        from contextos.context.corpus_postgres import PostgresCorpus
-
-        return PostgresCorpus(location, writable=writable)
-    return Corpus(location, writable=writable)
 
 
 _HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$")

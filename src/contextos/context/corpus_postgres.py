@@ -8,26 +8,18 @@ PostgreSQL itself refuses any write retrieval might attempt.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
-from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any
+import functools
+from datetime import datetime
+from typing import Any, TypeVar
 
-from contextos.context.compiled import sha
-from contextos.context.corpus import IngestReport, Passage, _read_docs, corpus_tool, query_words
-from contextos.errors import ConfigError
-from contextos.tools.contract import Tool
+from contextos.context.corpus import DOCUMENTS_TABLE, SqlCorpus
+from contextos.store.statements import POSTGRES, Start, run_postgres
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS corpus_documents (
-    doc_id TEXT NOT NULL,
-    version TEXT NOT NULL,
-    content_hash TEXT NOT NULL,
-    title TEXT NOT NULL,
-    ingested_at TIMESTAMPTZ NOT NULL,
-    current BOOLEAN NOT NULL,
-    PRIMARY KEY (doc_id, version)
-);
+T = TypeVar("T")
+
+_SCHEMA = (
+    DOCUMENTS_TABLE.format(documents="corpus_documents", time="TIMESTAMPTZ", flag="BOOLEAN")
+    + """
 CREATE TABLE IF NOT EXISTS corpus_passages (
     passage_id BIGSERIAL PRIMARY KEY,
     doc_id TEXT NOT NULL,
@@ -41,14 +33,37 @@ CREATE TABLE IF NOT EXISTS corpus_passages (
 );
 CREATE INDEX IF NOT EXISTS corpus_passages_tsv ON corpus_passages USING GIN (tsv);
 """
+)
 
 
-class PostgresCorpus:
+_RANKED = """
+SELECT p.doc_id, p.version, d.content_hash, p.ordinal, p.heading, p.text,
+       ts_rank_cd(p.tsv, query.q) AS score
+FROM corpus_passages p
+JOIN corpus_documents d ON d.doc_id = p.doc_id AND d.version = p.version, query
+WHERE d.current AND p.tsv @@ query.q
+ORDER BY score DESC, p.passage_id LIMIT :k
+"""
+
+
+@functools.cache
+def _search(words: int) -> str:
+    """The search for that many words (`:w0`, `:w1`, …), each a plain lexeme (no operator can
+    be smuggled in), OR-ed together."""
+    lexemes = " || ".join(f"plainto_tsquery('english', :w{i})" for i in range(words))
+    return f"WITH query AS (SELECT {lexemes} AS q)" + _RANKED
+
+
+class PostgresCorpus(SqlCorpus):
     """A knowledge corpus in PostgreSQL. Read-only unless opened with `writable=True`."""
 
+    _DIALECT = POSTGRES.naming(documents="corpus_documents", passages="corpus_passages")
+    # One ingest at a time: versions are counted, then written.
+    _INGEST_LOCK = "LOCK TABLE corpus_documents IN EXCLUSIVE MODE"
+
     def __init__(self, url: str, *, writable: bool = False) -> None:
+        super().__init__(writable=writable, where="this corpus")
         self.url = url
-        self.writable = writable
         self.name = "postgresql-corpus"
         self._conn: Any = None
         self._lock = asyncio.Lock()
@@ -70,128 +85,17 @@ class PostgresCorpus:
             await self._conn.close()
             self._conn = None
 
-    async def __aenter__(self) -> PostgresCorpus:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    async def ingest(
-        self,
-        paths: Iterable[str | Path],
-        *,
-        root: str | Path | None = None,
-        prune: bool = False,
-        max_chars: int = 1200,
-    ) -> IngestReport:
-        """Ingest text files (and the text files under directories) as document versions."""
-        if not self.writable:
-            raise ConfigError("this corpus is open read-only; open it with writable=True")
-        docs = await asyncio.to_thread(_read_docs, list(paths), root, max_chars)
-        now = datetime.now(UTC)
-        added: list[str] = []
-        updated: list[str] = []
-        unchanged: list[str] = []
-        retired: list[str] = []
-        written = 0
+    async def _execute(self, start: Start[T], *, atomic: bool = False) -> T:
         async with self._lock:
             conn = await self._connection()
-            async with conn.transaction():
-                # One ingest at a time: versions are counted, then written.
-                await conn.execute("LOCK TABLE corpus_documents IN EXCLUSIVE MODE")
-                for doc_id, text, title, passages in docs:
-                    digest = sha(text)
-                    cur = await conn.execute(
-                        "SELECT content_hash FROM corpus_documents WHERE doc_id = %s AND current",
-                        (doc_id,),
-                    )
-                    row = await cur.fetchone()
-                    if row is not None and row[0] == digest:
-                        unchanged.append(doc_id)
-                        continue
-                    cur = await conn.execute(
-                        "SELECT count(*) FROM corpus_documents WHERE doc_id = %s", (doc_id,)
-                    )
-                    count = (await cur.fetchone())[0]
-                    version = f"v{count + 1}"
-                    await conn.execute(
-                        "UPDATE corpus_documents SET current = false WHERE doc_id = %s", (doc_id,)
-                    )
-                    await conn.execute(
-                        "INSERT INTO corpus_documents (doc_id, version, content_hash, title,"
-                        " ingested_at, current) VALUES (%s, %s, %s, %s, %s, true)",
-                        (doc_id, version, digest, title, now),
-                    )
-                    async with conn.cursor() as c:
-                        await c.executemany(
-                            "INSERT INTO corpus_passages (doc_id, version, ordinal, heading, text)"
-                            " VALUES (%s, %s, %s, %s, %s)",
-                            [
-                                (doc_id, version, n, h, t)
-                                for n, (h, t) in enumerate(passages, start=1)
-                            ],
-                        )
-                    written += len(passages)
-                    (updated if row is not None else added).append(doc_id)
-                if prune:
-                    seen = {d[0] for d in docs}
-                    cur = await conn.execute("SELECT doc_id FROM corpus_documents WHERE current")
-                    retired = [r[0] for r in await cur.fetchall() if r[0] not in seen]
-                    for doc_id in retired:
-                        await conn.execute(
-                            "UPDATE corpus_documents SET current = false WHERE doc_id = %s",
-                            (doc_id,),
-                        )
-        return IngestReport(
-            added=tuple(added),
-            updated=tuple(updated),
-            unchanged=tuple(unchanged),
-            retired=tuple(retired),
-            passages=written,
-        )
+            return await run_postgres(conn, start(), self._DIALECT, atomic=atomic)
 
-    async def search(self, query: str, *, k: int = 5) -> list[Passage]:
-        """The `k` best passages of current document versions for `query`."""
-        words = query_words(query)
-        if not words or k <= 0:
-            return []
-        # Each word becomes a plain lexeme (no operator can be smuggled in), OR-ed together.
-        tsquery = " || ".join(["plainto_tsquery('english', %s)"] * len(words))
-        async with self._lock:
-            conn = await self._connection()
-            cur = await conn.execute(
-                f"WITH query AS (SELECT {tsquery} AS q)"
-                " SELECT p.doc_id, p.version, d.content_hash, p.ordinal, p.heading, p.text,"
-                " ts_rank_cd(p.tsv, query.q) AS rank"
-                " FROM corpus_passages p"
-                " JOIN corpus_documents d ON d.doc_id = p.doc_id AND d.version = p.version,"
-                " query WHERE d.current AND p.tsv @@ query.q"
-                " ORDER BY rank DESC, p.passage_id LIMIT %s",
-                (*words, k),
-            )
-            rows = await cur.fetchall()
-        return [
-            Passage(
-                id=f"{doc_id}#{ordinal}",
-                doc_id=str(doc_id),
-                version=str(version),
-                content_hash=str(digest),
-                heading=str(heading),
-                text=str(text),
-                score=float(rank),
-            )
-            for doc_id, version, digest, ordinal, heading, text, rank in rows
-        ]
+    def _search(self, words: list[str], k: int) -> tuple[str, dict[str, Any]]:
+        params: dict[str, Any] = {f"w{i}": word for i, word in enumerate(words)}
+        return _search(len(words)), {**params, "k": k}
 
-    async def documents(self) -> list[tuple[str, str, str]]:
-        """(doc_id, current version, title) of every current document."""
-        async with self._lock:
-            conn = await self._connection()
-            cur = await conn.execute(
-                "SELECT doc_id, version, title FROM corpus_documents WHERE current ORDER BY doc_id"
-            )
-            return [(str(a), str(b), str(c)) for a, b, c in await cur.fetchall()]
+    def _stored(self, at: datetime) -> datetime:
+        return at
 
-    def as_tool(self, *, name: str = "search_knowledge", k: int = 4) -> Tool:
-        """A read-only tool the model can call to search the corpus."""
-        return corpus_tool(self, name=name, k=k)
+
+__all__ = ["PostgresCorpus"]
