@@ -23,12 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from contextos import Agent, RunStatus, Runtime, ToolContext, tool
-from contextos import events as ev
-from contextos.interrupts import describe
 from contextos.policy import Decision, Policy, Principal, Rule
 from contextos.policy.authority import Authority
 from contextos.policy.rules import conditions
 from contextos.testing import ScriptedModel, call_tool, reply
+from contextos.timeline import describe
 
 REFUNDS: dict[str, dict[str, Any]] = {}
 """The payment provider's ledger, keyed by idempotency key (a real one would be remote)."""
@@ -118,13 +117,9 @@ async def main(store: str) -> None:
         done = await rt.resume(large.run_id, large_refund)
         print(f"250 EUR refund after approval: {done.status}: {done.output}")
 
-        print("\nthe authority trail of the large refund:")
+        print("\nthe trail of the large refund:")
         for e in await rt.events(large.run_id):
-            line = describe(e)
-            if line is not None:
-                print(f"  #{e.seq} {e.type}: {line}")
-            elif isinstance(e, ev.ToolCompleted):
-                print(f"  #{e.seq} {e.type}: {e.output}")
+            print(f"  #{e.seq} {e.type}: {describe(e)}")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ from contextos.errors import (
     RunIsTerminal,
     RunNotFound,
 )
-from contextos.interrupts import Approval, FrozenAction, Interrupt, InterruptKind
 from contextos.messages import FinishReason, Message, ToolCall, Usage
 from contextos.models import ModelAdapter, ModelRequest, ModelResponse, resolve_model
 from contextos.policy import (
@@ -23,6 +22,7 @@ from contextos.policy import (
     Rule,
     RunContext,
 )
+from contextos.records.interrupts import Approval, FrozenAction, Interrupt, InterruptKind
 from contextos.runs import Budget, FailureReason, RunId, RunStatus
 from contextos.runtime import RunResult, Runtime, run
 from contextos.state import RunState, fold

@@ -17,14 +17,15 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from contextos import events as ev
-from contextos.deadlines import Deadline, Expiry, on_expiry
 from contextos.errors import AnswerInvalid, ConcurrencyConflict, RunIsTerminal, RunNotFound
 from contextos.events import utcnow
-from contextos.interrupts import Book, Interrupt, InterruptKind, parse_answer
 from contextos.ledger import EffectState
-from contextos.policy.decision import Check, Decision, PolicyDecision
+from contextos.records.deadlines import Deadline, Expiry, on_expiry
+from contextos.records.decisions import Check, Decision, PolicyDecision
+from contextos.records.interrupts import Interrupt, InterruptKind, parse_answer
 from contextos.runs import RunId, RunStatus
-from contextos.state import fold
+from contextos.state import RunState
+from contextos.store.base import load_state
 
 if TYPE_CHECKING:
     from contextos.policy.rules import Policy
@@ -147,36 +148,37 @@ def ev_json(value: Any) -> str:
 # --- recording an expiry ---------------------------------------------------------------------
 
 
-def overdue(book: Book, now: datetime) -> list[Interrupt]:
+def overdue(state: RunState, now: datetime) -> list[Interrupt]:
     """The pending interrupts of a waiting run whose deadline has passed."""
-    if book.status != RunStatus.INPUT_REQUIRED.value:
+    if state.status is not RunStatus.INPUT_REQUIRED:
         return []
     out = []
-    for i in book.pending:
+    for i in state.pending_interrupts.values():
         deadline = i.deadline
         if deadline is not None and deadline.expires_at <= now:
             out.append(i)
     return out
 
 
-def next_due(book: Book) -> datetime | None:
+def next_due(state: RunState) -> datetime | None:
     """The earliest deadline among a waiting run's pending interrupts."""
-    if book.status != RunStatus.INPUT_REQUIRED.value:
+    if state.status is not RunStatus.INPUT_REQUIRED:
         return None
-    dues = [d.expires_at for i in book.pending if (d := i.deadline) is not None]
+    pending = state.pending_interrupts.values()
+    dues = [d.expires_at for i in pending if (d := i.deadline) is not None]
     return min(dues) if dues else None
 
 
 def expiry_events(
-    book: Book, events: Sequence[ev.Event], due: Sequence[Interrupt], *, now: datetime, actor: str
+    state: RunState, due: Sequence[Interrupt], *, now: datetime, actor: str
 ) -> list[ev.Event]:
     """The events that expire `due` (one InterruptExpired each); when any says `fail`, the run
     ends: calls that were never sent are abandoned and RunExpired follows."""
-    run_id = RunId(book.run_id)
+    run_id = state.run_id
     out: list[ev.Event] = []
 
     def seq() -> int:
-        return book.seq + len(out) + 1
+        return state.seq + len(out) + 1
 
     failing: list[Interrupt] = []
     for i in due:
@@ -204,7 +206,6 @@ def expiry_events(
             failing.append(i)
     if not failing:
         return out
-    state = fold(list(events), book.run_id)
     unsent = (EffectState.PROPOSED, EffectState.VALIDATED, EffectState.AUTHORISED)
     for effect in state.effects.values():
         if effect.state in unsent and effect.compensates is None:
@@ -251,16 +252,15 @@ async def expire_overdue(
     """
     while True:
         try:
-            events = await store.read(RunId(run_id))
+            state = await load_state(store, RunId(run_id))
         except RunNotFound:
             return []
-        book = Book.of(run_id, events)
-        due = overdue(book, now)
+        due = overdue(state, now)
         if not due:
             return []
-        batch = expiry_events(book, events, due, now=now, actor=actor)
+        batch = expiry_events(state, due, now=now, actor=actor)
         try:
-            await store.append(RunId(run_id), batch, expected_seq=book.seq)
+            await store.append(state.run_id, batch, expected_seq=state.seq)
         except ConcurrencyConflict:
             continue
         except RunIsTerminal:
@@ -313,10 +313,10 @@ class Sweeper:
             known = self._seen.get(rid)
             if known is None or known.seq != summary.last_seq:
                 try:
-                    book = Book.of(rid, await self.store.read(summary.run_id))
+                    state = await load_state(self.store, summary.run_id)
                 except RunNotFound:
                     continue
-                known = _Seen(seq=book.seq, due=next_due(book))
+                known = _Seen(seq=state.seq, due=next_due(state))
             seen[rid] = known
             if known.due is not None and known.due <= now:
                 expired.extend(await expire_overdue(self.store, rid, now=now, actor=self.actor))

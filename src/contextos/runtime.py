@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import functools
 import os
 import socket
@@ -28,7 +27,6 @@ from contextos.errors import (
 )
 from contextos.events import utcnow
 from contextos.expiry import expire_overdue
-from contextos.interrupts import Approval, Interrupt, bind_store
 from contextos.loop import Driver
 from contextos.messages import Usage
 from contextos.middleware.base import ChainGateway, Services
@@ -37,9 +35,10 @@ from contextos.models import resolve_model
 from contextos.models.base import ModelAdapter
 from contextos.policy.ask import HumanTool
 from contextos.policy.authority import Authority
-from contextos.policy.decision import PolicyHook
+from contextos.policy.hook import PolicyHook
 from contextos.policy.identity import Principal, RunContext
 from contextos.policy.rules import Policy
+from contextos.records.interrupts import Approval, Interrupt
 from contextos.runs import FailureReason, RunId, RunStatus, check_priority
 from contextos.state import RunState, apply
 from contextos.store import EventStore, RunSummary, open_store, wakeup
@@ -361,7 +360,7 @@ class Runtime:
         driver.stop_requested = self._draining
         if self._traces is not None:
             driver.on_commit = functools.partial(self._traces.committed, self.store, state.run_id)
-        task = asyncio.create_task(driver.drive(), context=self._task_context())
+        task = asyncio.create_task(driver.drive())
         self._inflight[state.run_id] = (driver, task)
         if lease is not None:
             self._leases[state.run_id] = lease
@@ -560,20 +559,13 @@ class Runtime:
     def _bind(self, run_id: RunId, context: RunContext | None) -> list[ev.Event]:
         return [] if context is None else [self.governance.bound(run_id, 2, context)]
 
-    def _task_context(self) -> contextvars.Context:
-        """The driving task's context: tools that asked a person read the answer from the
-        run's log through it, even when the run resumes after a crash."""
-        ctx = contextvars.copy_context()
-        ctx.run(bind_store, self.store)
-        return ctx
-
     def _gate_for(self, state: RunState, agent: Agent) -> PolicyHook | None:
         """Governed runs (a policy configured, a context bound, or tools that ask a person)
         pass the policy gate."""
         asks = any(isinstance(t, HumanTool) for t in agent.tool_list)
         if self.authority is None and state.context is None and not asks:
             return self.policy
-        return self.governance.gate(self.store, agent.tool_list)
+        return self.governance.gate(state, agent.tool_list)
 
     async def inbox(self, *, limit: int = 200) -> list[Interrupt]:
         """Interrupts waiting for a person, across runs, oldest first (with previews)."""

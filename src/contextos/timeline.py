@@ -4,20 +4,94 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from contextos import events as ev
-from contextos import interrupts
+from contextos.records.interrupts import canonical_json, fmt_roles
 
 _ENVELOPE = {"run_id", "seq", "occurred_at", "actor", "causation_id", "type"}
 
 
 def describe(event: ev.Event) -> str:
     """A short human line for an event; unknown shapes fall back to their fields."""
-    authority = interrupts.describe(event)
-    if authority is not None:
-        return authority
     match event:
+        case ev.ContextBound():
+            c = event.context
+            p = c.get("principal") or {}
+            scopes = c.get("scopes")
+            parts = [
+                f"acts for {p.get('kind')}:{p.get('id')}@{p.get('tenant')}",
+                "scopes " + ", ".join(scopes if scopes is not None else p.get("scopes") or ["-"]),
+                f"clearance {c.get('clearance')}",
+            ]
+            if c.get("tools") is not None:
+                parts.append("tools " + ", ".join(c["tools"]))
+            box = c.get("containment")
+            if box:
+                parts.append("roots " + (", ".join(box.get("roots") or []) or "-"))
+                allow = (box.get("network") or {}).get("allow") or []
+                parts.append("network " + (", ".join(allow) or "none"))
+            parts.append(
+                f"policy {event.policy_name} v{event.policy_version} "
+                f"(snapshot {event.snapshot_hash[:12]})"
+            )
+            return " · ".join(parts)
+        case ev.PolicyDecided():
+            text = f"{event.tool} [{event.call_id}] {event.decision}"
+            if event.rule_ids:
+                text += " by " + ", ".join(event.rule_ids)
+            roles = event.approver_roles or ((event.approver_role,) if event.approver_role else ())
+            if roles and event.decision == "require_approval":
+                text += f" (role {fmt_roles(roles)})"
+            if event.absolute:
+                text += " [absolute]"
+            if event.reasons:
+                text += ": " + "; ".join(event.reasons)
+            if event.action_hash:
+                text += f" · action {event.action_hash[:12]}"
+            if event.snapshot_hash:
+                text += f" · policy {event.snapshot_hash[:12]}"
+            return text
+        case ev.InterruptRaised():
+            action = event.payload.get("action")
+            what = (
+                str(action.get("preview"))
+                if isinstance(action, Mapping)
+                else str(event.payload.get("question") or "")
+            )
+            text = f"{event.kind} {event.interrupt_id}: {what}"
+            if isinstance(action, Mapping) and action.get("blast_radius"):
+                text += f" · {action['blast_radius']}"
+            wanted = event.payload.get("approver_roles")
+            if wanted:
+                text += f" · needs {fmt_roles(wanted)}"
+            return text
+        case ev.ApprovalGranted():
+            return (
+                f"{event.approval_id} approves {event.interrupt_id} by {event.approver} "
+                f"({fmt_roles(event.approver_roles)}) until {event.expires_at.isoformat()} · "
+                f"action {event.action_hash[:12]}"
+                + (f" · conditions {canonical_json(event.conditions)}" if event.conditions else "")
+            )
+        case ev.ApprovalDenied():
+            why = f": {event.reason}" if event.reason else ""
+            return f"{event.interrupt_id} denied by {event.approver}{why}"
+        case ev.ApprovalRevoked():
+            why = f": {event.reason}" if event.reason else ""
+            return f"{event.approval_id} revoked by {event.revoked_by}{why}"
+        case ev.InterruptAnswered():
+            return (
+                f"{event.interrupt_id} ({event.kind}) answered by {event.answered_by}: "
+                f"{canonical_json(event.value)}"
+            )
+        case ev.InterruptExpired():
+            return (
+                f"{event.interrupt_id} ({event.kind}) expired unanswered at "
+                f"{event.expires_at.isoformat()} · on_expiry {event.on_expiry}"
+                + (f" · answer {canonical_json(event.value)}" if event.value else "")
+                + (f": {event.reason}" if event.reason else "")
+            )
         case ev.RunCreated():
             return f"{event.agent_name} v{event.agent_version} started on: {_clip(event.input)}"
         case ev.RunStarted():

@@ -19,13 +19,13 @@ from refunds import POLICY, ledger, refund_agent
 
 from contextos import Agent, RunStatus, Runtime
 from contextos import events as ev
-from contextos.deadlines import Expiry
 from contextos.errors import AnswerTooLate, ApprovalRefused, PolicyLoadError
 from contextos.expiry import Sweeper, expire_overdue
 from contextos.ledger import EffectState
 from contextos.policy import Policy, Principal, Rule
 from contextos.policy.ask import ask_tools
 from contextos.policy.authority import Authority
+from contextos.records.deadlines import Expiry
 from contextos.runs import RunId
 from contextos.testing import ScriptedModel, call_tool, reply
 from contextos.timeline import describe

@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from contextos import Agent, RunStatus, Runtime, tool
+from contextos import Agent, FrozenAction, RunStatus, Runtime, tool
 from contextos import events as ev
 from contextos.errors import AnswerInvalid, ApprovalRefused, AuthorityWidened
-from contextos.interrupts import FrozenAction
 from contextos.messages import FinishReason, Message, ToolCall, Usage
 from contextos.policy import (
     Containment,

@@ -101,6 +101,19 @@ def age(ts: datetime) -> str:
     return f"{max(seconds, 0)}s"
 
 
+def until(deadline: datetime | None, now: datetime) -> str:
+    """`in 3h`, `in 12m`, `overdue`, or `never`, for listings."""
+    if deadline is None:
+        return "never"
+    seconds = int((deadline - now).total_seconds())
+    if seconds <= 0:
+        return "overdue"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"in {seconds // size}{unit}"
+    return f"in {seconds}s"
+
+
 STATUS_STYLE = {
     RunStatus.COMPLETED: "green",
     RunStatus.FAILED: "red",

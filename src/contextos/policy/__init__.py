@@ -1,17 +1,14 @@
-"""Policy: who a run acts for, what it may touch, and the decision over each proposed call.
-
-`contextos.policy.authority` (the run-time gate, approvals) is imported on its own: it depends
-on `contextos.interrupts`, which depends on this package.
-"""
+"""Policy: who a run acts for, what it may touch, and the decision over each proposed call."""
 
 from contextos.policy.containment import Containment
-from contextos.policy.decision import Check, Decision, PolicyDecision, PolicyHook, ProposedCall
 from contextos.policy.engine import CallHistory, ConfinedTool, Engine
 from contextos.policy.files import file_tools
+from contextos.policy.hook import PolicyHook, ProposedCall
 from contextos.policy.http import http_tools
 from contextos.policy.identity import CLASSIFICATIONS, Principal, PrincipalKind, RunContext
 from contextos.policy.network import NetworkPolicy
 from contextos.policy.rules import Condition, Limit, Policy, Rule
+from contextos.records.decisions import Check, Decision, PolicyDecision
 
 __all__ = [
     "CLASSIFICATIONS",

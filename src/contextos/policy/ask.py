@@ -2,8 +2,9 @@
 
 Calling one raises a typed interrupt (`missing_information`, `choice_required` or
 `review_required`); the run waits, holding nothing. Once a person answers, the call completes
-with the answer as its result, read back from the run's log (so a crash in between loses
-nothing). The gate in `contextos.policy.authority` does the asking; the tools only read.
+with the answer as its result, which the tool runner reads from the run's log into the call's
+`ToolContext` (so a crash in between loses nothing). The policy gate does the asking; the tools
+only read.
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from contextos.deadlines import Expiry
 from contextos.errors import ToolError
-from contextos.interrupts import InterruptKind, recorded_answer
+from contextos.records.deadlines import Expiry
+from contextos.records.interrupts import InterruptKind
 from contextos.tools.contract import Effect, Risk, Tool, ToolContext, tool
 
 
@@ -32,11 +33,10 @@ def _human(t: Tool, kind: InterruptKind, expiry: Expiry | None = None) -> HumanT
     return HumanTool(**data, interrupt_kind=kind, expiry=expiry)
 
 
-async def _answer(ctx: ToolContext) -> dict[str, Any]:
-    answer = await recorded_answer(ctx.run_id, ctx.call_id)
-    if answer is None:
+def _answer(ctx: ToolContext) -> dict[str, Any]:
+    if ctx.answer is None:
         raise ToolError("no answer is recorded for this question; ask again")
-    return answer
+    return ctx.answer
 
 
 def ask_tools(
@@ -55,13 +55,13 @@ def ask_tools(
     ) -> dict[str, Any]:
         """Ask a person for information only they have, or to choose one of `options`.
         The run waits for the answer."""
-        return await _answer(ctx)
+        return _answer(ctx)
 
     @tool(name="request_review", effect=Effect.READ, risk=Risk.LOW)
     async def request_review(summary: str, ctx: ToolContext) -> dict[str, Any]:
         """Ask a person to review a result before going on: they accept, reject or ask for a
         revision with comments. The run waits for the verdict."""
-        return await _answer(ctx)
+        return _answer(ctx)
 
     return (
         _human(ask_human, InterruptKind.MISSING_INFORMATION, expiry),

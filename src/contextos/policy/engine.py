@@ -20,9 +20,10 @@ from typing import Any, Literal
 from contextos.errors import ContainmentViolation
 from contextos.numbers import exact
 from contextos.policy.containment import Containment
-from contextos.policy.decision import Check, Decision, PolicyDecision, ProposedCall
+from contextos.policy.hook import ProposedCall
 from contextos.policy.identity import RunContext
 from contextos.policy.rules import MISSING, Limit, Policy, Rule, check_constraints, lookup
+from contextos.records.decisions import Check, Decision, PolicyDecision
 from contextos.tools.contract import Tool
 
 _EXACT = Context(prec=200, traps=[Inexact])

@@ -20,7 +20,7 @@ from typing import Any
 from contextos.errors import ContainmentViolation
 from contextos.policy.containment import Access, Containment, Placed, place, refuse_hard_link
 from contextos.policy.engine import Confine, ConfinedTool
-from contextos.tools.contract import Effect, Risk, Tool, tool
+from contextos.tools.contract import Effect, Risk, Tool, ToolContext, tool
 
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE = os.O_NOFOLLOW | os.O_CLOEXEC
@@ -57,9 +57,9 @@ def file_tools(
     )
 
     @tool(name="read_file", effect=Effect.READ, risk=Risk.LOW, scopes=("files:read",))
-    def read_file(path: str) -> str:
+    def read_file(path: str, ctx: ToolContext) -> str:
         """Read a UTF-8 text file inside the allowed directories."""
-        placed = place(path, "read", own)
+        placed = place(path, "read", own, ctx.containment)
         fd = _open_file(placed, path, "read", os.O_RDONLY)
         with os.fdopen(fd, "rb") as f:
             data = f.read(max_read_bytes + 1)
@@ -69,9 +69,9 @@ def file_tools(
         return text
 
     @tool(name="write_file", effect=Effect.WRITE, risk=Risk.MEDIUM, scopes=("files:write",))
-    def write_file(path: str, content: str) -> str:
+    def write_file(path: str, content: str, ctx: ToolContext) -> str:
         """Create or overwrite a UTF-8 text file inside the writable directories."""
-        placed = place(path, "write", own)
+        placed = place(path, "write", own, ctx.containment)
         fd = _open_file(placed, path, "write", os.O_WRONLY)
         data = content.encode()
         with os.fdopen(fd, "wb") as f:
@@ -79,9 +79,9 @@ def file_tools(
         return f"wrote {len(data)} bytes to {placed.real}"
 
     @tool(name="list_files", effect=Effect.READ, risk=Risk.LOW, scopes=("files:read",))
-    def list_files(path: str = ".") -> list[str]:
+    def list_files(ctx: ToolContext, path: str = ".") -> list[str]:
         """List a directory inside the allowed directories (directories end with /)."""
-        fd = _walk(place(path, "read", own), path, "read")
+        fd = _walk(place(path, "read", own, ctx.containment), path, "read")
         try:
             entries = sorted(os.scandir(fd), key=lambda e: e.name)
         finally:

@@ -22,7 +22,7 @@ from contextos.policy.containment import Containment, confine_reach, confine_url
 from contextos.policy.engine import ConfinedTool
 from contextos.policy.files import confined
 from contextos.policy.network import IP, NetworkPolicy, normalise_host, parse_ip
-from contextos.tools.contract import Effect, Risk, tool
+from contextos.tools.contract import Effect, Risk, ToolContext, tool
 
 _MAX_REDIRECTS = 5
 
@@ -52,14 +52,16 @@ def http_tools(
     """
     own = Containment(network=network) if network is not None else None
 
-    async def fetch(method: str, url: str, body: str | None, headers: dict[str, str]) -> Any:
-        transport = _PinnedTransport(own, resolver, verify)
+    async def fetch(
+        method: str, url: str, body: str | None, headers: dict[str, str], run: Containment | None
+    ) -> Any:
+        transport = _PinnedTransport(own, run, resolver, verify)
         # trust_env=False: a proxy from the environment would connect on the run's behalf.
         async with httpx.AsyncClient(
             timeout=timeout_s, follow_redirects=False, transport=transport, trust_env=False
         ) as client:
             for _ in range(_MAX_REDIRECTS + 1):
-                confine_url(url, own)
+                confine_url(url, own, run)
                 response = await client.request(method, url, content=body, headers=headers)
                 if response.is_redirect and "location" in response.headers:
                     url = urljoin(url, response.headers["location"])
@@ -83,9 +85,9 @@ def http_tools(
         scopes=("net:read",),
         timeout_s=timeout_s + 5,
     )
-    async def http_get(url: str, headers: dict[str, str] | None = None) -> Any:
+    async def http_get(url: str, ctx: ToolContext, headers: dict[str, str] | None = None) -> Any:
         """Fetch a URL with GET; only hosts on the network allow list are reachable."""
-        return await fetch("GET", url, None, headers or {})
+        return await fetch("GET", url, None, headers or {}, ctx.containment)
 
     @tool(
         name="http_post",
@@ -94,9 +96,11 @@ def http_tools(
         scopes=("net:write",),
         timeout_s=timeout_s + 5,
     )
-    async def http_post(url: str, body: str = "", headers: dict[str, str] | None = None) -> Any:
+    async def http_post(
+        url: str, ctx: ToolContext, body: str = "", headers: dict[str, str] | None = None
+    ) -> Any:
         """Send a POST request; only hosts on the network allow list are reachable."""
-        return await fetch("POST", url, body, headers or {})
+        return await fetch("POST", url, body, headers or {}, ctx.containment)
 
     return (
         confined(http_get, (("url", "url"),), own),
@@ -108,9 +112,13 @@ class _PinnedTransport(httpx.AsyncBaseTransport):
     """Connects each request to an address it resolved and checked itself."""
 
     def __init__(
-        self, own: Containment | None, resolver: Resolver, verify: ssl.SSLContext | bool
+        self,
+        own: Containment | None,
+        run: Containment | None,
+        resolver: Resolver,
+        verify: ssl.SSLContext | bool,
     ) -> None:
-        self._own, self._resolver, self._verify = own, resolver, verify
+        self._own, self._run, self._resolver, self._verify = own, run, resolver, verify
         # One pool per name: a connection made with one TLS server name is never reused for
         # another name that happens to share its address.
         self._pools: dict[str, httpx.AsyncHTTPTransport] = {}
@@ -121,7 +129,7 @@ class _PinnedTransport(httpx.AsyncBaseTransport):
         port = url.port or (443 if url.scheme == "https" else 80)
         host = normalise_host(name)
         addresses = await self._resolve(host, str(url))
-        confine_reach(str(url), host, port, addresses, self._own)
+        confine_reach(str(url), host, port, addresses, self._own, self._run)
         pool = self._pools.get(name)
         if pool is None:
             pool = self._pools[name] = httpx.AsyncHTTPTransport(verify=self._verify)

@@ -14,12 +14,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
-from typing import Any, get_type_hints, overload
+from typing import TYPE_CHECKING, Any, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, create_model
 
 from contextos.messages import ToolSpec
 from contextos.tools.arguments import MAX_BYTES, MAX_DEPTH
+
+if TYPE_CHECKING:
+    from contextos.policy.containment import Containment
 
 DEFAULT_MAX_OUTPUT_CHARS = 16_000
 """Characters of a tool's rendered output kept by default; the rest is cut with a note."""
@@ -83,6 +86,12 @@ class ToolContext:
     receipts: dict[str, str] = field(default_factory=dict)
     """A tool may put receipts here (provider request id, confirmation id); they are stored
     on the effect even when the call then fails."""
+    containment: Containment | None = None
+    """The run's containment, when it acts under one: the built-in file and HTTP tools stay
+    within it as well as within their own."""
+    answer: dict[str, Any] | None = None
+    """For a tool that asks a person: the answer given to this call's question, as the run's
+    log records it (None: nobody has answered)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

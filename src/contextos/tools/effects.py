@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import Any, Protocol
 
 from pydantic import BaseModel
@@ -27,7 +28,6 @@ from contextos.errors import (
     ToolOutcomeUnknown,
     ToolOutputInvalid,
 )
-from contextos.interrupts import approval_interrupt, interrupt_id_for
 from contextos.ledger import (
     MAX_DISPATCHES,
     Effect,
@@ -36,7 +36,10 @@ from contextos.ledger import (
     idempotency_key,
 )
 from contextos.messages import ToolCall
-from contextos.policy.decision import Decision, PolicyDecision
+from contextos.policy.containment import Containment
+from contextos.policy.identity import RunContext
+from contextos.records.decisions import Decision, PolicyDecision
+from contextos.records.interrupts import approval_interrupt, interrupt_id_for
 from contextos.runs import FailureReason
 from contextos.state import RunState
 from contextos.store.base import EventStore
@@ -316,8 +319,8 @@ class ToolRunner:
         """Policy asked for a person: raise the interrupt once per decision (the run waits,
         holding nothing); once it has been answered, ask policy again, which revalidates the
         approval (or applies the denial), and carry on with that decision."""
-        raised = self.state.interrupt_by_call.get(call.id)
-        if raised is None or raised.seq < decided.seq:
+        raised = self.state.latest_interrupt(call.id)
+        if raised is None or raised.raised_seq < decided.seq:
             b = self.batch()
             b.add(
                 ev.InterruptRaised,
@@ -559,7 +562,15 @@ class ToolRunner:
 
     # -- shared steps ---------------------------------------------------------------------
 
+    @cached_property
+    def containment(self) -> Containment | None:
+        """The containment the run acts under (bound once, at its start)."""
+        bound = self.state.context
+        return RunContext.from_dict(bound.context).containment if bound is not None else None
+
     def _context(self, call: ToolCall, effect: Effect | None, attempt: int) -> ToolContext:
+        asked = self.state.latest_interrupt(call.id)
+        answered = asked is not None and asked.status in ("answered", "expired")
         return ToolContext(
             run_id=self.state.run_id,
             call_id=call.id,
@@ -569,6 +580,8 @@ class ToolRunner:
             attempt=attempt,
             effect_id=effect.effect_id if effect else None,
             compensates=effect.compensates if effect else None,
+            containment=self.containment,
+            answer=asked.answer if asked is not None and answered else None,
         )
 
     async def _attempt(self, tool: Tool, args: BaseModel, ctx: ToolContext) -> Any:

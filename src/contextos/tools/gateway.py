@@ -23,7 +23,8 @@ from contextos.errors import (
     ToolOutputInvalid,
 )
 from contextos.messages import ToolCall, ToolSpec
-from contextos.policy.decision import Decision, PolicyDecision, PolicyHook, ProposedCall
+from contextos.policy.hook import PolicyHook, ProposedCall
+from contextos.records.decisions import Decision, PolicyDecision
 from contextos.tools._invoke import CallTimedOut, describe, invoke, safe_text
 from contextos.tools.arguments import check_finite, decode
 from contextos.tools.contract import Tool, ToolContext, ToolResult, manifest_hash

@@ -1,10 +1,10 @@
-"""The policy decision record, and the hook the tool gateway asks before any dispatch."""
+"""The policy decision record: what policy said about one proposed tool call, and why."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 
 class Decision(StrEnum):
@@ -85,32 +85,3 @@ class PolicyDecision:
     @classmethod
     def allow(cls, *, snapshot_hash: str = "", rule_ids: tuple[str, ...] = ()) -> PolicyDecision:
         return cls(decision=Decision.ALLOW, snapshot_hash=snapshot_hash, rule_ids=rule_ids)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ProposedCall:
-    """A validated tool call waiting for a decision."""
-
-    run_id: str
-    """The run proposing it."""
-    call_id: str
-    """The tool call id."""
-    tool: str
-    """Tool name."""
-    arguments: dict[str, Any]
-    """Validated arguments."""
-    effect: str
-    """The tool's declared effect (read, write, reversible_write, irreversible)."""
-    risk: str
-    """The tool's declared risk."""
-    scopes: tuple[str, ...] = ()
-    """Scopes the tool requires."""
-    data_classification: str = "internal"
-    """The tool's data classification."""
-
-
-@runtime_checkable
-class PolicyHook(Protocol):
-    """Decides on proposed calls. The gateway asks it before every dispatch."""
-
-    async def evaluate(self, call: ProposedCall) -> PolicyDecision: ...

@@ -109,23 +109,10 @@ class Deadline:
         return "the action is refused and the run goes on without it"
 
 
-def until(deadline: datetime | None, now: datetime) -> str:
-    """`in 3h`, `in 12m`, `overdue`, or `never`, for listings."""
-    if deadline is None:
-        return "never"
-    seconds = int((deadline - now).total_seconds())
-    if seconds <= 0:
-        return "overdue"
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"in {seconds // size}{unit}"
-    return f"in {seconds}s"
-
-
 def _json(value: Any) -> str:
     import json
 
     return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
 
 
-__all__ = ["ON_EXPIRY", "Deadline", "Expiry", "OnExpiry", "on_expiry", "until"]
+__all__ = ["ON_EXPIRY", "Deadline", "Expiry", "OnExpiry", "on_expiry"]
