@@ -28,6 +28,7 @@ from contextos.state import RunState, apply
 from contextos.store.base import EventStore
 from contextos.tools.effects import ToolRunner, ending_failure
 from contextos.tools.gateway import Gateway
+from contextos.tools.saga import Saga
 from contextos.verify import feedback, verify_all
 
 T = TypeVar("T")
@@ -102,7 +103,7 @@ class Driver:
             await self.on_commit(events)
 
     async def fail(self, reason: FailureReason, text: str, **error: Any) -> None:
-        if self.tools.needs_settling():
+        if self.state.needs_settling:
             # Effects first (the saga), then the terminal event; a crash in between resumes it.
             await self.commit(
                 self.event(
@@ -371,7 +372,7 @@ class Driver:
     async def end(self) -> None:
         """Finish a run that is ending: settle its effects (the saga), then end it."""
         s = self.state
-        if not await self.tools.settle():
+        if not await Saga(self.tools).settle():
             return  # a person must confirm an effect first; the run waits, still ending
         assert s.ending is not None
         if s.ending.outcome == "cancelled":

@@ -26,15 +26,15 @@ from contextos.errors import (
     RunNotFound,
 )
 from contextos.events import utcnow
-from contextos.expiry import expire_overdue
 from contextos.loop import Driver
 from contextos.messages import Usage
 from contextos.middleware.base import ChainGateway, Services
 from contextos.middleware.budget import ledger_for
 from contextos.models import resolve_model
 from contextos.models.base import ModelAdapter
-from contextos.policy.ask import HumanTool
 from contextos.policy.authority import Authority
+from contextos.policy.expiry import expire_overdue
+from contextos.policy.gate import Gate, Validated
 from contextos.policy.hook import PolicyHook
 from contextos.policy.identity import Principal, RunContext
 from contextos.policy.rules import Policy
@@ -45,7 +45,7 @@ from contextos.store import EventStore, RunSummary, open_store, wakeup
 from contextos.store.base import load_state
 from contextos.store.queue import Lease, QueueEntry, queue_of
 from contextos.telemetry import live_traces
-from contextos.tools.effects import needs_settling
+from contextos.tools.ask import HumanTool
 from contextos.tools.gateway import Gateway
 
 
@@ -342,18 +342,19 @@ class Runtime:
 
     async def _drive(self, state: RunState, agent: Agent, lease: Lease | None = None) -> RunResult:
         model = self.model_for(agent)
+        gateway = ChainGateway(
+            agent.tool_list,
+            chain_layers=agent.middleware,
+            model=model,
+            services=Services(model=model, ledger=ledger_for(self.store)),
+            metadata=state.metadata,
+        )
+        gateway.policy = self._gate_for(state, agent, gateway.validated)
         driver = Driver(
             store=self.store,
             agent=agent,
             model=model,
-            gateway=ChainGateway(
-                agent.tool_list,
-                chain_layers=agent.middleware,
-                model=model,
-                services=Services(model=model, ledger=ledger_for(self.store)),
-                metadata=state.metadata,
-                policy=self._gate_for(state, agent),
-            ),
+            gateway=gateway,
             state=state,
             worker_id=self.worker_id,
         )
@@ -513,7 +514,7 @@ class Runtime:
             if state.is_terminal or state.ending is not None:
                 break
             event: ev.Event
-            if needs_settling(state):
+            if state.needs_settling:
                 event = ev.RunEnding(
                     run_id=rid, seq=state.seq + 1, outcome="cancelled", reason=reason, actor=actor
                 )
@@ -559,13 +560,13 @@ class Runtime:
     def _bind(self, run_id: RunId, context: RunContext | None) -> list[ev.Event]:
         return [] if context is None else [self.governance.bound(run_id, 2, context)]
 
-    def _gate_for(self, state: RunState, agent: Agent) -> PolicyHook | None:
+    def _gate_for(self, state: RunState, agent: Agent, validated: Validated) -> PolicyHook | None:
         """Governed runs (a policy configured, a context bound, or tools that ask a person)
         pass the policy gate."""
         asks = any(isinstance(t, HumanTool) for t in agent.tool_list)
         if self.authority is None and state.context is None and not asks:
             return self.policy
-        return self.governance.gate(state, agent.tool_list)
+        return Gate(self.governance, state, validated)
 
     async def inbox(self, *, limit: int = 200) -> list[Interrupt]:
         """Interrupts waiting for a person, across runs, oldest first (with previews)."""

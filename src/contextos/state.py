@@ -14,7 +14,7 @@ from typing import Any, Literal, assert_never
 
 from contextos import events as ev
 from contextos.errors import EventDecodeError
-from contextos.ledger import Effect, EffectState, can_move
+from contextos.ledger import Effect, EffectState, can_move, unsettled
 from contextos.messages import Message, ToolCall, Usage
 from contextos.records.interrupts import Approval, Interrupt, InterruptKind
 from contextos.runs import Budget, FailureReason, RunId, RunStatus, can_transition
@@ -92,6 +92,11 @@ class RunState:
     @property
     def last_message(self) -> Message | None:
         return self.messages[-1] if self.messages else None
+
+    @property
+    def needs_settling(self) -> bool:
+        """Must some effect be resolved or compensated (the saga) before the run may end?"""
+        return any(unsettled(e) for e in self.effects.values())
 
     @property
     def pending_interrupts(self) -> dict[str, Interrupt]:

@@ -31,7 +31,7 @@ from contextos.errors import (
     RunIsTerminal,
 )
 from contextos.events import utcnow
-from contextos.expiry import Sweeper
+from contextos.policy.expiry import Sweeper
 from contextos.runs import FailureReason, RunId
 from contextos.runtime import Runtime
 from contextos.scheduler import fire_due, retry_at

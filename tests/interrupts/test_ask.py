@@ -12,11 +12,11 @@ from contextos import Agent, RunStatus, Runtime
 from contextos import events as ev
 from contextos.errors import AnswerInvalid
 from contextos.policy import Policy, Principal
-from contextos.policy.ask import ask_tools
 from contextos.policy.authority import Authority
 from contextos.runs import RunId
 from contextos.store import SqliteStore
 from contextos.testing import ScriptedModel, call_tool, reply
+from contextos.tools import ask_tools
 
 ASK, REVIEW = ask_tools()
 BOB = Principal.user("bob", scopes=("*",))

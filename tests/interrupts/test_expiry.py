@@ -20,15 +20,15 @@ from refunds import POLICY, ledger, refund_agent
 from contextos import Agent, RunStatus, Runtime
 from contextos import events as ev
 from contextos.errors import AnswerTooLate, ApprovalRefused, PolicyLoadError
-from contextos.expiry import Sweeper, expire_overdue
 from contextos.ledger import EffectState
 from contextos.policy import Policy, Principal, Rule
-from contextos.policy.ask import ask_tools
 from contextos.policy.authority import Authority
+from contextos.policy.expiry import Sweeper, expire_overdue
 from contextos.records.deadlines import Expiry
 from contextos.runs import RunId
 from contextos.testing import ScriptedModel, call_tool, reply
 from contextos.timeline import describe
+from contextos.tools import ask_tools
 
 BOB = Principal.user("bob", scopes=("*",))
 HOUR = timedelta(hours=1)

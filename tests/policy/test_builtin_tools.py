@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from contextos.errors import ContainmentViolation
-from contextos.policy import Containment, NetworkPolicy, file_tools, http_tools
+from contextos.policy import Containment, NetworkPolicy
+from contextos.tools import file_tools, http_tools
 from contextos.tools.contract import ToolContext
 
 CTX = ToolContext(run_id="run_1", call_id="call_1_0")

@@ -21,12 +21,12 @@ from contextos.policy import (
     Principal,
     Rule,
     RunContext,
-    file_tools,
 )
 from contextos.policy.authority import Authority
 from contextos.policy.rules import conditions
 from contextos.runs import RunId
 from contextos.testing import ScriptedModel, call_tool, reply
+from contextos.tools import file_tools
 
 transfers: list[tuple[str, float]] = []
 

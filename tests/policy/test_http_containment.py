@@ -19,7 +19,8 @@ import pytest
 import trustme
 
 from contextos.errors import ContainmentViolation
-from contextos.policy import NetworkPolicy, http_tools
+from contextos.policy import NetworkPolicy
+from contextos.tools import http_tools
 from contextos.tools.contract import ToolContext
 
 CTX = ToolContext(run_id="run_1", call_id="call_1_0")

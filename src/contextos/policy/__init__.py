@@ -1,10 +1,8 @@
 """Policy: who a run acts for, what it may touch, and the decision over each proposed call."""
 
 from contextos.policy.containment import Containment
-from contextos.policy.engine import CallHistory, ConfinedTool, Engine
-from contextos.policy.files import file_tools
+from contextos.policy.engine import CallHistory, Engine
 from contextos.policy.hook import PolicyHook, ProposedCall
-from contextos.policy.http import http_tools
 from contextos.policy.identity import CLASSIFICATIONS, Principal, PrincipalKind, RunContext
 from contextos.policy.network import NetworkPolicy
 from contextos.policy.rules import Condition, Limit, Policy, Rule
@@ -15,7 +13,6 @@ __all__ = [
     "CallHistory",
     "Check",
     "Condition",
-    "ConfinedTool",
     "Containment",
     "Decision",
     "Engine",
@@ -29,6 +26,4 @@ __all__ = [
     "ProposedCall",
     "Rule",
     "RunContext",
-    "file_tools",
-    "http_tools",
 ]

@@ -10,12 +10,52 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Literal
 
-from contextos.policy.rules import check_constraints, lookup
-from contextos.records.interrupts import Approval
+from contextos.policy.hook import ProposedCall
+from contextos.policy.identity import RunContext
+from contextos.policy.rules import Policy, check_constraints, lookup
+from contextos.records.interrupts import Approval, FrozenAction
+
+
+def freeze(call: ProposedCall, policy: Policy, context: RunContext) -> FrozenAction:
+    """The frozen action for a proposed call, with the policy's preview when it has one.
+
+    Fields the tool's contract redacts are shown as `[redacted]` (in the preview too); the hash
+    still covers their real values.
+    """
+    preview = blast = None
+    for rule in policy.rules:
+        if (rule.preview or rule.blast_radius) and rule.matches(call, context):
+            preview = preview or rule.preview
+            blast = blast or rule.blast_radius
+    full = dict(call.arguments)
+    shown = (
+        {k: "[redacted]" if k in call.redact_fields else v for k, v in full.items()}
+        if call.redact_fields
+        else full
+    )
+    action = FrozenAction(
+        run_id=call.run_id,
+        call_id=call.call_id,
+        tool=call.tool,
+        arguments=full,
+        contract_hash=call.contract_hash,
+        effect=call.effect,
+        risk=call.risk,
+        preview=render_template(preview, shown) if preview else default_preview(call.tool, shown),
+        blast_radius=(
+            render_template(blast, shown)
+            if blast
+            else default_blast_radius(call.effect, call.risk, call.compensation)
+        ),
+    )
+    if shown is full:
+        return action
+    return replace(action, arguments=shown, digest=action.hash)
+
 
 _FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_.]*)\}")
 

@@ -1,23 +1,20 @@
-"""Authority at run time: binding a run's context, the gate every tool call passes, and people
-approving, denying, answering and revoking.
+"""Authority at run time: a runtime's policy, approver directory and clock; binding a run's
+context; people approving, denying, answering and revoking.
 
-The gate decides from the run's folded state, so everything it relies on (the bound context,
-approvals, denials, revocations, what already ran) is in the run's log and survives restarts:
-a run resumed in a new process is judged exactly as it would have been in the old one, under
-the policy, roles and clock in force now.
+Everything it relies on (the bound context, approvals, denials, revocations, what already ran)
+is in the run's log and read through its folded state, so it survives restarts: a run resumed
+in a new process is judged exactly as it would have been in the old one, under the policy,
+roles and clock in force now. The gate that decides each tool call is `contextos.policy.gate`.
 """
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
-
-from pydantic import ValidationError
 
 from contextos import events as ev
 from contextos.errors import (
@@ -29,24 +26,16 @@ from contextos.errors import (
     RunNotFound,
 )
 from contextos.events import utcnow
-from contextos.expiry import deadline_for, expire_overdue, expired_decision, overdue, what_happened
 from contextos.numbers import seconds
-from contextos.policy.approvals import (
-    check_approval,
-    default_blast_radius,
-    default_preview,
-    render_template,
-)
-from contextos.policy.ask import HumanTool
-from contextos.policy.engine import CallHistory, Engine
+from contextos.policy.engine import Engine
+from contextos.policy.expiry import deadline_for, expire_overdue, overdue, what_happened
 from contextos.policy.hook import ProposedCall
 from contextos.policy.identity import Principal, RunContext
 from contextos.policy.rules import Policy, check_constraints, constraints_problem
 from contextos.records.deadlines import Expiry
-from contextos.records.decisions import Check, Decision, PolicyDecision
+from contextos.records.decisions import Decision, PolicyDecision
 from contextos.records.interrupts import (
     Approval,
-    FrozenAction,
     Interrupt,
     InterruptKind,
     approval_id_for,
@@ -58,8 +47,6 @@ from contextos.records.interrupts import (
 from contextos.runs import RunId, RunStatus
 from contextos.state import RunState, apply
 from contextos.store.base import EventStore, load_state
-from contextos.tools.contract import Tool
-from contextos.tools.effects import confirmation
 
 POLICY_ENV = "CONTEXTOS_POLICY"
 """Path of the policy file a runtime loads when it is given none."""
@@ -148,12 +135,7 @@ class Authority:
         if context.parent_run_id is None:
             return
         parent = await load_state(store, RunId(context.parent_run_id))
-        context.check_narrows(context_of(parent))
-
-    def gate(self, state: RunState, tools: Sequence[Tool]) -> Gate:
-        """The policy hook for one run's gateway over `tools`, deciding from `state` (the
-        run's folded state, which its driver keeps up to date)."""
-        return Gate(self, state, tools)
+        context.check_narrows(RunContext.of_run(parent.context))
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -217,7 +199,7 @@ class Authority:
                     interrupt_id=interrupt_id,
                 )
             _check_waiting(state, interrupt_id)
-            context = context_of(state)
+            context = RunContext.of_run(state.context)
             roles = await self.directory.roles_of(approver, tenant=context.tenant)
             required = found.approver_roles
             missing = [r for r in required if r not in roles]
@@ -282,7 +264,7 @@ class Authority:
                     f"{interrupt_id} is already {found.status}{hint}", interrupt_id=interrupt_id
                 )
             _check_waiting(state, interrupt_id)
-            context = context_of(state)
+            context = RunContext.of_run(state.context)
             roles = await self.directory.roles_of(approver, tenant=context.tenant)
             required = found.approver_roles
             if approver != context.principal.id and any(r not in roles for r in required):
@@ -350,8 +332,7 @@ class Authority:
                 value=parsed,
                 answered_by=answered_by,
             )
-            settled = self._settlement(state, found, parsed, answered_by)
-            if await self._append(store, state, event, *settled):
+            if await self._append(store, state, event):
                 return parsed
 
     async def revoke(
@@ -371,7 +352,7 @@ class Authority:
                 raise ApprovalRefused(f"no approval with id {approval_id!r}")
             if approval.revoked:
                 return approval
-            context = context_of(state)
+            context = RunContext.of_run(state.context)
             roles = await self.directory.roles_of(revoked_by, tenant=context.tenant)
             found = state.interrupts.get(approval.interrupt_id)
             required = found.approver_roles if found else ()
@@ -414,7 +395,7 @@ class Authority:
             return True
         return False
 
-    def with_deadline(self, decision: PolicyDecision, tool: Tool | None) -> PolicyDecision:
+    def with_deadline(self, decision: PolicyDecision, call: ProposedCall) -> PolicyDecision:
         """An interrupt about to be raised gets its deadline, when anything declares one."""
         if decision.decision is not Decision.REQUIRE_APPROVAL or not decision.interrupt_kind:
             return decision
@@ -424,8 +405,8 @@ class Authority:
             now=self.clock(),
             policy=self.policy,
             rule_ids=decision.rule_ids,
-            tool_name=tool.name if tool is not None else "",
-            tool_expiry=tool.expiry if isinstance(tool, HumanTool) else None,
+            tool_name=call.tool,
+            tool_expiry=call.expiry if call.asks is not None else None,
             fallback=self.expiry,
         )
         if deadline is None:
@@ -448,29 +429,6 @@ class Authority:
             )
         return timedelta(seconds=ttl)
 
-    def _settlement(
-        self, state: RunState, found: Interrupt, answer: Mapping[str, Any], who: str
-    ) -> list[ev.Event]:
-        """For a confirmed external outcome: the event that settles the effect in the ledger,
-        appended with the answer, so the call is never sent again and the model is told."""
-        if found.kind is not InterruptKind.EXTERNAL_CONFIRMATION_REQUIRED or not found.effect_id:
-            return []
-        effect = state.effects.get(found.effect_id)
-        if effect is None or not effect.state.in_flight:
-            return []
-        receipt = str(answer.get("receipt") or "")
-        return [
-            confirmation(
-                state,
-                found.effect_id,
-                happened=answer["outcome"] == "committed",
-                actor=f"user:{who}",
-                note=str(answer.get("note") or ""),
-                receipts={"confirmation": receipt} if receipt else None,
-                seq=state.seq + 2,
-            )
-        ]
-
     async def _append(self, store: EventStore, state: RunState, *events: ev.Event) -> bool:
         """Append at the run's tail; False when the log moved on (the caller re-reads)."""
         try:
@@ -484,217 +442,6 @@ class Authority:
             ) from exc
         return True
 
-    def freeze(self, call: ProposedCall, tool: Tool | None, context: RunContext) -> FrozenAction:
-        """The frozen action for a proposed call, with the policy's preview when it has one.
-
-        Fields the tool's contract redacts are shown as `[redacted]` (in the preview too); the
-        hash still covers their real values.
-        """
-        preview = blast = None
-        for rule in self.policy.rules:
-            if (rule.preview or rule.blast_radius) and rule.matches(call, context):
-                preview = preview or rule.preview
-                blast = blast or rule.blast_radius
-        full = dict(call.arguments)
-        shown = tool.redacted(full) if tool is not None and tool.redact_fields else full
-        action = FrozenAction(
-            run_id=call.run_id,
-            call_id=call.call_id,
-            tool=call.tool,
-            arguments=full,
-            contract_hash=tool.contract_hash() if tool is not None else "",
-            effect=call.effect,
-            risk=call.risk,
-            preview=(
-                render_template(preview, shown) if preview else default_preview(call.tool, shown)
-            ),
-            blast_radius=(
-                render_template(blast, shown)
-                if blast
-                else default_blast_radius(
-                    call.effect, call.risk, tool.compensation if tool is not None else None
-                )
-            ),
-        )
-        if shown is full:
-            return action
-        return replace(action, arguments=shown, digest=action.hash)
-
-
-class Gate:
-    """The policy hook of one run's gateway: decides each proposed call from the run's state.
-
-    The state is the driver's own, folded up to the last event it committed: whatever the gate
-    relies on is already in it, and anything another process appended meanwhile (a revocation)
-    makes the driver's next append fail at the fence, so it is read on the next resume.
-    """
-
-    def __init__(self, authority: Authority, state: RunState, tools: Sequence[Tool]) -> None:
-        self.authority = authority
-        self.state = state
-        self.tools = {t.name: t for t in tools}
-        self._done: list[tuple[str, Mapping[str, Any]]] = []
-        self._context: tuple[ev.ContextBound | None, RunContext] | None = None
-
-    def _run_context(self) -> RunContext:
-        bound = self.state.context
-        if self._context is None or self._context[0] is not bound:
-            self._context = (bound, context_of(self.state))
-        return self._context[1]
-
-    def _history(self) -> CallHistory:
-        """What already succeeded, each call's arguments as its tool validated them (as the
-        call being decided has them), so limits and the repeat guard compare like with like."""
-        done = self._done
-        for call_id in self.state.succeeded[len(done) :]:
-            call = self.state.tool_call(call_id)
-            name, raw = (call.name, _arguments(call.arguments)) if call else ("", {})
-            tool = self.tools.get(name)
-            try:
-                args = tool.args_model.model_validate(raw).model_dump(mode="json") if tool else raw
-            except ValidationError:
-                args = raw
-            done.append((name, args))
-        return CallHistory(succeeded=tuple(done))
-
-    async def evaluate(self, call: ProposedCall) -> PolicyDecision:
-        a = self.authority
-        state = self.state
-        context = self._run_context()
-        tool = self.tools.get(call.tool)
-        bound = state.context.snapshot_hash if state.context is not None else ""
-        if a.implicit and bound and bound != a.policy.snapshot_hash:
-            # Fail closed: deciding under "no policy" would silently widen the run's authority.
-            return PolicyDecision(
-                decision=Decision.DENY,
-                rule_ids=("policy:missing",),
-                reasons=(
-                    f"the run is bound to policy snapshot {bound[:12]}, and this "
-                    "runtime has no policy; give it the run's policy (CONTEXTOS_POLICY)",
-                ),
-                absolute=True,
-            )
-        decision = a.engine.evaluate(call, context, tool=tool, history=self._history())
-        action = a.freeze(call, tool, context)
-        decision = replace(decision, action_hash=action.hash)
-        if isinstance(tool, HumanTool) and decision.allowed:
-            return a.with_deadline(_ask_person(decision, call, tool, state), tool)
-        exception = (
-            decision.decision is Decision.DENY
-            and not decision.absolute
-            and decision.exception_role is not None
-        )
-        if decision.decision is not Decision.REQUIRE_APPROVAL and not exception:
-            return decision
-        kind = (
-            InterruptKind.POLICY_EXCEPTION_REQUESTED
-            if exception
-            else InterruptKind.APPROVAL_REQUIRED
-        )
-        latest = state.latest_interrupt(call.call_id)
-        stale: list[str] = []
-        if latest is not None and latest.status == "expired":
-            return expired_decision(decision, latest)
-        if latest is not None and latest.status == "denied":
-            who = latest.denied_by or "an approver"
-            why = f": {latest.deny_reason}" if latest.deny_reason else ""
-            return replace(
-                decision,
-                decision=Decision.DENY,
-                rule_ids=(*decision.rule_ids, f"denied:{latest.id}"),
-                reasons=(f"{who} denied this action{why}",),
-                exception_role=None,
-                checks=(
-                    *decision.checks,
-                    Check(layer="approval", decision=Decision.DENY, rule_id=latest.id),
-                ),
-            )
-        if latest is not None and latest.status == "approved" and latest.approval is not None:
-            approval = latest.approval
-            roles = await a.directory.roles_of(approval.approver, tenant=context.tenant)
-            problems = check_approval(
-                approval,
-                action_hash=action.hash,
-                arguments=call.arguments,
-                now=a.clock(),
-                approver_roles=roles,
-                required_roles=decision.approver_roles,
-                run_principal=context.principal.id,
-                allow_self_approval=a.policy.allow_self_approval,
-            )
-            if not problems:
-                return replace(
-                    decision,
-                    decision=Decision.CONSTRAIN if decision.constraints else Decision.ALLOW,
-                    rule_ids=(*decision.rule_ids, f"approval:{approval.id}"),
-                    reasons=(
-                        *decision.reasons,
-                        f"approved by {approval.approver} until {approval.expires_at.isoformat()}",
-                    ),
-                    approval_id=approval.id,
-                    checks=(
-                        *decision.checks,
-                        Check(
-                            layer="approval",
-                            decision=Decision.ALLOW,
-                            rule_id=approval.id,
-                            reason=f"approved by {approval.approver}",
-                        ),
-                    ),
-                )
-            stale = [p.reason for p in problems]
-        asked = replace(
-            decision,
-            decision=Decision.REQUIRE_APPROVAL,
-            reasons=(*decision.reasons, *stale),
-            interrupt_kind=kind.value,
-            interrupt_payload={
-                "action": action.to_dict(),
-                "approver_roles": list(decision.approver_roles),
-                "rule_ids": list(decision.rule_ids),
-                "reasons": [*decision.reasons, *stale],
-                "snapshot_hash": decision.snapshot_hash,
-                "replaces": latest.id if latest is not None else None,
-            },
-        )
-        return a.with_deadline(asked, tool)
-
-
-def _ask_person(
-    decision: PolicyDecision, call: ProposedCall, tool: HumanTool, state: RunState
-) -> PolicyDecision:
-    """A call that asks a person: raise its interrupt, or let it complete once answered."""
-    latest = state.latest_interrupt(call.call_id)
-    if latest is not None and latest.status == "expired":
-        return expired_decision(decision, latest)
-    if latest is not None and latest.status == "answered":
-        who = latest.answered_by or "a person"
-        return replace(
-            decision,
-            rule_ids=(*decision.rule_ids, f"answered:{latest.id}"),
-            reasons=(*decision.reasons, f"answered by {who}"),
-            checks=(
-                *decision.checks,
-                Check(layer="person", decision=Decision.ALLOW, rule_id=latest.id, reason=who),
-            ),
-        )
-    options = call.arguments.get("options") or None
-    kind = InterruptKind.CHOICE_REQUIRED if options else tool.interrupt_kind
-    question = call.arguments.get("question") or call.arguments.get("summary") or ""
-    return replace(
-        decision,
-        decision=Decision.REQUIRE_APPROVAL,
-        rule_ids=(*decision.rule_ids, "ask:person"),
-        reasons=(*decision.reasons, f"{call.tool} asks a person"),
-        interrupt_kind=kind.value,
-        interrupt_payload={
-            "question": str(question),
-            "options": list(options) if options else None,
-            "tool": call.tool,
-            "replaces": latest.id if latest is not None else None,
-        },
-    )
-
 
 def _check_waiting(state: RunState, interrupt_id: str) -> None:
     """Only a run waiting for a person takes an answer: the answer moves it back to the queue,
@@ -706,18 +453,3 @@ def _check_waiting(state: RunState, interrupt_id: str) -> None:
             interrupt_id=interrupt_id,
             run_id=state.run_id,
         )
-
-
-def context_of(state: RunState) -> RunContext:
-    """The authority a run acts under: the context bound at its start, else the local one."""
-    bound = state.context
-    return RunContext.from_dict(bound.context) if bound is not None else RunContext.local()
-
-
-def _arguments(text: str) -> dict[str, Any]:
-    """A recorded call's arguments (the call succeeded, so they passed the gateway's limits)."""
-    try:
-        args = json.loads(text) if text.strip() else {}
-    except (ValueError, RecursionError):
-        return {}
-    return args if isinstance(args, dict) else {}

@@ -14,15 +14,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, get_type_hints, overload
+from typing import Any, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, create_model
 
 from contextos.messages import ToolSpec
+from contextos.policy.containment import Containment
+from contextos.policy.hook import ProposedCall
 from contextos.tools.arguments import MAX_BYTES, MAX_DEPTH
-
-if TYPE_CHECKING:
-    from contextos.policy.containment import Containment
 
 DEFAULT_MAX_OUTPUT_CHARS = 16_000
 """Characters of a tool's rendered output kept by default; the rest is cut with a note."""
@@ -234,6 +233,23 @@ class Tool:
     def redacted(self, arguments: dict[str, Any]) -> dict[str, Any]:
         """Arguments as they may be written to logs and traces."""
         return {k: "[redacted]" if k in self.redact_fields else v for k, v in arguments.items()}
+
+    def proposal(self, run_id: str, call_id: str, arguments: dict[str, Any]) -> ProposedCall:
+        """What policy is asked about a call of this tool with these validated arguments: the
+        call, and what the contract says that policy weighs."""
+        return ProposedCall(
+            run_id=run_id,
+            call_id=call_id,
+            tool=self.name,
+            arguments=arguments,
+            effect=self.effect.value,
+            risk=self.risk.value,
+            scopes=self.scopes,
+            data_classification=self.data_classification,
+            contract_hash=self.contract_hash(),
+            redact_fields=self.redact_fields,
+            compensation=self.compensation,
+        )
 
 
 def _hash(data: Any) -> str:

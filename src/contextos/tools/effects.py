@@ -7,8 +7,9 @@ tells exactly which calls may have happened without their outcome being known. T
 re-run blindly: they are reconciled through the tool, re-sent with the same idempotency key when
 the contract says that is safe, or put to a person as an interrupt.
 
-When a run fails or is cancelled after committed reversible writes, `settle` runs the declared
-compensations (the saga) before the terminal event is written.
+When a run fails or is cancelled after committed reversible writes, the saga
+(`contextos.tools.saga`) settles its effects through this runner before the terminal event is
+written.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from contextos.messages import ToolCall
 from contextos.policy.containment import Containment
 from contextos.policy.identity import RunContext
 from contextos.records.decisions import Decision, PolicyDecision
-from contextos.records.interrupts import approval_interrupt, interrupt_id_for
+from contextos.records.interrupts import InterruptKind, approval_interrupt, interrupt_id_for
 from contextos.runs import FailureReason
 from contextos.state import RunState
 from contextos.store.base import EventStore
@@ -55,12 +56,9 @@ from contextos.tools.gateway import (
     timeout_message,
     unshowable_outcome,
 )
-from contextos.tools.saga import Saga, needs_settling, unsettled
 
 CANCEL_POLL_S = 0.25
 """How often an in-flight tool call checks whether its run is being ended."""
-
-EXTERNAL_CONFIRMATION = "external_confirmation_required"
 
 
 class Journal(Protocol):
@@ -455,6 +453,16 @@ class ToolRunner:
         Returns True when it settled, False when a person has to confirm (the run now waits).
         """
         eid = effect.effect_id
+        asked = self.state.latest_interrupt(effect.call_id)
+        if (
+            asked is not None
+            and asked.effect_id == eid
+            and asked.kind is InterruptKind.EXTERNAL_CONFIRMATION_REQUIRED
+            and asked.status == "answered"
+            and asked.answer is not None
+        ):
+            await self._confirmed(call, effect, asked.answer, who=asked.answered_by or "")
+            return True
         if tool.reconcile is not None:
             b = self.batch()
             b.add(ev.EffectChanged, effect_id=eid, state=EffectState.RECONCILING)
@@ -510,6 +518,24 @@ class ToolRunner:
         await self._ask_person(effect, tool)
         return False
 
+    async def _confirmed(
+        self, call: ToolCall | None, effect: Effect, answer: dict[str, Any], *, who: str
+    ) -> None:
+        """Settle an effect as the person who answered its confirmation said: the call is never
+        sent again, and the model is told the confirmed outcome."""
+        receipt = str(answer.get("receipt") or "")
+        settled = confirmation(
+            self.state,
+            effect.effect_id,
+            happened=answer.get("outcome") == "committed",
+            actor=f"user:{who}",
+            note=str(answer.get("note") or ""),
+            receipts={"confirmation": receipt} if receipt else None,
+        )
+        await self.j.commit(settled)
+        if call is not None:
+            await self._complete_from_effect(call, self.state.effects[effect.effect_id])
+
     async def _ask_person(self, effect: Effect, tool: Tool) -> None:
         """Nothing can tell what happened: a person confirms (the run waits, holding nothing)."""
         if any(i.effect_id == effect.effect_id for i in self.state.pending_interrupts.values()):
@@ -518,7 +544,7 @@ class ToolRunner:
         b.add(
             ev.InterruptRaised,
             interrupt_id=interrupt_id_for(self.state.run_id, self.state.seq + 1),
-            kind=EXTERNAL_CONFIRMATION,
+            kind=InterruptKind.EXTERNAL_CONFIRMATION_REQUIRED.value,
             call_id=effect.call_id,
             effect_id=effect.effect_id,
             payload={
@@ -546,19 +572,6 @@ class ToolRunner:
             note=why,
         )
         await b.commit()
-
-    # -- the saga -------------------------------------------------------------------------
-
-    def needs_settling(self) -> bool:
-        """True when ending the run must first resolve or compensate some effect."""
-        return any(unsettled(e) for e in self.state.effects.values())
-
-    async def settle(self) -> bool:
-        """Resolve unsettled effects and compensate committed reversible writes (the saga).
-
-        Returns False when a person must confirm an effect first (the run waits).
-        """
-        return await Saga(self).settle()
 
     # -- shared steps ---------------------------------------------------------------------
 
@@ -697,8 +710,8 @@ def confirmation(
     seq: int | None = None,
 ) -> ev.EffectChanged:
     """The event that settles an effect a person confirmed (the answer to an
-    `external_confirmation_required` interrupt). Append it, let the run go on, and the model is
-    told the confirmed outcome; the call itself is never re-sent."""
+    `external_confirmation_required` interrupt): the runner appends it when the run resumes,
+    and the model is told the confirmed outcome; the call itself is never re-sent."""
     effect = state.effects[effect_id]
     if not effect.state.in_flight:
         raise ValueError(f"effect {effect_id} is {effect.state}, not waiting for a confirmation")
@@ -788,7 +801,6 @@ def _ms_since(started: datetime) -> float:
 
 
 __all__ = [
-    "EXTERNAL_CONFIRMATION",
     "MAX_DISPATCHES",
     "Journal",
     "ToolRunner",
@@ -796,5 +808,4 @@ __all__ = [
     "effect_id_for",
     "ending_failure",
     "idempotency_key",
-    "needs_settling",
 ]

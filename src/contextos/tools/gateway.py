@@ -139,16 +139,21 @@ class Gateway:
     # -- policy ---------------------------------------------------------------------------
 
     def propose(self, run_id: str, call: ToolCall, tool: Tool, args: BaseModel) -> ProposedCall:
-        return ProposedCall(
-            run_id=run_id,
-            call_id=call.id,
-            tool=tool.name,
-            arguments=args.model_dump(mode="json"),
-            effect=tool.effect.value,
-            risk=tool.risk.value,
-            scopes=tool.scopes,
-            data_classification=tool.data_classification,
-        )
+        return tool.proposal(run_id, call.id, args.model_dump(mode="json"))
+
+    def validated(self, name: str, arguments: Mapping[str, Any]) -> Mapping[str, Any]:
+        """A recorded call's arguments as its tool validates them (as given, when they do not
+        validate or the tool is gone): what the policy gate compares a new call with."""
+        tool = self.tools.get(name)
+        if tool is None:
+            return arguments
+        try:
+            validated: Mapping[str, Any] = tool.args_model.model_validate(arguments).model_dump(
+                mode="json"
+            )
+        except ValidationError:
+            return arguments
+        return validated
 
     async def decide(self, proposal: ProposedCall) -> PolicyDecision:
         """Ask the policy hook; without one every call is allowed (and says so)."""

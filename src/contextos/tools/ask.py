@@ -9,10 +9,11 @@ only read.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from contextos.errors import ToolError
+from contextos.policy.hook import ProposedCall
 from contextos.records.deadlines import Expiry
 from contextos.records.interrupts import InterruptKind
 from contextos.tools.contract import Effect, Risk, Tool, ToolContext, tool
@@ -26,6 +27,10 @@ class HumanTool(Tool):
     """The kind raised (a `choice_required` instead when the call offers options)."""
     expiry: Expiry | None = None
     """How long the question waits for an answer and what happens then (None: the policy's)."""
+
+    def proposal(self, run_id: str, call_id: str, arguments: dict[str, Any]) -> ProposedCall:
+        proposed = super().proposal(run_id, call_id, arguments)
+        return replace(proposed, asks=self.interrupt_kind, expiry=self.expiry)
 
 
 def _human(t: Tool, kind: InterruptKind, expiry: Expiry | None = None) -> HumanTool:

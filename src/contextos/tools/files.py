@@ -13,17 +13,31 @@ import contextlib
 import errno
 import os
 import stat
-from dataclasses import fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
 from contextos.errors import ContainmentViolation
 from contextos.policy.containment import Access, Containment, Placed, place, refuse_hard_link
-from contextos.policy.engine import Confine, ConfinedTool
+from contextos.policy.hook import Confine, ProposedCall
 from contextos.tools.contract import Effect, Risk, Tool, ToolContext, tool
 
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE = os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConfinedTool(Tool):
+    """A tool whose arguments name paths or URLs that the run's containment must permit."""
+
+    confine: tuple[tuple[str, Confine], ...] = ()
+    """(argument, read | write | url) pairs checked before dispatch."""
+    containment: Containment | None = None
+    """The tool's own walls; the run's containment, when it has one, applies as well."""
+
+    def proposal(self, run_id: str, call_id: str, arguments: dict[str, Any]) -> ProposedCall:
+        proposed = super().proposal(run_id, call_id, arguments)
+        return replace(proposed, confine=self.confine, containment=self.containment)
 
 
 def confined(

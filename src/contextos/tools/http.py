@@ -19,10 +19,9 @@ import httpx
 
 from contextos.errors import ContainmentViolation
 from contextos.policy.containment import Containment, confine_reach, confine_url
-from contextos.policy.engine import ConfinedTool
-from contextos.policy.files import confined
 from contextos.policy.network import IP, NetworkPolicy, normalise_host, parse_ip
 from contextos.tools.contract import Effect, Risk, ToolContext, tool
+from contextos.tools.files import ConfinedTool, confined
 
 _MAX_REDIRECTS = 5
 
