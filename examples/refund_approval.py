@@ -26,8 +26,8 @@ from contextos import Agent, RunStatus, Runtime, ToolContext, tool
 from contextos.policy import Decision, Policy, Principal, Rule
 from contextos.policy.authority import Authority
 from contextos.policy.rules import conditions
+from contextos.telemetry.timeline import describe
 from contextos.testing import ScriptedModel, call_tool, reply
-from contextos.timeline import describe
 
 REFUNDS: dict[str, dict[str, Any]] = {}
 """The payment provider's ledger, keyed by idempotency key (a real one would be remote)."""

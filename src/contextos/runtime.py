@@ -28,13 +28,10 @@ from contextos.errors import (
 from contextos.events import utcnow
 from contextos.loop import Driver
 from contextos.messages import Usage
-from contextos.middleware.base import ChainGateway, Services
-from contextos.middleware.budget import ledger_for
 from contextos.models import resolve_model
 from contextos.models.base import ModelAdapter
 from contextos.policy.authority import Authority
 from contextos.policy.expiry import expire_overdue
-from contextos.policy.gate import Gate, Validated
 from contextos.policy.hook import PolicyHook
 from contextos.policy.identity import Principal, RunContext
 from contextos.policy.rules import Policy
@@ -45,7 +42,6 @@ from contextos.store import EventStore, RunSummary, open_store, wakeup
 from contextos.store.base import load_state
 from contextos.store.queue import Lease, QueueEntry, queue_of
 from contextos.telemetry import live_traces
-from contextos.tools.ask import HumanTool
 from contextos.tools.gateway import Gateway
 
 
@@ -341,22 +337,14 @@ class Runtime:
         return await self._drive(state, agent, lease)
 
     async def _drive(self, state: RunState, agent: Agent, lease: Lease | None = None) -> RunResult:
-        model = self.model_for(agent)
-        gateway = ChainGateway(
-            agent.tool_list,
-            chain_layers=agent.middleware,
-            model=model,
-            services=Services(model=model, ledger=ledger_for(self.store)),
-            metadata=state.metadata,
-        )
-        gateway.policy = self._gate_for(state, agent, gateway.validated)
         driver = Driver(
             store=self.store,
             agent=agent,
-            model=model,
-            gateway=gateway,
+            model=self.model_for(agent),
             state=state,
             worker_id=self.worker_id,
+            authority=self.governance,
+            hook=self.policy,
         )
         driver.stop_requested = self._draining
         if self._traces is not None:
@@ -559,14 +547,6 @@ class Runtime:
 
     def _bind(self, run_id: RunId, context: RunContext | None) -> list[ev.Event]:
         return [] if context is None else [self.governance.bound(run_id, 2, context)]
-
-    def _gate_for(self, state: RunState, agent: Agent, validated: Validated) -> PolicyHook | None:
-        """Governed runs (a policy configured, a context bound, or tools that ask a person)
-        pass the policy gate."""
-        asks = any(isinstance(t, HumanTool) for t in agent.tool_list)
-        if self.authority is None and state.context is None and not asks:
-            return self.policy
-        return Gate(self.governance, state, validated)
 
     async def inbox(self, *, limit: int = 200) -> list[Interrupt]:
         """Interrupts waiting for a person, across runs, oldest first (with previews)."""

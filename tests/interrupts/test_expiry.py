@@ -23,12 +23,13 @@ from contextos.errors import AnswerTooLate, ApprovalRefused, PolicyLoadError
 from contextos.ledger import EffectState
 from contextos.policy import Policy, Principal, Rule
 from contextos.policy.authority import Authority
-from contextos.policy.expiry import Sweeper, expire_overdue
+from contextos.policy.expiry import expire_overdue
 from contextos.records.deadlines import Expiry
 from contextos.runs import RunId
+from contextos.telemetry.timeline import describe
 from contextos.testing import ScriptedModel, call_tool, reply
-from contextos.timeline import describe
 from contextos.tools import ask_tools
+from contextos.workers.sweeper import Sweeper
 
 BOB = Principal.user("bob", scopes=("*",))
 HOUR = timedelta(hours=1)

@@ -45,7 +45,7 @@ def spawn(url: str, log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
             [
                 sys.executable,
                 "-m",
-                "contextos.worker",
+                "contextos.workers",
                 "--store",
                 url,
                 "--concurrency",

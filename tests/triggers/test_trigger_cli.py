@@ -12,7 +12,7 @@ from pathlib import Path
 from trigger_helpers import LOOPER, REVIEWER, ROOT, WRITER
 
 from contextos import Runtime
-from contextos.triggers import fire_due
+from contextos.workers.triggers import fire_due
 
 
 def cli(store: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -26,7 +26,7 @@ from contextos.errors import ConfigError
 from contextos.runs import RunId, RunStatus
 from contextos.state import RunState
 from contextos.store.queue import TriggerKind, TriggerOn, trigger_key
-from contextos.triggers import (
+from contextos.workers.triggers import (
     add_trigger,
     check_template,
     fire_due,

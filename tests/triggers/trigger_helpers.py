@@ -33,13 +33,13 @@ def queue(rt: Runtime) -> RunQueue:
 def spawn_worker(
     store_url: str, log: Path, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.Popen[bytes]:
-    """Start `python -m contextos.worker` on the store, logging to `log`."""
+    """Start `python -m contextos.workers` on the store, logging to `log`."""
     with log.open("ab") as out:
         return subprocess.Popen(
             [
                 sys.executable,
                 "-m",
-                "contextos.worker",
+                "contextos.workers",
                 "--store",
                 store_url,
                 "--lease",

@@ -16,8 +16,8 @@ from contextos import Runtime, load_agent
 from contextos import events as ev
 from contextos.errors import ConfigError
 from contextos.runs import RunId
-from contextos.scheduler import add_schedule, fire_due, next_tick, plan
 from contextos.store.queue import CatchUp, RunQueue, Schedule, queue_of, tick_key
+from contextos.workers.scheduler import add_schedule, fire_due, next_tick, plan
 
 TICKER = f"{AGENTS}:ticker"
 DAY = timedelta(days=1)

@@ -21,10 +21,10 @@ from worker_helpers import AGENTS, spawn_worker, stop_all, wait_until
 from contextos import Runtime, load_agent
 from contextos.events import utcnow
 from contextos.runs import RunId
-from contextos.scheduler import add_schedule
 from contextos.store.queue import RunQueue, queue_of
 from contextos.store.wakeup import CHANNEL, PostgresWakeup
-from contextos.worker import Worker, WorkerConfig
+from contextos.workers.scheduler import add_schedule
+from contextos.workers.worker import Worker, WorkerConfig
 
 QUICK = f"{AGENTS}:quick"
 TICKER = f"{AGENTS}:ticker"

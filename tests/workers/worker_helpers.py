@@ -24,13 +24,13 @@ def spawn_worker(
     lease_s: float = 2.0,
     concurrency: int = 4,
 ) -> subprocess.Popen[bytes]:
-    """Start `python -m contextos.worker` on the store, logging to `log`."""
+    """Start `python -m contextos.workers` on the store, logging to `log`."""
     with log.open("ab") as out:
         return subprocess.Popen(
             [
                 sys.executable,
                 "-m",
-                "contextos.worker",
+                "contextos.workers",
                 "--store",
                 store_url,
                 "--concurrency",

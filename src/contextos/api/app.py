@@ -38,7 +38,7 @@ from contextos.errors import ConfigError, RunNotFound
 from contextos.runs import RunId, RunStatus
 from contextos.runtime import Runtime
 from contextos.state import RunState
-from contextos.triggers import SIGNATURE_TOLERANCE_S
+from contextos.workers.triggers import SIGNATURE_TOLERANCE_S
 
 API_VERSION = "v1"
 
@@ -166,7 +166,7 @@ def create_app(config: ApiConfig | None = None) -> FastAPI:
         try:
             app.state.api = Api(cfg, runtime, served)
             if cfg.worker:
-                from contextos.worker import Worker, WorkerConfig
+                from contextos.workers.worker import Worker, WorkerConfig
 
                 worker = Worker(
                     cfg.store,

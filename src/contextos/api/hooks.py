@@ -17,7 +17,12 @@ from fastapi.responses import JSONResponse
 
 from contextos.api.errors import ApiError
 from contextos.store.queue import TriggerKind, queue_of
-from contextos.triggers import DELIVERY_HEADER, SIGNATURE_HEADER, fire_webhook, verify_signature
+from contextos.workers.triggers import (
+    DELIVERY_HEADER,
+    SIGNATURE_HEADER,
+    fire_webhook,
+    verify_signature,
+)
 
 router = APIRouter()
 

@@ -15,7 +15,7 @@ from contextos import events as ev
 from contextos.runs import PRIORITIES
 from contextos.state import RunState
 from contextos.store.base import RunSummary
-from contextos.triggers import started_by
+from contextos.workers.triggers import started_by
 
 MAX_DEPTH = 32
 """How deep objects and arrays may nest in a request body."""

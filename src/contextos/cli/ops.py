@@ -67,7 +67,7 @@ def worker(
     """
     import logging
 
-    from contextos.worker import WorkerConfig, run_worker
+    from contextos.workers.worker import WorkerConfig, run_worker
 
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -94,7 +94,7 @@ def workers(
     as_json: JsonOption = False,
 ) -> None:
     """List live workers and the runs they hold leases on."""
-    from contextos.worker import list_workers
+    from contextos.workers.worker import list_workers
 
     rows = call(store, lambda rt: list_workers(rt.store, live_within_s=None if all_ else 60))
     if as_json:
@@ -176,8 +176,8 @@ def schedule_add(
     store: StoreOption = None,
 ) -> None:
     """Add a cron schedule; workers fire each tick exactly once."""
-    from contextos.scheduler import add_schedule
     from contextos.store.queue import queue_of
+    from contextos.workers.scheduler import add_schedule
 
     async def work(rt: Runtime) -> Any:
         queue = queue_of(rt.store)
@@ -282,7 +282,7 @@ def trigger_add(
 ) -> None:
     """Add a trigger; its runs start once per finished run or webhook delivery."""
     from contextos.store.queue import queue_of
-    from contextos.triggers import add_trigger, describe
+    from contextos.workers.triggers import add_trigger, describe
 
     async def work(rt: Runtime) -> Any:
         queue = queue_of(rt.store)
@@ -315,7 +315,7 @@ def trigger_add(
 def trigger_list(store: StoreOption = None, as_json: JsonOption = False) -> None:
     """List triggers: what fires each one and what it starts."""
     from contextos.store.queue import queue_of
-    from contextos.triggers import describe
+    from contextos.workers.triggers import describe
 
     async def work(rt: Runtime) -> Any:
         queue = queue_of(rt.store)
@@ -429,7 +429,7 @@ def doctor(
     as_json: JsonOption = False,
 ) -> None:
     """Check the store (reachable, migrated) and the model configuration; changes nothing."""
-    from contextos.worker import doctor as checks_for
+    from contextos.workers.doctor import doctor as checks_for
 
     checks = asyncio.run(checks_for(store, model=model))
     if as_json:

@@ -11,7 +11,6 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from contextos import timeline
 from contextos.agents import load_agent
 from contextos.cli.common import (
     STATUS_STYLE,
@@ -31,7 +30,8 @@ from contextos.errors import ContextOSError, RunNotFound
 from contextos.events import ModelResponded, RunCreated, encode
 from contextos.runs import RunStatus
 from contextos.runtime import RunResult, Runtime
-from contextos.triggers import started_by
+from contextos.telemetry import timeline
+from contextos.workers.triggers import started_by
 
 
 @app.command()

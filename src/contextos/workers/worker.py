@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import importlib.util
 import logging
 import os
 import signal
@@ -27,20 +26,19 @@ from contextos.errors import (
     ConcurrencyConflict,
     ConfigError,
     ContextOSError,
-    MigrationError,
     RunIsTerminal,
 )
 from contextos.events import utcnow
-from contextos.policy.expiry import Sweeper
 from contextos.runs import FailureReason, RunId
 from contextos.runtime import Runtime
-from contextos.scheduler import fire_due, retry_at
 from contextos.state import RunState
 from contextos.store import EventStore, open_store
 from contextos.store.queue import Lease, RunQueue, WorkerInfo, WorkerStatus, queue_of
 from contextos.store.wakeup import Ready, Wakeup, wakeup_for
 from contextos.tools._invoke import CANCEL_GRACE_S
-from contextos.triggers import fire_due as fire_triggers
+from contextos.workers.scheduler import fire_due, retry_at
+from contextos.workers.sweeper import Sweeper
+from contextos.workers.triggers import fire_due as fire_triggers
 
 log = logging.getLogger("contextos.worker")
 
@@ -450,117 +448,11 @@ async def list_workers(
             await opened.close()
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Check:
-    """One line of `contextos doctor`."""
-
-    name: str
-    """What was checked."""
-    ok: bool
-    """Whether it passed."""
-    detail: str
-    """What was found, or what to do about it."""
-
-
-async def doctor(store: str | None = None, *, model: str | None = None) -> list[Check]:
-    """Check the store (reachable, schema fully migrated) and the model configuration.
-
-    Nothing is created or changed: the store is only read, the model is not loaded or called.
-    `model` defaults to $CONTEXTOS_MODEL, else `local`.
-    """
-    checks: list[Check] = []
-    url = store
-    try:
-        opened = open_store(url)
-    except ContextOSError as exc:
-        return [Check(name="store", ok=False, detail=exc.message)]
-    try:
-        verify = getattr(opened, "verify", None)
-        path = getattr(opened, "path", None)
-        if path is not None and not await asyncio.to_thread(os.path.exists, path):
-            checks.append(
-                Check(
-                    name="store", ok=True, detail=f"{path} does not exist yet: first use creates it"
-                )
-            )
-            checks.append(Check(name="migrations", ok=True, detail="applied on first use"))
-        elif verify is None:
-            checks.append(Check(name="store", ok=True, detail=f"{opened.url} (cannot verify)"))
-        else:
-            try:
-                version = await verify()
-                checks.append(
-                    Check(name="store", ok=True, detail=f"{_redact(opened.url)} reachable")
-                )
-                checks.append(
-                    Check(name="migrations", ok=True, detail=f"schema at version {version}")
-                )
-            except MigrationError as exc:
-                checks.append(
-                    Check(name="store", ok=True, detail=f"{_redact(opened.url)} reachable")
-                )
-                checks.append(
-                    Check(
-                        name="migrations",
-                        ok=False,
-                        detail=exc.message + " (opening the store with this ContextOS migrates it)",
-                    )
-                )
-            except ContextOSError as exc:
-                checks.append(Check(name="store", ok=False, detail=exc.message))
-            except Exception as exc:  # sqlite3 / driver errors: the store is not usable
-                checks.append(
-                    Check(
-                        name="store",
-                        ok=False,
-                        detail=f"{_redact(opened.url)}: {type(exc).__name__}: {exc}",
-                    )
-                )
-    finally:
-        await opened.close()
-    checks.append(check_model(model or os.environ.get("CONTEXTOS_MODEL") or "local"))
-    return checks
-
-
-def check_model(spec: str) -> Check:
-    """Whether a model string names a provider that is installed and configured."""
-    provider, _, rest = spec.partition(":")
-    needs: dict[str, tuple[str | None, str | None]] = {
-        # provider: (python module it needs, environment variable it needs)
-        "local": ("llama_cpp", None),
-        "openai": ("httpx", "OPENAI_API_KEY"),
-        "openai-compatible": ("httpx", None),
-        "anthropic": ("httpx", "ANTHROPIC_API_KEY"),
-    }
-    if provider not in needs or (provider != "local" and not rest):
-        return Check(
-            name="model",
-            ok=False,
-            detail=f"unknown model {spec!r}: use local, openai:MODEL, "
-            "openai-compatible:URL#MODEL or anthropic:MODEL",
-        )
-    module, env = needs[provider]
-    if module is not None and importlib.util.find_spec(module) is None:
-        extra = " (pip install 'contextos[local]')" if provider == "local" else ""
-        return Check(name="model", ok=False, detail=f"{spec}: {module} is not installed{extra}")
-    if env is not None and not os.environ.get(env):
-        return Check(name="model", ok=False, detail=f"{spec}: {env} is not set")
-    return Check(name="model", ok=True, detail=spec)
-
-
-def _redact(url: str) -> str:
-    if url.startswith(("postgresql://", "postgres://")):
-        from contextos.store.postgres import redact
-
-        return redact(url)
-    return url
-
-
-# -- `python -m contextos.worker` ---------------------------------------------------------
+# -- `python -m contextos.workers` ---------------------------------------------------------
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point: `python -m contextos.worker --store URL [--concurrency N] …`."""
+    """Entry point: `python -m contextos.workers --store URL [--concurrency N] …`."""
     defaults = WorkerConfig()
     parser = argparse.ArgumentParser(prog="contextos worker", description=__doc__)
     parser.add_argument("--store", default=None, help="store URL (default: $CONTEXTOS_STORE)")
@@ -621,16 +513,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 __all__ = [
-    "Check",
     "Worker",
     "WorkerConfig",
-    "check_model",
-    "doctor",
     "list_workers",
     "main",
     "run_worker",
 ]
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 from contextos.agents import Agent, load_agent
 from contextos.errors import ConfigError, RunNotFound, SignatureExpired, SignatureInvalid
 from contextos.runs import RunId, check_priority
-from contextos.scheduler import retry_at
 from contextos.store.queue import (
     Firing,
     RunQueue,
@@ -37,6 +36,7 @@ from contextos.store.queue import (
     queue_of,
     trigger_key,
 )
+from contextos.workers.scheduler import retry_at
 
 if TYPE_CHECKING:
     from contextos.runtime import Runtime
