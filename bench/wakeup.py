@@ -75,7 +75,7 @@ def transactions(url: str) -> int:
 async def measure(
     store: str, *, runs: int, workers: int, poll: float | None, idle_s: float, in_process: bool
 ) -> None:
-    from contextos.workers.worker import Worker, WorkerConfig
+    from contextos.workers import Worker, WorkerConfig
 
     rt = Runtime(store, worker_id="bench-starter")
     await rt.store.list_runs(limit=1)  # open and migrate before the workers race to

@@ -26,7 +26,6 @@ from contextos import Agent, RunStatus, Runtime, ToolContext, tool
 from contextos.policy import Decision, Policy, Principal, Rule
 from contextos.policy.authority import Authority
 from contextos.policy.rules import conditions
-from contextos.telemetry.timeline import describe
 from contextos.testing import ScriptedModel, call_tool, reply
 
 REFUNDS: dict[str, dict[str, Any]] = {}
@@ -118,8 +117,8 @@ async def main(store: str) -> None:
         print(f"250 EUR refund after approval: {done.status}: {done.output}")
 
         print("\nthe trail of the large refund:")
-        for e in await rt.events(large.run_id):
-            print(f"  #{e.seq} {e.type}: {describe(e)}")
+        for entry in await rt.timeline(large.run_id):
+            print(f"  #{entry.seq} {entry.type}: {entry.line}")
 
 
 if __name__ == "__main__":

@@ -23,10 +23,11 @@ from contextos.policy import (
     RunContext,
 )
 from contextos.records.interrupts import Approval, FrozenAction, Interrupt, InterruptKind
-from contextos.runs import Budget, FailureReason, RunId, RunStatus
+from contextos.runs import PRIORITIES, Budget, FailureReason, RunId, RunStatus
 from contextos.runtime import RunResult, Runtime, run
 from contextos.state import RunState, fold
 from contextos.store import EventStore, RunSummary, open_store
+from contextos.telemetry import TimelineEntry, Trace
 from contextos.tools import (
     BaseTool,
     Effect,
@@ -67,6 +68,7 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "NetworkPolicy",
+    "PRIORITIES",
     "Policy",
     "PolicyDecision",
     "Principal",
@@ -82,10 +84,12 @@ __all__ = [
     "RunStatus",
     "RunSummary",
     "Runtime",
+    "TimelineEntry",
     "Tool",
     "ToolCall",
     "ToolContext",
     "ToolResult",
+    "Trace",
     "Usage",
     "Verdict",
     "Verifier",

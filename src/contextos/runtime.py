@@ -41,7 +41,7 @@ from contextos.state import RunState, apply
 from contextos.store import EventStore, RunSummary, open_store, wakeup
 from contextos.store.base import load_state
 from contextos.store.queue import Lease, QueueEntry, queue_of
-from contextos.telemetry import live_traces
+from contextos.telemetry import TimelineEntry, Trace, live_traces, timeline, trace_of
 from contextos.tools.gateway import Gateway
 
 
@@ -604,6 +604,23 @@ class Runtime:
 
     async def events(self, run_id: str) -> list[ev.Event]:
         return await self.store.read(RunId(run_id))
+
+    async def timeline(self, run_id: str, *, after_seq: int = 0) -> list[TimelineEntry]:
+        """The run's events after `after_seq`, each as stored and in one readable line."""
+        return timeline(await self.store.read(RunId(run_id), after_seq=after_seq))
+
+    async def trace(
+        self,
+        run_id: str,
+        *,
+        capture_content: bool | None = None,
+        otlp_endpoint: str | None = None,
+    ) -> Trace:
+        """The run's trace as OpenTelemetry GenAI spans, sent over OTLP/HTTP to
+        `otlp_endpoint` when given; message content only with `capture_content` (default:
+        CONTEXTOS_OTEL_CAPTURE_CONTENT). Needs the `otel` extra."""
+        events = await self.store.read(RunId(run_id))
+        return trace_of(events, capture_content=capture_content, otlp_endpoint=otlp_endpoint)
 
     async def state(self, run_id: str) -> RunState:
         return await load_state(self.store, RunId(run_id))

@@ -22,7 +22,7 @@ from trigger_helpers import (
 
 from contextos import Runtime, load_agent
 from contextos.runs import RunStatus
-from contextos.workers.triggers import add_trigger
+from contextos.workers import add_trigger
 
 
 async def all_done(rt: Runtime, agent: str, n: int) -> bool:

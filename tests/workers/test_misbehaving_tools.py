@@ -20,7 +20,7 @@ from contextos import Runtime, load_agent
 from contextos import events as ev
 from contextos.runs import FailureReason, RunId, RunStatus
 from contextos.store.queue import WorkerStatus
-from contextos.workers.worker import list_workers
+from contextos.workers import list_workers
 
 DIR_ENV = "CONTEXTOS_TEST_DIR"
 """Read by the hanging tools in agents.py."""

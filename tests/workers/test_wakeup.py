@@ -23,8 +23,7 @@ from contextos.events import utcnow
 from contextos.runs import RunId
 from contextos.store.queue import RunQueue, queue_of
 from contextos.store.wakeup import CHANNEL, PostgresWakeup
-from contextos.workers.scheduler import add_schedule
-from contextos.workers.worker import Worker, WorkerConfig
+from contextos.workers import Worker, WorkerConfig, add_schedule
 
 QUICK = f"{AGENTS}:quick"
 TICKER = f"{AGENTS}:ticker"

@@ -20,7 +20,7 @@ from contextos.errors import ConcurrencyConflict, RunIsTerminal
 from contextos.runs import FailureReason, RunId, RunStatus
 from contextos.store import open_store
 from contextos.store.queue import LimitScope, RunQueue, WorkerStatus, queue_of
-from contextos.workers.worker import Worker, WorkerConfig, list_workers
+from contextos.workers import Worker, WorkerConfig, list_workers
 
 QUICK = f"{AGENTS}:quick"
 SLOW = f"{AGENTS}:slow"

@@ -15,9 +15,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from contextos.errors import ContextOSError
-from contextos.runs import RunStatus
-from contextos.runtime import RunResult, Runtime
+from contextos import ContextOSError, RunResult, RunStatus, Runtime
 
 T = TypeVar("T")
 

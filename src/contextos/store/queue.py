@@ -14,6 +14,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
+from contextos.errors import ConfigError
 from contextos.runs import RunId
 
 
@@ -358,6 +359,14 @@ def queue_of(store: object) -> RunQueue | None:
     return store if isinstance(store, RunQueue) else None
 
 
+def require_queue(store: object) -> RunQueue:
+    """The store's queue; ConfigError when the backend keeps none."""
+    queue = queue_of(store)
+    if queue is None:
+        raise ConfigError(f"the store {getattr(store, 'url', store)!r} keeps no run queue")
+    return queue
+
+
 __all__ = [
     "DEFAULT_LIMIT_NAME",
     "CatchUp",
@@ -374,6 +383,7 @@ __all__ = [
     "WorkerInfo",
     "WorkerStatus",
     "queue_of",
+    "require_queue",
     "tick_key",
     "trigger_key",
 ]

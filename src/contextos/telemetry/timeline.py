@@ -1,16 +1,51 @@
-"""One readable line per event, for `contextos show` and the web page."""
+"""A run's timeline: each event as stored, with one readable line (`contextos show`, the API)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from contextos import events as ev
 from contextos.records.interrupts import canonical_json, fmt_roles
 
 _ENVELOPE = {"run_id", "seq", "occurred_at", "actor", "causation_id", "type"}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TimelineEntry:
+    """One event of a run, as stored and in words."""
+
+    seq: int
+    """Its place in the run's log, from 1."""
+    occurred_at: datetime
+    """When it happened (UTC)."""
+    type: str
+    """The event type (`run_created`, `model_responded`, …)."""
+    actor: str
+    """Who caused it."""
+    line: str
+    """What happened, in one readable line (the event's text is data: never markup)."""
+    data: dict[str, Any]
+    """The whole event as JSON data, exactly as the store keeps it."""
+
+
+def timeline(events: Sequence[ev.Event]) -> list[TimelineEntry]:
+    """The entries of these events, in order."""
+    return [
+        TimelineEntry(
+            seq=e.seq,
+            occurred_at=e.occurred_at,
+            type=e.type,
+            actor=e.actor,
+            line=describe(e),
+            data=json.loads(ev.encode(e)),
+        )
+        for e in events
+    ]
 
 
 def describe(event: ev.Event) -> str:

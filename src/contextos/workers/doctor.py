@@ -15,7 +15,7 @@ from contextos.store import open_store
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Check:
+class HealthCheck:
     """One line of `contextos doctor`."""
 
     name: str
@@ -26,55 +26,57 @@ class Check:
     """What was found, or what to do about it."""
 
 
-async def doctor(store: str | None = None, *, model: str | None = None) -> list[Check]:
+async def doctor(store: str | None = None, *, model: str | None = None) -> list[HealthCheck]:
     """Check the store (reachable, schema fully migrated) and the model configuration.
 
     Nothing is created or changed: the store is only read, the model is not loaded or called.
     `model` defaults to $CONTEXTOS_MODEL, else `local`.
     """
-    checks: list[Check] = []
+    checks: list[HealthCheck] = []
     url = store
     try:
         opened = open_store(url)
     except ContextOSError as exc:
-        return [Check(name="store", ok=False, detail=exc.message)]
+        return [HealthCheck(name="store", ok=False, detail=exc.message)]
     try:
         verify = getattr(opened, "verify", None)
         path = getattr(opened, "path", None)
         if path is not None and not await asyncio.to_thread(os.path.exists, path):
             checks.append(
-                Check(
+                HealthCheck(
                     name="store", ok=True, detail=f"{path} does not exist yet: first use creates it"
                 )
             )
-            checks.append(Check(name="migrations", ok=True, detail="applied on first use"))
+            checks.append(HealthCheck(name="migrations", ok=True, detail="applied on first use"))
         elif verify is None:
-            checks.append(Check(name="store", ok=True, detail=f"{opened.url} (cannot verify)"))
+            checks.append(
+                HealthCheck(name="store", ok=True, detail=f"{opened.url} (cannot verify)")
+            )
         else:
             try:
                 version = await verify()
                 checks.append(
-                    Check(name="store", ok=True, detail=f"{_redact(opened.url)} reachable")
+                    HealthCheck(name="store", ok=True, detail=f"{_redact(opened.url)} reachable")
                 )
                 checks.append(
-                    Check(name="migrations", ok=True, detail=f"schema at version {version}")
+                    HealthCheck(name="migrations", ok=True, detail=f"schema at version {version}")
                 )
             except MigrationError as exc:
                 checks.append(
-                    Check(name="store", ok=True, detail=f"{_redact(opened.url)} reachable")
+                    HealthCheck(name="store", ok=True, detail=f"{_redact(opened.url)} reachable")
                 )
                 checks.append(
-                    Check(
+                    HealthCheck(
                         name="migrations",
                         ok=False,
                         detail=exc.message + " (opening the store with this ContextOS migrates it)",
                     )
                 )
             except ContextOSError as exc:
-                checks.append(Check(name="store", ok=False, detail=exc.message))
+                checks.append(HealthCheck(name="store", ok=False, detail=exc.message))
             except Exception as exc:  # sqlite3 / driver errors: the store is not usable
                 checks.append(
-                    Check(
+                    HealthCheck(
                         name="store",
                         ok=False,
                         detail=f"{_redact(opened.url)}: {type(exc).__name__}: {exc}",
@@ -86,7 +88,7 @@ async def doctor(store: str | None = None, *, model: str | None = None) -> list[
     return checks
 
 
-def check_model(spec: str) -> Check:
+def check_model(spec: str) -> HealthCheck:
     """Whether a model string names a provider that is installed and configured."""
     provider, _, rest = spec.partition(":")
     needs: dict[str, tuple[str | None, str | None]] = {
@@ -97,7 +99,7 @@ def check_model(spec: str) -> Check:
         "anthropic": ("httpx", "ANTHROPIC_API_KEY"),
     }
     if provider not in needs or (provider != "local" and not rest):
-        return Check(
+        return HealthCheck(
             name="model",
             ok=False,
             detail=f"unknown model {spec!r}: use local, openai:MODEL, "
@@ -106,10 +108,12 @@ def check_model(spec: str) -> Check:
     module, env = needs[provider]
     if module is not None and importlib.util.find_spec(module) is None:
         extra = " (pip install 'contextos[local]')" if provider == "local" else ""
-        return Check(name="model", ok=False, detail=f"{spec}: {module} is not installed{extra}")
+        return HealthCheck(
+            name="model", ok=False, detail=f"{spec}: {module} is not installed{extra}"
+        )
     if env is not None and not os.environ.get(env):
-        return Check(name="model", ok=False, detail=f"{spec}: {env} is not set")
-    return Check(name="model", ok=True, detail=spec)
+        return HealthCheck(name="model", ok=False, detail=f"{spec}: {env} is not set")
+    return HealthCheck(name="model", ok=True, detail=spec)
 
 
 def _redact(url: str) -> str:

@@ -20,7 +20,8 @@ from contextos.agents import Agent, load_agent
 from contextos.errors import ConfigError, ContextOSError
 from contextos.events import utcnow
 from contextos.runs import RunId, check_priority
-from contextos.store.queue import CatchUp, RunQueue, Schedule, queue_of, tick_key
+from contextos.store.base import EventStore
+from contextos.store.queue import CatchUp, Schedule, queue_of, require_queue, tick_key
 
 if TYPE_CHECKING:
     from contextos.runtime import Runtime
@@ -128,7 +129,7 @@ def _count_ticks(cron: str, tz: str, first: datetime, last: datetime, cap: int =
 
 
 async def add_schedule(
-    queue: RunQueue,
+    store: EventStore,
     name: str,
     agent_ref: str,
     cron: str,
@@ -142,6 +143,7 @@ async def add_schedule(
     now: datetime | None = None,
 ) -> Schedule:
     """Store a new schedule whose first tick is the first one after `now`."""
+    queue = require_queue(store)
     if not name:
         raise ConfigError("a schedule needs a name")
     check_cron(cron)
@@ -164,6 +166,16 @@ async def add_schedule(
     )
     await queue.add_schedule(schedule)
     return schedule
+
+
+async def list_schedules(store: EventStore) -> list[Schedule]:
+    """The store's schedules, with their next tick and last run."""
+    return await require_queue(store).list_schedules()
+
+
+async def remove_schedule(store: EventStore, name: str) -> bool:
+    """Remove a schedule (the runs it started stay); False when there is none by that name."""
+    return await require_queue(store).remove_schedule(name)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -268,8 +280,10 @@ __all__ = [
     "check_cron",
     "fire_due",
     "latest_tick",
+    "list_schedules",
     "next_tick",
     "plan",
+    "remove_schedule",
     "retry_at",
     "retry_delay",
 ]

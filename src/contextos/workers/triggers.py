@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from contextos.agents import Agent, load_agent
 from contextos.errors import ConfigError, RunNotFound, SignatureExpired, SignatureInvalid
 from contextos.runs import RunId, check_priority
+from contextos.store.base import EventStore
 from contextos.store.queue import (
     Firing,
     RunQueue,
@@ -34,6 +35,7 @@ from contextos.store.queue import (
     TriggerKind,
     TriggerOn,
     queue_of,
+    require_queue,
     trigger_key,
 )
 from contextos.workers.scheduler import retry_at
@@ -137,7 +139,7 @@ def find_cycle(triggers: Iterable[Trigger], new: Trigger) -> list[str] | None:
 
 
 async def add_trigger(
-    queue: RunQueue,
+    store: EventStore,
     name: str,
     agent_ref: str,
     *,
@@ -157,6 +159,7 @@ async def add_trigger(
     now, not at the first firing), the template, and loops between run triggers, which need
     `allow_cycle` (a chain then stops `max_depth` triggers down).
     """
+    queue = require_queue(store)
     if not _NAME.fullmatch(name):
         raise ConfigError(
             f"bad trigger name {name!r}: use up to 64 letters, digits, '.', '_' or '-' "
@@ -227,6 +230,17 @@ async def add_trigger(
             )
     await queue.add_trigger(trigger)
     return trigger
+
+
+async def list_triggers(store: EventStore) -> list[Trigger]:
+    """The store's triggers: what fires each one and what it starts."""
+    return await require_queue(store).list_triggers()
+
+
+async def remove_trigger(store: EventStore, name: str) -> bool:
+    """Remove a trigger (runs it started stay; firings it still owed are dropped); False when
+    there is none by that name."""
+    return await require_queue(store).remove_trigger(name)
 
 
 # -- firing after a run ends ------------------------------------------------------------------
@@ -478,7 +492,7 @@ def started_by(metadata: Mapping[str, Any]) -> str | None:
     return None
 
 
-def describe(trigger: Trigger) -> str:
+def what_fires(trigger: Trigger) -> str:
     """What fires a trigger, in a few words."""
     if trigger.kind is TriggerKind.WEBHOOK:
         signed = f"signed with ${trigger.secret_env}" if trigger.secret_env else "unsigned"
@@ -500,13 +514,15 @@ __all__ = [
     "add_trigger",
     "chain_depth",
     "check_template",
-    "describe",
     "find_cycle",
     "fire_due",
     "fire_webhook",
+    "list_triggers",
+    "remove_trigger",
     "render_input",
     "sign",
     "started_by",
     "trigger_run_id",
     "verify_signature",
+    "what_fires",
 ]

@@ -33,7 +33,16 @@ from contextos.runs import FailureReason, RunId
 from contextos.runtime import Runtime
 from contextos.state import RunState
 from contextos.store import EventStore, open_store
-from contextos.store.queue import Lease, RunQueue, WorkerInfo, WorkerStatus, queue_of
+from contextos.store.queue import (
+    Lease,
+    Limit,
+    LimitScope,
+    RunQueue,
+    WorkerInfo,
+    WorkerStatus,
+    queue_of,
+    require_queue,
+)
 from contextos.store.wakeup import Ready, Wakeup, wakeup_for
 from contextos.tools._invoke import CANCEL_GRACE_S
 from contextos.workers.scheduler import fire_due, retry_at
@@ -439,13 +448,33 @@ async def list_workers(
     """Workers that sent a heartbeat recently, with the leases they hold."""
     opened = store if isinstance(store, EventStore) else open_store(store)
     try:
-        queue = queue_of(opened)
-        if queue is None:
-            raise ConfigError(f"the store {opened.url!r} keeps no run queue")
-        return await queue.list_workers(live_within_s=live_within_s)
+        return await require_queue(opened).list_workers(live_within_s=live_within_s)
     finally:
         if opened is not store:
             await opened.close()
+
+
+async def set_limit(
+    store: EventStore,
+    max_running: int | None,
+    *,
+    tenant: str | None = None,
+    agent: str | None = None,
+) -> None:
+    """Let at most `max_running` runs be driven at once, across every worker: in all, or per
+    tenant (`tenant`, `"*"` for each tenant), or per agent (`agent`, `"*"` for each agent).
+    None removes the limit."""
+    scope, name = LimitScope.GLOBAL, ""
+    if tenant is not None:
+        scope, name = LimitScope.TENANT, tenant
+    if agent is not None:
+        scope, name = LimitScope.AGENT, agent
+    await require_queue(store).set_limit(scope, name, max_running)
+
+
+async def list_limits(store: EventStore) -> list[Limit]:
+    """The concurrency limits every worker respects."""
+    return await require_queue(store).limits()
 
 
 # -- `python -m contextos.workers` ---------------------------------------------------------
@@ -515,7 +544,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 __all__ = [
     "Worker",
     "WorkerConfig",
+    "list_limits",
     "list_workers",
     "main",
     "run_worker",
+    "set_limit",
 ]
