@@ -9,10 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from trigger_helpers import LOOPER, REVIEWER, ROOT, WRITER
+from trigger_helpers import LOOPER, REVIEWER, WRITER
 
 from contextos import Runtime
 from contextos.workers.triggers import fire_due
+from support.processes import ROOT
 
 
 def cli(store: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -18,7 +18,6 @@ from trigger_helpers import (
     created,
     queue,
     runs_of,
-    wait_until,
 )
 
 from contextos import Runtime, load_agent
@@ -34,6 +33,7 @@ from contextos.workers.triggers import (
     started_by,
     trigger_run_id,
 )
+from support.processes import wait_until
 
 
 async def run_writer(rt: Runtime, ref: str = WRITER, input: str = "write it") -> RunId:

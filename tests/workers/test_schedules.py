@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from worker_helpers import AGENTS, spawn_worker, stop_all, wait_until
+from worker_helpers import AGENTS
 
 from contextos import Runtime, load_agent
 from contextos import events as ev
@@ -18,6 +18,7 @@ from contextos.errors import ConfigError
 from contextos.runs import RunId
 from contextos.store.queue import CatchUp, RunQueue, Schedule, queue_of, tick_key
 from contextos.workers.scheduler import add_schedule, fire_due, next_tick, plan
+from support.processes import spawn_worker, stop_all, wait_until
 
 TICKER = f"{AGENTS}:ticker"
 DAY = timedelta(days=1)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from worker_helpers import AGENTS, spawn_worker, stop_all, wait_until
+from worker_helpers import AGENTS
 
 from contextos import Runtime, load_agent
 from contextos.events import utcnow
@@ -24,6 +24,7 @@ from contextos.runs import RunId
 from contextos.store.queue import RunQueue, queue_of
 from contextos.store.wakeup import CHANNEL, PostgresWakeup
 from contextos.workers import Worker, WorkerConfig, add_schedule
+from support.processes import spawn_worker, stop_all, wait_until
 
 QUICK = f"{AGENTS}:quick"
 TICKER = f"{AGENTS}:ticker"
