@@ -30,7 +30,7 @@ from contextos.store import EventStore, RunSummary, open_store
 from contextos.telemetry import TimelineEntry, Trace
 from contextos.tools import (
     BaseTool,
-    Effect,
+    EffectKind,
     EffectState,
     RetryPolicy,
     Risk,
@@ -53,7 +53,7 @@ __all__ = [
     "ConfigError",
     "Containment",
     "ContextOSError",
-    "Effect",
+    "EffectKind",
     "EffectState",
     "EventDecodeError",
     "EventStore",

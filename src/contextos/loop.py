@@ -36,7 +36,7 @@ from contextos.middleware.base import (
     Services,
     ToolCallInput,
 )
-from contextos.middleware.budget import ledger_for
+from contextos.middleware.budget import daily_spend_of
 from contextos.models.base import ModelAdapter, ModelRequest, ModelResponse, check_response
 from contextos.policy.authority import Authority
 from contextos.policy.gate import Gate
@@ -81,7 +81,7 @@ class Driver:
             agent.tool_list,
             chain_layers=agent.middleware,
             model=model,
-            services=Services(model=model, ledger=ledger_for(store)),
+            services=Services(model=model, spend=daily_spend_of(store)),
             metadata=state.metadata,
         )
         self.chain: Chain = self.gateway.chain

@@ -97,7 +97,7 @@ def test_the_public_surface_is_pinned() -> None:
         "ConfigError",
         "Containment",
         "ContextOSError",
-        "Effect",
+        "EffectKind",
         "EffectState",
         "EventDecodeError",
         "EventStore",
@@ -150,9 +150,9 @@ def test_the_workers_surface_is_pinned() -> None:
     """What the command and the HTTP API need of workers, and nothing more."""
     assert contextos.workers.__all__ == [
         "CatchUp",
+        "ConcurrencyLimit",
         "DELIVERY_HEADER",
         "HealthCheck",
-        "Limit",
         "LimitScope",
         "SIGNATURE_HEADER",
         "SIGNATURE_TOLERANCE_S",

@@ -201,7 +201,7 @@ class Spend:
 
 
 @runtime_checkable
-class UsageLedger(Protocol):
+class DailySpend(Protocol):
     """Per-principal daily spend, kept in the store."""
 
     async def spent(self, principal: str, day: date) -> Spend: ...
@@ -213,8 +213,8 @@ class Services:
 
     model: ModelAdapter
     """The agent's model (compaction summarizes with it unless given another)."""
-    ledger: UsageLedger | None = None
-    """Daily usage per principal, when the store keeps it."""
+    spend: DailySpend | None = None
+    """Daily spend per principal, when the store keeps it."""
 
 
 ModelHandler = Callable[[ModelCall], Awaitable[ModelResult]]

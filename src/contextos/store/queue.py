@@ -75,7 +75,7 @@ DEFAULT_LIMIT_NAME = "*"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Limit:
+class ConcurrencyLimit:
     """At most `max_running` leased runs at once in a scope, across all workers."""
 
     scope: LimitScope
@@ -274,7 +274,7 @@ class RunQueue(Protocol):
         """Set (or with None, remove) a concurrency limit."""
         ...
 
-    async def limits(self) -> list[Limit]:
+    async def limits(self) -> list[ConcurrencyLimit]:
         """All concurrency limits."""
         ...
 
@@ -372,7 +372,7 @@ __all__ = [
     "CatchUp",
     "Firing",
     "Lease",
-    "Limit",
+    "ConcurrencyLimit",
     "LimitScope",
     "QueueEntry",
     "RunQueue",

@@ -5,7 +5,7 @@ from contextos.ledger import EffectState
 from contextos.tools.ask import HumanTool, ask_tools
 from contextos.tools.contract import (
     BaseTool,
-    Effect,
+    EffectKind,
     RetryPolicy,
     Risk,
     Tool,
@@ -23,7 +23,7 @@ from contextos.tools.http import http_tools
 __all__ = [
     "BaseTool",
     "ConfinedTool",
-    "Effect",
+    "EffectKind",
     "EffectState",
     "Gateway",
     "HumanTool",

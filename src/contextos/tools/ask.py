@@ -16,7 +16,7 @@ from contextos.errors import ToolError
 from contextos.policy.hook import ProposedCall
 from contextos.records.deadlines import Expiry
 from contextos.records.interrupts import InterruptKind
-from contextos.tools.contract import Effect, Risk, Tool, ToolContext, tool
+from contextos.tools.contract import EffectKind, Risk, Tool, ToolContext, tool
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,7 +54,7 @@ def ask_tools(
     for reviews (None: the policy's or the runtime's default, else they wait until answered).
     """
 
-    @tool(name="ask_human", effect=Effect.READ, risk=Risk.LOW)
+    @tool(name="ask_human", effect=EffectKind.READ, risk=Risk.LOW)
     async def ask_human(
         question: str, ctx: ToolContext, options: list[str] | None = None
     ) -> dict[str, Any]:
@@ -62,7 +62,7 @@ def ask_tools(
         The run waits for the answer."""
         return _answer(ctx)
 
-    @tool(name="request_review", effect=Effect.READ, risk=Risk.LOW)
+    @tool(name="request_review", effect=EffectKind.READ, risk=Risk.LOW)
     async def request_review(summary: str, ctx: ToolContext) -> dict[str, Any]:
         """Ask a person to review a result before going on: they accept, reject or ask for a
         revision with comments. The run waits for the verdict."""

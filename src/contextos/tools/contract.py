@@ -27,7 +27,7 @@ DEFAULT_MAX_OUTPUT_CHARS = 16_000
 """Characters of a tool's rendered output kept by default; the rest is cut with a note."""
 
 
-class Effect(StrEnum):
+class EffectKind(StrEnum):
     """What calling the tool does to the world."""
 
     READ = "read"
@@ -117,7 +117,7 @@ class Tool:
     """Pydantic model of the arguments."""
     version: str = "1"
     """Bumped when behaviour changes."""
-    effect: Effect = Effect.READ
+    effect: EffectKind = EffectKind.READ
     """What a call does to the world."""
     risk: Risk = Risk.LOW
     """How bad a wrong call is."""
@@ -228,7 +228,7 @@ class Tool:
     @property
     def has_effect(self) -> bool:
         """True for every tool whose calls go through the effect ledger."""
-        return self.effect is not Effect.READ
+        return self.effect is not EffectKind.READ
 
     def redacted(self, arguments: dict[str, Any]) -> dict[str, Any]:
         """Arguments as they may be written to logs and traces."""
@@ -272,7 +272,7 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     version: str = "1",
-    effect: Effect | str = Effect.READ,
+    effect: EffectKind | str = EffectKind.READ,
     risk: Risk | str = Risk.LOW,
     scopes: tuple[str, ...] = (),
     data_classification: str = "internal",
@@ -300,7 +300,7 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     version: str = "1",
-    effect: Effect | str = Effect.READ,
+    effect: EffectKind | str = EffectKind.READ,
     risk: Risk | str = Risk.LOW,
     scopes: tuple[str, ...] = (),
     data_classification: str = "internal",
@@ -329,7 +329,7 @@ def tool(
             fn=f,
             args_model=args_model,
             version=version,
-            effect=Effect(effect),
+            effect=EffectKind(effect),
             risk=Risk(risk),
             scopes=tuple(scopes),
             data_classification=data_classification,
@@ -365,7 +365,7 @@ class BaseTool:
     name: str = ""
     description: str = ""
     version: str = "1"
-    effect: Effect | str = Effect.READ
+    effect: EffectKind | str = EffectKind.READ
     risk: Risk | str = Risk.LOW
     scopes: tuple[str, ...] = ()
     data_classification: str = "internal"

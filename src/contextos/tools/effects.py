@@ -44,7 +44,7 @@ from contextos.records.interrupts import InterruptKind, approval_interrupt, inte
 from contextos.runs import FailureReason
 from contextos.state import RunState
 from contextos.store.base import EventStore
-from contextos.tools._invoke import describe, error_type, safe_text, stray_cancellation
+from contextos.tools._invoke import error_text, error_type, safe_text, stray_cancellation
 from contextos.tools.contract import Tool, ToolContext
 from contextos.tools.gateway import (
     Gateway,
@@ -426,7 +426,7 @@ class ToolRunner:
                 found = await self.gw.reconcile(tool, effect.idempotency_key)
                 receipts = None if found is None else self.gw.render(found, tool).receipts
             except Exception as exc:
-                receipts, why = None, f"verification could not run: {describe(exc)}"
+                receipts, why = None, f"verification could not run: {error_text(exc)}"
             else:
                 why = "verification found no record of the call"
             if receipts is not None:
@@ -476,7 +476,7 @@ class ToolRunner:
                     effect_id=eid,
                     state=EffectState.OUTCOME_UNKNOWN,
                     error_code="reconcile_failed",
-                    note=f"reconcile failed: {describe(exc)}",
+                    note=f"reconcile failed: {error_text(exc)}",
                 )
                 await b.commit()
             else:
@@ -789,7 +789,7 @@ def _unknown_note(tool: Tool, exc: BaseException) -> str:
         return f"{timeout_message(tool, exc).rstrip('.')}; it may have acted"
     if isinstance(exc, ToolCrashed):
         return f"{tool.name} crashed ({safe_text(exc)}); it may have acted"
-    return describe(exc)
+    return error_text(exc)
 
 
 def _now() -> datetime:

@@ -20,7 +20,7 @@ from typing import Any
 from contextos.errors import ContainmentViolation
 from contextos.policy.containment import Access, Containment, Placed, place, refuse_hard_link
 from contextos.policy.hook import Confine, ProposedCall
-from contextos.tools.contract import Effect, Risk, Tool, ToolContext, tool
+from contextos.tools.contract import EffectKind, Risk, Tool, ToolContext, tool
 
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE = os.O_NOFOLLOW | os.O_CLOEXEC
@@ -70,7 +70,7 @@ def file_tools(
         else None
     )
 
-    @tool(name="read_file", effect=Effect.READ, risk=Risk.LOW, scopes=("files:read",))
+    @tool(name="read_file", effect=EffectKind.READ, risk=Risk.LOW, scopes=("files:read",))
     def read_file(path: str, ctx: ToolContext) -> str:
         """Read a UTF-8 text file inside the allowed directories."""
         placed = place(path, "read", own, ctx.containment)
@@ -82,7 +82,7 @@ def file_tools(
             text += f"\n[file longer than {max_read_bytes} bytes; the rest was not read]"
         return text
 
-    @tool(name="write_file", effect=Effect.WRITE, risk=Risk.MEDIUM, scopes=("files:write",))
+    @tool(name="write_file", effect=EffectKind.WRITE, risk=Risk.MEDIUM, scopes=("files:write",))
     def write_file(path: str, content: str, ctx: ToolContext) -> str:
         """Create or overwrite a UTF-8 text file inside the writable directories."""
         placed = place(path, "write", own, ctx.containment)
@@ -92,7 +92,7 @@ def file_tools(
             f.write(data)
         return f"wrote {len(data)} bytes to {placed.real}"
 
-    @tool(name="list_files", effect=Effect.READ, risk=Risk.LOW, scopes=("files:read",))
+    @tool(name="list_files", effect=EffectKind.READ, risk=Risk.LOW, scopes=("files:read",))
     def list_files(ctx: ToolContext, path: str = ".") -> list[str]:
         """List a directory inside the allowed directories (directories end with /)."""
         fd = _walk(place(path, "read", own, ctx.containment), path, "read")

@@ -25,7 +25,7 @@ from contextos.errors import (
 from contextos.messages import ToolCall, ToolSpec
 from contextos.policy.hook import PolicyHook, ProposedCall
 from contextos.records.decisions import Decision, PolicyDecision
-from contextos.tools._invoke import CallTimedOut, describe, invoke, safe_text
+from contextos.tools._invoke import CallTimedOut, error_text, invoke, safe_text
 from contextos.tools.arguments import check_finite, decode
 from contextos.tools.contract import Tool, ToolContext, ToolResult, manifest_hash
 
@@ -271,7 +271,7 @@ def render_output(result: Any) -> str:
     except BaseException as exc:  # user code runs here (__str__, serializers): no await, so
         # not even a CancelledError can be the runtime's
         raise ToolOutputInvalid(
-            f"its output could not be turned into text: {describe(exc)}"
+            f"its output could not be turned into text: {error_text(exc)}"
         ) from exc
 
 
@@ -308,7 +308,7 @@ def failure_outcome(tool: Tool, exc: Exception, *, started: float | None = None)
     elif isinstance(exc, ValidationError):
         code, message = "tool_error", f"{tool.name} returned data that failed validation."
     else:
-        code, message = "tool_error", f"{tool.name} failed: {describe(exc)}"
+        code, message = "tool_error", f"{tool.name} failed: {error_text(exc)}"
     return error_outcome(code, message, started=started)
 
 

@@ -20,7 +20,7 @@ import httpx
 from contextos.errors import ContainmentViolation
 from contextos.policy.containment import Containment, confine_reach, confine_url
 from contextos.policy.network import IP, NetworkPolicy, normalise_host, parse_ip
-from contextos.tools.contract import Effect, Risk, ToolContext, tool
+from contextos.tools.contract import EffectKind, Risk, ToolContext, tool
 from contextos.tools.files import ConfinedTool, confined
 
 _MAX_REDIRECTS = 5
@@ -79,7 +79,7 @@ def http_tools(
 
     @tool(
         name="http_get",
-        effect=Effect.READ,
+        effect=EffectKind.READ,
         risk=Risk.LOW,
         scopes=("net:read",),
         timeout_s=timeout_s + 5,
@@ -90,7 +90,7 @@ def http_tools(
 
     @tool(
         name="http_post",
-        effect=Effect.WRITE,
+        effect=EffectKind.WRITE,
         risk=Risk.MEDIUM,
         scopes=("net:write",),
         timeout_s=timeout_s + 5,

@@ -18,7 +18,7 @@ from contextos import events as ev
 from contextos.errors import ToolCrashed, ToolOutcomeUnknown, ToolOutputInvalid
 from contextos.ledger import MAX_DISPATCHES, Effect, EffectState, compensable, effect_id_for
 from contextos.messages import ToolCall
-from contextos.tools._invoke import describe, error_type, safe_text
+from contextos.tools._invoke import error_text, error_type, safe_text
 from contextos.tools.contract import Tool
 from contextos.tools.effects import ToolRunner
 from contextos.tools.gateway import ToolOutcome, safe_receipts, unshowable_outcome
@@ -189,7 +189,7 @@ class Saga:
                     state=EffectState.OUTCOME_UNKNOWN if unknown else EffectState.FAILED,
                     receipts=safe_receipts(ctx.receipts),
                     error_code=type(exc).__name__,
-                    output=describe(exc),
+                    output=error_text(exc),
                 )
                 await b.commit()
                 if unknown:

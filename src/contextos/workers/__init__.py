@@ -7,7 +7,7 @@ listing workers, concurrency limits, schedules, triggers and webhooks, and `doct
 
 from contextos.store.queue import (
     CatchUp,
-    Limit,
+    ConcurrencyLimit,
     LimitScope,
     Schedule,
     Trigger,
@@ -42,9 +42,9 @@ from contextos.workers.worker import (
 
 __all__ = [
     "CatchUp",
+    "ConcurrencyLimit",
     "DELIVERY_HEADER",
     "HealthCheck",
-    "Limit",
     "LimitScope",
     "SIGNATURE_HEADER",
     "SIGNATURE_TOLERANCE_S",

@@ -179,7 +179,7 @@ async def remove_schedule(store: EventStore, name: str) -> bool:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Fired:
+class ScheduleFired:
     """What one worker did about one due schedule."""
 
     schedule: str
@@ -193,12 +193,12 @@ class Fired:
     """False when another worker moved the schedule on first."""
 
 
-async def fire_due(
+async def fire_schedules(
     runtime: Runtime,
     *,
     now: datetime | None = None,
     agents: dict[str, Agent] | None = None,
-) -> list[Fired]:
+) -> list[ScheduleFired]:
     """Fire every schedule that is due at `now`; safe to call from every worker at once.
 
     `agents` caches loaded agents by reference between calls.
@@ -208,7 +208,7 @@ async def fire_due(
         return []
     at = now or utcnow()
     cache = agents if agents is not None else {}
-    out: list[Fired] = []
+    out: list[ScheduleFired] = []
     for schedule in await queue.list_schedules(due_at=at):
         decision = plan(schedule, at)
         if decision is None:
@@ -251,7 +251,7 @@ async def fire_due(
                 schedule.catch_up.value,
             )
         out.append(
-            Fired(
+            ScheduleFired(
                 schedule=schedule.name,
                 runs=tuple(runs),
                 missed=decision.missed,
@@ -274,11 +274,11 @@ def retry_at(attempt: int, *, base_s: float = 1.0, cap_s: float = 300.0) -> date
 
 
 __all__ = [
-    "Fired",
+    "ScheduleFired",
     "Plan",
     "add_schedule",
     "check_cron",
-    "fire_due",
+    "fire_schedules",
     "latest_tick",
     "list_schedules",
     "next_tick",

@@ -260,7 +260,7 @@ def chain_depth(metadata: Mapping[str, Any]) -> int:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Fired:
+class TriggerFired:
     """What one firing did."""
 
     trigger: str
@@ -272,13 +272,13 @@ class Fired:
     the chain was already `max_depth` triggers deep."""
 
 
-async def fire_due(
+async def fire_triggers(
     runtime: Runtime,
     *,
     run_id: RunId | None = None,
     agents: dict[str, Agent] | None = None,
     limit: int = 100,
-) -> list[Fired]:
+) -> list[TriggerFired]:
     """Start the runs that firings owe: all due ones, or those of the run `run_id`.
 
     Safe to call from every worker at once. A firing whose run cannot start (its agent does not
@@ -293,7 +293,7 @@ async def fire_due(
         return []
     triggers = {t.name: t for t in await queue.list_triggers()}
     cache = agents if agents is not None else {}
-    out: list[Fired] = []
+    out: list[TriggerFired] = []
     for firing in firings:
         trigger = triggers.get(firing.trigger)
         if trigger is None:  # removed after this pass read its firings
@@ -319,7 +319,7 @@ async def fire_due(
 
 async def _fire(
     runtime: Runtime, queue: RunQueue, trigger: Trigger, firing: Firing, cache: dict[str, Agent]
-) -> Fired:
+) -> TriggerFired:
     source = await runtime.state(firing.run_id)
     depth = chain_depth(source.metadata) + 1
     if depth > trigger.max_depth:
@@ -331,7 +331,7 @@ async def _fire(
             depth - 1,
         )
         await queue.firing_done(trigger.name, firing.run_id)
-        return Fired(trigger=trigger.name, source_run=firing.run_id, run_id=None)
+        return TriggerFired(trigger=trigger.name, source_run=firing.run_id, run_id=None)
     agent = cache.get(trigger.agent_ref)
     if agent is None:
         agent = cache[trigger.agent_ref] = load_agent(trigger.agent_ref)
@@ -355,7 +355,7 @@ async def _fire(
         },
     )
     await queue.firing_done(trigger.name, firing.run_id)
-    return Fired(trigger=trigger.name, source_run=firing.run_id, run_id=started)
+    return TriggerFired(trigger=trigger.name, source_run=firing.run_id, run_id=started)
 
 
 # -- webhooks ---------------------------------------------------------------------------------
@@ -510,12 +510,12 @@ __all__ = [
     "SIGNATURE_HEADER",
     "SIGNATURE_TOLERANCE_S",
     "TEMPLATE_FIELDS",
-    "Fired",
+    "TriggerFired",
     "add_trigger",
     "chain_depth",
     "check_template",
     "find_cycle",
-    "fire_due",
+    "fire_triggers",
     "fire_webhook",
     "list_triggers",
     "remove_trigger",

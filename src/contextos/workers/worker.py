@@ -34,8 +34,8 @@ from contextos.runtime import Runtime
 from contextos.state import RunState
 from contextos.store import EventStore, open_store
 from contextos.store.queue import (
+    ConcurrencyLimit,
     Lease,
-    Limit,
     LimitScope,
     RunQueue,
     WorkerInfo,
@@ -45,9 +45,9 @@ from contextos.store.queue import (
 )
 from contextos.store.wakeup import Ready, Wakeup, wakeup_for
 from contextos.tools._invoke import CANCEL_GRACE_S
-from contextos.workers.scheduler import fire_due, retry_at
+from contextos.workers.scheduler import fire_schedules, retry_at
 from contextos.workers.sweeper import Sweeper
-from contextos.workers.triggers import fire_due as fire_triggers
+from contextos.workers.triggers import fire_triggers
 
 log = logging.getLogger("contextos.worker")
 
@@ -319,7 +319,7 @@ class Worker:
         while not self._stopping:
             self._schedules_wake.clear()
             try:
-                for fired in await fire_due(self.runtime, agents=self._agents):
+                for fired in await fire_schedules(self.runtime, agents=self._agents):
                     for tick, run_id in fired.runs:
                         log.info(
                             "schedule %s: tick %s -> run %s",
@@ -472,7 +472,7 @@ async def set_limit(
     await require_queue(store).set_limit(scope, name, max_running)
 
 
-async def list_limits(store: EventStore) -> list[Limit]:
+async def list_limits(store: EventStore) -> list[ConcurrencyLimit]:
     """The concurrency limits every worker respects."""
     return await require_queue(store).limits()
 
