@@ -46,7 +46,7 @@ from contextos.state import RunState, apply
 from contextos.store.base import EventStore
 from contextos.tools.ask import HumanTool
 from contextos.tools.contract import Tool, ToolContext
-from contextos.tools.effects import ToolRunner, ending_failure
+from contextos.tools.effects import ToolRunner
 from contextos.tools.gateway import Gateway
 from contextos.tools.saga import Saga
 from contextos.verify import feedback, verify_all
@@ -404,7 +404,7 @@ class Driver:
         if s.ending.outcome == "cancelled":
             await self.commit(self.event(ev.RunCancelled, reason=s.ending.reason))
         else:
-            reason, text, error = ending_failure(s)
+            reason, text, error = _ending_failure(s)
             await self.commit(self.event(ev.RunFailed, reason=reason, message=text, error=error))
 
     async def finish(self) -> None:
@@ -466,6 +466,17 @@ class _ChainGateway(Gateway):
         return await Gateway.dispatch(
             self, call.tool, call.arguments, call.ctx, timeout_s=call.timeout_s
         )
+
+
+def _ending_failure(state: RunState) -> tuple[FailureReason, str, dict[str, Any]]:
+    """The failure a RunEnding(outcome=failed) announced."""
+    ending = state.ending
+    assert ending is not None
+    try:
+        reason = FailureReason(ending.reason)
+    except ValueError:
+        reason = FailureReason.TOOL_FAILED
+    return reason, ending.message, dict(ending.error)
 
 
 def _with_unique_call_ids(response: ModelResponse, turn: int) -> Message:

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from contextos import events as ev
+
 
 class Decision(StrEnum):
     ALLOW = "allow"
@@ -85,3 +87,46 @@ class PolicyDecision:
     @classmethod
     def allow(cls, *, snapshot_hash: str = "", rule_ids: tuple[str, ...] = ()) -> PolicyDecision:
         return cls(decision=Decision.ALLOW, snapshot_hash=snapshot_hash, rule_ids=rule_ids)
+
+    def recorded(self, call_id: str, tool: str, effect_id: str | None) -> dict[str, Any]:
+        """The fields of the `PolicyDecided` event that records this decision on a call."""
+        return {
+            "call_id": call_id,
+            "tool": tool,
+            "decision": self.decision.value,
+            "rule_ids": tuple(self.rule_ids),
+            "reasons": tuple(self.reasons),
+            "constraints": dict(self.constraints),
+            "approver_role": self.approver_role,
+            "snapshot_hash": self.snapshot_hash,
+            "absolute": self.absolute,
+            "effect_id": effect_id,
+            "approver_roles": tuple(self.approver_roles),
+            "exception_role": self.exception_role,
+            "action_hash": self.action_hash,
+            "approval_id": self.approval_id,
+            "interrupt_kind": self.interrupt_kind,
+            "interrupt_payload": dict(self.interrupt_payload),
+            "checks": tuple(
+                {
+                    "layer": c.layer,
+                    "decision": c.decision.value,
+                    "rule_id": c.rule_id,
+                    "reason": c.reason,
+                }
+                for c in self.checks
+            ),
+        }
+
+    @classmethod
+    def of(cls, decided: ev.PolicyDecided) -> PolicyDecision:
+        """The decision a `PolicyDecided` event recorded (what refusing the call needs)."""
+        return cls(
+            decision=Decision(decided.decision),
+            rule_ids=decided.rule_ids,
+            reasons=decided.reasons,
+            constraints=dict(decided.constraints),
+            approver_role=decided.approver_role,
+            snapshot_hash=decided.snapshot_hash,
+            absolute=decided.absolute,
+        )

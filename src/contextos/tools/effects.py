@@ -41,7 +41,6 @@ from contextos.policy.containment import Containment
 from contextos.policy.identity import RunContext
 from contextos.records.decisions import Decision, PolicyDecision
 from contextos.records.interrupts import InterruptKind, approval_interrupt, interrupt_id_for
-from contextos.runs import FailureReason
 from contextos.state import RunState
 from contextos.store.base import EventStore
 from contextos.tools._invoke import error_text, error_type, safe_text, stray_cancellation
@@ -184,14 +183,14 @@ class ToolRunner:
         if decided is None and self.gw.policy is not None:
             decision = await self.gw.decide(self.gw.propose(self.state.run_id, call, tool, args))
             b = self.batch()
-            b.add(ev.PolicyDecided, **_decision_fields(call, tool, decision, None))
+            b.add(ev.PolicyDecided, **decision.recorded(call.id, tool.name, None))
             await b.commit()
             decided = self.state.policy_by_call[call.id]
         if decided is not None and decided.decision in (Decision.DENY, Decision.REQUIRE_APPROVAL):
             if decided.decision == Decision.REQUIRE_APPROVAL:
                 await self.approval_required(call, tool, None, decided)
             else:
-                await self._complete(call, refusal_outcome(tool.name, _as_decision(decided)))
+                await self._complete(call, refusal_outcome(tool.name, PolicyDecision.of(decided)))
             return
         attempt = 1
         while True:
@@ -250,7 +249,7 @@ class ToolRunner:
             compensation=tool.compensation,
         )
         b.add(ev.EffectChanged, effect_id=eid, state=EffectState.VALIDATED)
-        b.add(ev.PolicyDecided, **_decision_fields(call, tool, decision, eid))
+        b.add(ev.PolicyDecided, **decision.recorded(call.id, tool.name, eid))
         if decision.decision in (Decision.ALLOW, Decision.CONSTRAIN):
             b.add(ev.EffectChanged, effect_id=eid, state=EffectState.AUTHORISED)
         await b.commit()
@@ -298,7 +297,7 @@ class ToolRunner:
     async def _settle_refused(
         self, call: ToolCall, tool: Tool, effect: Effect, decided: ev.PolicyDecided
     ) -> None:
-        outcome = refusal_outcome(tool.name, _as_decision(decided))
+        outcome = refusal_outcome(tool.name, PolicyDecision.of(decided))
         b = self.batch()
         b.add(
             ev.EffectChanged,
@@ -334,7 +333,7 @@ class ToolRunner:
         decision = await self.gw.decide(self.gw.propose(self.state.run_id, call, tool, args))
         eid = effect.effect_id if effect is not None else None
         b = self.batch()
-        b.add(ev.PolicyDecided, **_decision_fields(call, tool, decision, eid))
+        b.add(ev.PolicyDecided, **decision.recorded(call.id, tool.name, eid))
         if eid is not None and decision.allowed:
             b.add(ev.EffectChanged, effect_id=eid, state=EffectState.AUTHORISED)
         await b.commit()
@@ -729,61 +728,6 @@ def confirmation(
     )
 
 
-def ending_failure(state: RunState) -> tuple[FailureReason, str, dict[str, Any]]:
-    """The failure a RunEnding(outcome=failed) announced."""
-    ending = state.ending
-    assert ending is not None
-    try:
-        reason = FailureReason(ending.reason)
-    except ValueError:
-        reason = FailureReason.TOOL_FAILED
-    return reason, ending.message, dict(ending.error)
-
-
-def _decision_fields(
-    call: ToolCall, tool: Tool, decision: PolicyDecision, effect_id: str | None
-) -> dict[str, Any]:
-    return {
-        "call_id": call.id,
-        "tool": tool.name,
-        "decision": decision.decision.value,
-        "rule_ids": tuple(decision.rule_ids),
-        "reasons": tuple(decision.reasons),
-        "constraints": dict(decision.constraints),
-        "approver_role": decision.approver_role,
-        "snapshot_hash": decision.snapshot_hash,
-        "absolute": decision.absolute,
-        "effect_id": effect_id,
-        "approver_roles": tuple(decision.approver_roles),
-        "exception_role": decision.exception_role,
-        "action_hash": decision.action_hash,
-        "approval_id": decision.approval_id,
-        "interrupt_kind": decision.interrupt_kind,
-        "interrupt_payload": dict(decision.interrupt_payload),
-        "checks": tuple(
-            {
-                "layer": c.layer,
-                "decision": c.decision.value,
-                "rule_id": c.rule_id,
-                "reason": c.reason,
-            }
-            for c in decision.checks
-        ),
-    }
-
-
-def _as_decision(d: ev.PolicyDecided) -> PolicyDecision:
-    return PolicyDecision(
-        decision=Decision(d.decision),
-        rule_ids=d.rule_ids,
-        reasons=d.reasons,
-        constraints=dict(d.constraints),
-        approver_role=d.approver_role,
-        snapshot_hash=d.snapshot_hash,
-        absolute=d.absolute,
-    )
-
-
 def _unknown_note(tool: Tool, exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):
         return f"{timeout_message(tool, exc).rstrip('.')}; it may have acted"
@@ -806,6 +750,5 @@ __all__ = [
     "ToolRunner",
     "confirmation",
     "effect_id_for",
-    "ending_failure",
     "idempotency_key",
 ]
