@@ -21,10 +21,9 @@ from contextos import Agent, RunStatus, Runtime
 from contextos import events as ev
 from contextos.errors import AnswerTooLate, ApprovalRefused, PolicyLoadError
 from contextos.ledger import EffectState
-from contextos.policy import Policy, Principal, Rule
+from contextos.policy import Expiry, Policy, Principal, Rule
 from contextos.policy.authority import Authority
 from contextos.policy.expiry import expire_overdue
-from contextos.records.deadlines import Expiry
 from contextos.runs import RunId
 from contextos.telemetry.timeline import describe
 from contextos.testing import ScriptedModel, call_tool, reply

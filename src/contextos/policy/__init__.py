@@ -6,6 +6,7 @@ from contextos.policy.hook import PolicyHook, ProposedCall
 from contextos.policy.identity import CLASSIFICATIONS, Principal, PrincipalKind, RunContext
 from contextos.policy.network import NetworkPolicy
 from contextos.policy.rules import Condition, Limit, Policy, Rule
+from contextos.records.deadlines import Expiry
 from contextos.records.decisions import Check, Decision, PolicyDecision
 
 __all__ = [
@@ -16,6 +17,7 @@ __all__ = [
     "Containment",
     "Decision",
     "Engine",
+    "Expiry",
     "Limit",
     "NetworkPolicy",
     "Policy",
