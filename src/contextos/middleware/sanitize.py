@@ -57,9 +57,9 @@ _OTHER_SPACE = re.compile(r"[^\S\n\t]")  # no-break, ogham, ideographic, … spa
 def normalise(text: str) -> tuple[str, int]:
     """Text as a tokenizer would read it, and how many invisible characters were removed.
 
-    NFKC folds full-width and compatibility forms (`＜｜User｜＞` becomes `<|User|>`); invisible
-    and bidirectional controls go first, so that NFKC sees the letters they kept apart; line
-    breaks become `\\n` and other spaces a plain space, so a role line cannot hide behind a
+    NFKC folds full-width and compatibility forms (DeepSeek's full-width `<|User|>` becomes the
+    ASCII one); invisible and bidirectional controls go first, so that NFKC sees the letters
+    they kept apart; line breaks become `\\n` and other spaces a plain space, so a role line cannot hide behind a
     bare carriage return or a no-break space.
     """
     stripped, hidden = _INVISIBLE.subn("", text)
@@ -217,29 +217,24 @@ INJECTION_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
             "dictated_answer",
             r"\b(?:reply|respond|answer)\s+(?:only\s+)?with\s+(?:only|just|exactly|nothing\s+but"
             r"|the\s+following)\b|\b(?:simply|just|only)\s+(?:respond|reply|say|print|output)\b"
-            r"|\b(?:print|output|repeat)\s+(?:exactly\s+|only\s+|out\s+)?[\"'“‘<]"
+            r"|\b(?:print|output|repeat)\s+(?:exactly\s+|only\s+|out\s+)?[\"'\u201c\u2018<]"
             r"|\b(?:print|say|output|repeat)\s+(?:the\s+following|after\s+me|this\s+(?:sentence"
             r"|text|phrase))\b|\bif\s+(?:the\s+)?user\s+asks?\b|\bif\s+(?:you\s+are\s+)?"
             r"(?:questioned|asked)\b[^.\n]{0,30}\b(?:report|say|reply|respond|answer|tell)\b",
         ),
+        (
+            # an upper-case role label inside a line (`Registrant: SYSTEM: …`); case matters
+            "role_label",
+            r"(?-i:(?<!\(quoted\) )\b(?:SYSTEM|ASSISTANT|DEVELOPER|ADMIN)(?:\s+(?:MESSAGE|PROMPT"
+            r"|NOTE|OVERRIDE|REQUEST|INSTRUCTIONS?))?\s*:)",
+        ),
+        (
+            # a banner announcing instructions: `-- CORE INSTRUCTION`, `== SYSTEM OVERRIDE ==`
+            "instruction_banner",
+            r"(?m)(?-i:^[ \t]*(?:-{2,}|={2,}|\*{2,}|#{2,})[ \t]*[A-Z][A-Z ,]*\b(?:INSTRUCTIONS?"
+            r"|DIRECTIVES?|OVERRIDE|COMMANDS?)\b)",
+        ),
     ]
-) + (
-    # upper-case role labels inside a line (`Registrant: SYSTEM: …`), case-sensitive on purpose
-    (
-        "role_label",
-        re.compile(
-            r"(?<!\(quoted\) )\b(?:SYSTEM|ASSISTANT|DEVELOPER|ADMIN)(?:\s+(?:MESSAGE|PROMPT|NOTE|OVERRIDE"
-            r"|REQUEST|INSTRUCTIONS?))?\s*:"
-        ),
-    ),
-    # a banner announcing instructions: `-- CORE INSTRUCTION`, `== SYSTEM OVERRIDE ==`
-    (
-        "instruction_banner",
-        re.compile(
-            r"(?m)^[ \t]*(?:-{2,}|={2,}|\*{2,}|#{2,})[ \t]*[A-Z][A-Z ,]*\b(?:INSTRUCTIONS?"
-            r"|DIRECTIVES?|OVERRIDE|COMMANDS?)\b"
-        ),
-    ),
 )
 """Named patterns of known prompt-injection phrasing, grouped by what the phrase does rather
 than by how one corpus words it; docs/context.md reports how often they fire on two public
@@ -442,7 +437,9 @@ class Sanitizer(ContentGuard):
             lambda i: (
                 i
                 if i.trust in TRUSTED or GUARD_SPOTLIGHT in i.guards
-                else i.with_content(block(i.content, i.source, f"{i.id}@{i.version}"), GUARD_SPOTLIGHT)
+                else i.with_content(
+                    block(i.content, i.source, f"{i.id}@{i.version}"), GUARD_SPOTLIGHT
+                )
             )
         )
         if context.item(NOTICE_ID) is None:
