@@ -19,7 +19,9 @@ import importlib.util
 import json
 import os
 import random
+import re
 import string
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -351,3 +353,196 @@ def benign() -> Corpus:
             if len(paragraph.strip()) >= 200:
                 corpus.add(f"python-docs/{topic}", paragraph.strip())
     return corpus
+
+
+# -- a public labelled PII set ----------------------------------------------------------------
+
+LOCALES = ("en_US", "en_GB", "de_DE", "fr_FR", "nl_NL", "es_ES", "it_IT", "pl_PL", "pt_PT")
+_LABELLED = {
+    "credit_card_number": "credit_card",
+    "iban": "iban",
+    "email": "email",
+    "phone_number": "phone",
+    "ip_address": "ip",
+}
+# Secrets have no template in presidio's set: these name/value shapes follow the providers'
+# documented formats, and every random part comes from Faker.
+_SECRET_SHAPES = (
+    "password: {password}",
+    "DB_PASSWORD={password}",
+    "api_key={hex32}",
+    '{{"access_token": "{hex40}"}}',
+    "token: {hex32}",
+    "Authorization: Bearer {hex40}",
+    "aws_access_key_id = AKIA{upper16}",
+    "aws_secret_access_key = {b64_40}",
+    "ghp_{alnum36}",
+    "{jwt}",
+)
+_SECRET_CONTEXTS = (
+    "Here is the config you asked for: {secret}",
+    "Deploy failed; the env had {secret} set.",
+    "{secret}",
+    "I pasted this by mistake: {secret} please delete it",
+)
+
+
+def _fill(template: str, fake: Any, rng: random.Random) -> tuple[str, list[tuple[str, str]]]:
+    """A template with each `{{name}}` filled by Faker; the labelled ones are returned."""
+    out, entities, last = [], [], 0
+    for m in re.finditer(r"{{(\w+)}}", template):
+        out.append(template[last : m.start()])
+        value = _value(m.group(1), fake, rng)
+        if m.group(1) in _LABELLED:
+            entities.append((_LABELLED[m.group(1)], value))
+        out.append(value)
+        last = m.end()
+    out.append(template[last:])
+    return "".join(out), entities
+
+
+def _value(name: str, fake: Any, rng: random.Random) -> str:
+    if name == "iban":  # printed in groups of four half the time, as banks print them
+        iban = fake.iban()
+        return (
+            " ".join(iban[i : i + 4] for i in range(0, len(iban), 4))
+            if rng.random() < 0.5
+            else iban
+        )
+    if name == "ip_address":
+        return fake.ipv6() if rng.random() < 0.3 else fake.ipv4_public()
+    aliases = {
+        "person": "name",
+        "organization": "company",
+        "nationality": "country",
+        "nation_woman": "country",
+        "nation_plural": "country",
+        "us_driver_license": "license_plate",
+        "age": "random_int",
+    }
+    value = getattr(fake, aliases.get(name, name), None)
+    if value is None:
+        return fake.word()
+    return str(value() if callable(value) else value)
+
+
+def _secret(fake: Any, rng: random.Random) -> str:
+    import base64
+
+    def b64url(data: dict[str, Any]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(data).encode()).decode().rstrip("=")
+
+    values = {
+        "password": fake.password(length=rng.randint(10, 18)),
+        "hex32": fake.md5(),
+        "hex40": fake.sha1(),
+        "upper16": fake.bothify("?" * 16, letters="ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"),
+        "b64_40": base64.b64encode(fake.binary(30)).decode()[:40],
+        "alnum36": fake.pystr(min_chars=36, max_chars=36),
+        "jwt": ".".join(
+            [
+                b64url({"alg": "HS256", "typ": "JWT"}),
+                b64url({"sub": fake.uuid4(), "name": fake.name(), "iat": fake.unix_time()}),
+                b64url({"sig": fake.sha256()}),
+            ]
+        ),
+    }
+    return rng.choice(_SECRET_SHAPES).format(**values)
+
+
+def presidio_faker_pii(per_type: int = 200, seed: int = 0) -> list[dict[str, Any]]:
+    """Sentences from presidio-evaluator's public templates filled with Faker values across
+    nine locales, labelled by the generator; every template also once per locale with its
+    other placeholders (names, addresses, dates, licence numbers) as hard negatives."""
+    from faker import Faker
+
+    root = package_root("presidio_evaluator")
+    templates = [
+        t.strip().replace("\\n", "\n")  # the file writes line breaks as `\n`
+        for t in (root / "data_generator" / "raw_data" / "templates.txt").read_text().splitlines()
+        if t.strip()
+    ]
+    rng = random.Random(seed)
+    fakers = []
+    for locale in LOCALES:
+        fake = Faker(locale)
+        fake.seed_instance(seed)
+        fakers.append(fake)
+    rows: list[dict[str, Any]] = []
+
+    def add(text: str, entities: list[tuple[str, str]]) -> None:
+        rows.append({"text": text, "entities": [{"type": t, "value": v} for t, v in entities]})
+
+    for placeholder in _LABELLED:
+        chosen = [t for t in templates if "{{" + placeholder + "}}" in t]
+        for i in range(per_type):
+            add(*_fill(chosen[i % len(chosen)], fakers[i % len(fakers)], rng))
+    for fake in fakers:
+        for template in templates:
+            if not any("{{" + p + "}}" in template for p in _LABELLED):
+                add(*_fill(template, fake, rng))
+    for i in range(per_type):
+        secret = _secret(fakers[i % len(fakers)], rng)
+        value = secret.split("=", 1)[-1].split(": ", 1)[-1].strip('"{} ').split('": "')[-1]
+        if secret.startswith("Authorization"):
+            value = secret.rsplit(" ", 1)[1]
+        add(rng.choice(_SECRET_CONTEXTS).format(secret=secret), [("secret", value)])
+    return rows
+
+
+def project_pii() -> list[dict[str, Any]]:
+    """The project's own labelled set (tests/data/pii_labelled.jsonl)."""
+    path = Path(__file__).parent.parent / "data" / "pii_labelled.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def pii_scores(rows: list[dict[str, Any]]) -> dict[str, tuple[int, int, int]]:
+    """Entity-level (true positives, false positives, false negatives) per type.
+
+    A detection counts when its type matches a labelled entity and their spans overlap.
+    """
+    from contextos.middleware import detect
+
+    tp: Counter[str] = Counter()
+    fp: Counter[str] = Counter()
+    fn: Counter[str] = Counter()
+    for row in rows:
+        text = row["text"]
+        gold = []
+        for e in row["entities"]:
+            start = text.index(e["value"])
+            gold.append((e["type"], start, start + len(e["value"])))
+        used: set[int] = set()
+        for d in detect(text):
+            match = next(
+                (
+                    i
+                    for i, (t, s, e) in enumerate(gold)
+                    if i not in used and t == d.type and d.start < e and s < d.end
+                ),
+                None,
+            )
+            if match is None:
+                fp[d.type] += 1
+            else:
+                used.add(match)
+                tp[d.type] += 1
+        for i, (t, _, _) in enumerate(gold):
+            if i not in used:
+                fn[t] += 1
+    kinds = sorted(set(tp) | set(fp) | set(fn))
+    return {k: (tp[k], fp[k], fn[k]) for k in kinds}
+
+
+def pii_table(scores: dict[str, tuple[int, int, int]]) -> str:
+    """The scores as a Markdown table, with an overall row."""
+    lines = ["| type | precision | recall | tp | fp | fn |", "|---|---|---|---|---|---|"]
+    rows = [
+        *scores.items(),
+        ("**all**", tuple(sum(v[i] for v in scores.values()) for i in range(3))),
+    ]
+    for kind, (t, f, n) in rows:
+        lines.append(
+            f"| {kind} | {t / max(t + f, 1):.3f} | {t / max(t + n, 1):.3f} | {t} | {f} | {n} |"
+        )
+    return "\n".join(lines)

@@ -59,8 +59,8 @@ def normalise(text: str) -> tuple[str, int]:
 
     NFKC folds full-width and compatibility forms (DeepSeek's full-width `<|User|>` becomes the
     ASCII one); invisible and bidirectional controls go first, so that NFKC sees the letters
-    they kept apart; line breaks become `\\n` and other spaces a plain space, so a role line cannot hide behind a
-    bare carriage return or a no-break space.
+    they kept apart; line breaks become `\\n` and other spaces a plain space, so a role line
+    cannot hide behind a bare carriage return or a no-break space.
     """
     stripped, hidden = _INVISIBLE.subn("", text)
     text = unicodedata.normalize("NFKC", stripped)
