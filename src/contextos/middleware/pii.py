@@ -289,9 +289,10 @@ _SECRET_PATTERNS = [
 ]
 # `name = value`, `name: value`, `"name": "value"`: only the value is secret.
 _SECRET_ASSIGNMENT = re.compile(
-    r"(?i)\b[\w.-]*?(?P<name>pass(?:word|wd|phrase)?|pwd|secret|api[_-]?key|apikey|access[_-]?key"
-    r"|private[_-]?key|(?:auth|access|refresh|session|id|api|bearer|csrf)?[_-]?token"
-    r"|credentials?|client[_-]?secret)\w*[\"']?(?P<sep>[ \t]*[:=][ \t]*|[ \t]+is[ \t]+)[\"']?"
+    r"(?i)\b(?:[\w.-]*[_.-])?(?P<name>pass(?:word|wd|phrase)?|pwd|secret|api[_-]?key|apikey"
+    r"|access[_-]?key|private[_-]?key|(?:auth|access|refresh|session|id|api|bearer|csrf)?[_-]?token"
+    r"|credentials?|client[_-]?secret)(?:[_.-]\w+)*[\"']?"
+    r"(?P<sep>[ \t]*[:=][ \t]*|[ \t]+is[ \t]+)[\"']?"
     r"(?P<value>(?!\[REDACTED)[^\s\"',;]{6,})"
 )
 
