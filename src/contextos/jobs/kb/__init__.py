@@ -9,7 +9,7 @@ from contextos.jobs.kb.checks import Rules
 from contextos.jobs.kb.findings import Finding, FindingKind
 from contextos.jobs.kb.fixture import Fixture
 from contextos.jobs.kb.gate import Gated, gate
-from contextos.jobs.kb.index import ExternalLink, Index
+from contextos.jobs.kb.index import Index, Occurrence
 from contextos.jobs.kb.job import Outcome, scan_kb
 from contextos.jobs.kb.reduce import Delta, dedupe, reduce
 from contextos.jobs.kb.report import Counts, Report
@@ -20,12 +20,12 @@ from contextos.jobs.kb.verify import LinkStatus, LinkVerdict, LinkVerifier, Reas
 __all__ = [
     "Counts",
     "Delta",
-    "ExternalLink",
     "Finding",
     "FindingKind",
     "Fixture",
     "Gated",
     "Index",
+    "Occurrence",
     "LinkStatus",
     "LinkVerdict",
     "LinkVerifier",

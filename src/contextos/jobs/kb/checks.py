@@ -180,10 +180,10 @@ def duplicate_titles(rows: Iterable[TitleRow]) -> Iterator[Finding]:
             )
 
 
-def orphans(rows: Iterable[tuple[str, int]], rules: Rules) -> Iterator[Finding]:
-    """Pages no other page links to, from (page, inbound links) rows; entry pages excepted."""
-    for path, inbound in rows:
-        if inbound == 0 and posixpath.basename(path) not in rules.entry_pages:
+def orphans(unlinked: Iterable[str], rules: Rules) -> Iterator[Finding]:
+    """The pages no other page links to, entry pages excepted."""
+    for path in unlinked:
+        if posixpath.basename(path) not in rules.entry_pages:
             yield Finding(
                 kind=FindingKind.ORPHAN_PAGE,
                 path=path,

@@ -126,6 +126,10 @@ class Fixture:
 
 
 class _Server(ThreadingHTTPServer):
+    # the default backlog of 5 drops connections a verifier opens in parallel, and a dropped
+    # SYN is retried only after a second
+    request_queue_size = 128
+
     def handle_error(self, request: Any, client_address: Any) -> None:
         pass  # a client that gave up on /slow closed its end: nothing to report
 

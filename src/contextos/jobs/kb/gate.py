@@ -1,19 +1,20 @@
 """The gate: a candidate dead link is reported only when the verifier fails to disprove it.
 
 Internal candidates come from the scan's checks; external links are all candidates until
-fetched, each distinct URL once however many pages use it.
+fetched, each distinct URL once however many pages use it, and only the pages using a URL that
+is not alive are looked up.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from pydantic import BaseModel, ConfigDict
 
 from contextos.jobs.kb.findings import Finding, FindingKind
-from contextos.jobs.kb.index import ExternalLink
+from contextos.jobs.kb.index import Occurrence
 from contextos.jobs.kb.verify import LinkStatus, LinkVerdict, LinkVerifier
 
 
@@ -30,11 +31,14 @@ class Gated(BaseModel):
 
 async def gate(
     candidates: Iterable[Finding],
-    external: Iterable[ExternalLink],
+    urls: Iterable[str],
     verifier: LinkVerifier,
     *,
+    uses: Callable[[str], Iterable[Occurrence]],
     concurrency: int = 8,
 ) -> Gated:
+    """Keep the candidates the verifier confirms, and report the `urls` it cannot show alive
+    at every place `uses(url)` names."""
     kept: list[Finding] = []
     verified = dict.fromkeys(LinkStatus, 0)
     for finding in candidates:
@@ -45,26 +49,25 @@ async def gate(
         verified[verdict.status] += 1
         if verdict.status is not LinkStatus.ALIVE:
             kept.append(finding)
-    links = iter(external)
-    while batch := list(itertools.islice(links, max(1, concurrency))):
-        verdicts = await asyncio.gather(*(verifier.verify_url(link.url) for link in batch))
-        for link, verdict in zip(batch, verdicts, strict=True):
+    pending = iter(urls)
+    while batch := list(itertools.islice(pending, max(1, concurrency))):
+        verdicts = await asyncio.gather(*(verifier.verify_url(url) for url in batch))
+        for url, verdict in zip(batch, verdicts, strict=True):
             verified[verdict.status] += 1
-            kept.extend(_findings(link, verdict))
+            if verdict.status is not LinkStatus.ALIVE:
+                kept.extend(_findings(url, verdict, uses(url)))
     return Gated(findings=tuple(kept), verified=verified)
 
 
-def _findings(link: ExternalLink, verdict: LinkVerdict) -> list[Finding]:
-    if verdict.status is LinkStatus.ALIVE:
-        return []
+def _findings(url: str, verdict: LinkVerdict, uses: Iterable[Occurrence]) -> list[Finding]:
     return [
         Finding(
             kind=FindingKind.DEAD_EXTERNAL_LINK,
             path=use.path,
             line=use.line,
-            target=link.url,
+            target=url,
             detail=verdict.detail,
             unsure=verdict.status is LinkStatus.UNSURE,
         )
-        for use in link.occurrences
+        for use in uses
     ]

@@ -8,7 +8,6 @@ written by another version or for another root is discarded and the scan starts 
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import sqlite3
@@ -71,15 +70,6 @@ class Occurrence:
     line: int
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ExternalLink:
-    """A distinct external URL and the pages that link to it."""
-
-    url: str
-    """Normalised (lowercase host, no fragment): the unit the verifier checks once."""
-    occurrences: tuple[Occurrence, ...]
-
-
 class Index:
     """The summaries of one knowledge base's files. Use as a context manager; `commit` makes
     a scan's changes durable, leaving (or an error) rolls them back."""
@@ -138,24 +128,30 @@ class Index:
 
     # -- writing -----------------------------------------------------------------------------
 
-    def entry(self, path: str) -> Entry | None:
-        row = self._db.execute(
-            "SELECT kind, size, mtime_ns, sha256, indexed_ns FROM files WHERE path=?", (path,)
-        ).fetchone()
-        if row is None:
-            return None
-        kind, size, mtime_ns, sha256, indexed_ns = row
-        return Entry(kind=kind, size=size, mtime_ns=mtime_ns, sha256=sha256, indexed_ns=indexed_ns)
+    def entries(self, paths: list[str]) -> dict[str, Entry]:
+        """What the index remembers of each of `paths` it knows."""
+        rows = self._db.execute(
+            "SELECT path, kind, size, mtime_ns, sha256, indexed_ns FROM files "
+            "WHERE path IN (SELECT value FROM json_each(?))",
+            (json.dumps(paths),),
+        )
+        return {
+            path: Entry(kind=kind, size=size, mtime_ns=mtime_ns, sha256=sha, indexed_ns=indexed)
+            for path, kind, size, mtime_ns, sha, indexed in rows
+        }
 
-    def keep(self, path: str, *, size: int, mtime_ns: int, checked: bool) -> None:
-        """The file is still there, unchanged (`checked`: its content was compared just now)."""
-        if checked:
-            self._db.execute(
-                "UPDATE files SET seen=?, size=?, mtime_ns=?, indexed_ns=? WHERE path=?",
-                (self.run, size, mtime_ns, time.time_ns(), path),
-            )
-        else:
-            self._db.execute("UPDATE files SET seen=? WHERE path=?", (self.run, path))
+    def mark_seen(self, paths: Iterable[str]) -> None:
+        """These files are still there, as the index has them."""
+        self._db.executemany(
+            "UPDATE files SET seen=? WHERE path=?", ((self.run, path) for path in paths)
+        )
+
+    def keep(self, path: str, *, size: int, mtime_ns: int) -> None:
+        """The file's content was compared just now and is unchanged."""
+        self._db.execute(
+            "UPDATE files SET seen=?, size=?, mtime_ns=?, indexed_ns=? WHERE path=?",
+            (self.run, size, mtime_ns, time.time_ns(), path),
+        )
 
     def put_other(self, path: str, *, kind: str, size: int = 0, mtime_ns: int = 0) -> None:
         """A directory, or a file that is not a page: a link target, nothing more."""
@@ -203,10 +199,8 @@ class Index:
             target = resolve(path, link.target)
             if target.kind is TargetKind.OTHER:
                 continue
-            rows.append(
-                (path, link.line, link.target, target.kind.value, target.path,
-                 target.anchor, target.url)
-            )  # fmt: skip
+            row = (path, link.line, link.target, target.kind.value, target.path, target.anchor)
+            rows.append((*row, target.url))
         self._db.executemany("INSERT INTO links VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
 
     def put_unreadable(self, path: str, finding: Finding, *, size: int, mtime_ns: int) -> None:
@@ -260,13 +254,18 @@ class Index:
             for item in json.loads(data):
                 yield Finding.model_validate(item)
 
-    def internal_links(self) -> Iterator[LinkRow]:
+    def suspect_links(self) -> Iterator[LinkRow]:
+        """Internal links whose target is missing or lacks their anchor, or that climb out
+        of the root, with what the index knows of the target (`check_links` decides)."""
         query = """
             SELECT l.path, l.line, l.target, l.kind, l.resolved, l.anchor, f.kind,
                    EXISTS (SELECT 1 FROM anchors a WHERE a.path = l.resolved
-                           AND a.anchor = lower(l.anchor))
+                           AND a.anchor = lower(l.anchor)) AS has_anchor
             FROM links l LEFT JOIN files f ON f.path = l.resolved
-            WHERE l.kind != 'external' ORDER BY l.path, l.line"""
+            WHERE l.kind != 'external'
+              AND (f.kind IS NULL OR (f.kind = 'page' AND coalesce(l.anchor, '') != ''
+                                      AND NOT has_anchor))
+            ORDER BY l.path, l.line"""
         for path, line, target, kind, resolved, anchor, target_kind, has_anchor in self._db.execute(
             query
         ):
@@ -281,29 +280,37 @@ class Index:
                 has_anchor=bool(has_anchor),
             )
 
-    def titles(self) -> Iterator[TitleRow]:
-        """Pages' titles, sorted by title key, then path."""
+    def shared_titles(self) -> Iterator[TitleRow]:
+        """Pages whose title another page has too, sorted by title key, then path."""
         for key, path, title, line in self._db.execute(
-            "SELECT title_key, path, title, title_line FROM files "
-            "WHERE title_key IS NOT NULL ORDER BY title_key, path"
+            "SELECT title_key, path, title, title_line FROM files WHERE title_key IN "
+            "(SELECT title_key FROM files WHERE title_key IS NOT NULL GROUP BY title_key "
+            "HAVING count(*) > 1) ORDER BY title_key, path"
         ):
             yield TitleRow(key=key, path=path, title=title, line=line)
 
-    def inbound(self) -> Iterator[tuple[str, int]]:
-        """(page, links to it from other pages), for every page."""
-        yield from self._db.execute(
-            "SELECT f.path, (SELECT count(*) FROM links l WHERE l.resolved = f.path "
-            "AND l.path != f.path) FROM files f WHERE f.kind='page' ORDER BY f.path"
-        )
+    def unlinked_pages(self) -> Iterator[str]:
+        """Every page no other page links to."""
+        for (path,) in self._db.execute(
+            "SELECT f.path FROM files f WHERE f.kind = 'page' AND NOT EXISTS "
+            "(SELECT 1 FROM links l WHERE l.resolved = f.path AND l.path != f.path) "
+            "ORDER BY f.path"
+        ):
+            yield path
 
-    def external_links(self) -> Iterator[ExternalLink]:
-        """Each distinct external URL once, with the pages using it (sorted by URL)."""
-        rows = self._db.execute(
-            "SELECT url, path, min(line) FROM links WHERE kind='external' "
-            "GROUP BY url, path ORDER BY url, path"
-        )
-        for url, group in itertools.groupby(rows, key=lambda r: r[0]):
-            yield ExternalLink(
-                url=url,
-                occurrences=tuple(Occurrence(path=p, line=n) for _, p, n in group),
+    def external_urls(self) -> Iterator[str]:
+        """Each distinct external URL once (normalised: the unit the verifier checks), sorted."""
+        for (url,) in self._db.execute(
+            "SELECT DISTINCT url FROM links WHERE kind='external' ORDER BY url"
+        ):
+            yield url
+
+    def uses_of(self, url: str) -> list[Occurrence]:
+        """The pages linking to `url`, each with its first line there."""
+        return [
+            Occurrence(path=path, line=line)
+            for path, line in self._db.execute(
+                "SELECT path, min(line) FROM links WHERE url=? GROUP BY path ORDER BY path",
+                (url,),
             )
+        ]

@@ -49,11 +49,17 @@ async def scan_kb(
     verifier = verifier or LinkVerifier(root)
     with Index(index, root) as kept:
         scan = Scanner(root, index=kept, rules=rules).scan(full=full)
-        gated = await gate(scan.findings, kept.external_links(), verifier, concurrency=concurrency)
+        gated = await gate(
+            scan.findings,
+            kept.external_urls(),
+            verifier,
+            uses=kept.uses_of,
+            concurrency=concurrency,
+        )
     report = Report.of(
         reduce(gated.findings, previous),
         pages=scan.plan.pages,
-        reread=len(scan.plan.reread),
+        reread=scan.plan.read,
         verified=gated.verified,
     )
     return Outcome(plan=scan.plan, report=report)

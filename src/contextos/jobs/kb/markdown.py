@@ -100,6 +100,8 @@ class Target:
     """For external links: the URL normalised for comparison (no fragment)."""
 
 
+_YAML = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""libyaml's safe loader when PyYAML was built with it (several times faster), else Python's."""
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _ATX = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
 _SETEXT = re.compile(r"^ {0,3}(=+|-+)[ \t]*$")
@@ -206,7 +208,7 @@ def _frontmatter(lines: list[str]) -> tuple[Frontmatter, int]:
         ), 1
     block = "\n".join(lines[1:end])
     try:
-        data = yaml.safe_load(block)
+        data = yaml.load(block, Loader=_YAML)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = mark.line + 2 if mark is not None else 1

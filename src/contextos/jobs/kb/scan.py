@@ -26,7 +26,7 @@ from contextos.jobs.kb.checks import (
     orphans,
 )
 from contextos.jobs.kb.findings import Finding, FindingKind
-from contextos.jobs.kb.index import Index
+from contextos.jobs.kb.index import Entry, Index
 from contextos.jobs.kb.markdown import parse
 from contextos.jobs.kb.tools import FileInfo, ReadOnlyDir
 
@@ -43,21 +43,24 @@ class Plan:
     """What a scan re-read, and why."""
 
     full: bool
-    """Everything was re-read (asked for, or there was no usable index)."""
-    added: tuple[str, ...]
-    """Pages that are new since the last scan."""
-    changed: tuple[str, ...]
-    """Pages whose content hash changed."""
-    removed: tuple[str, ...]
-    """Files (pages or not) that are gone."""
-    linking: tuple[str, ...]
-    """Unchanged pages re-read because they link to an added, changed or removed file."""
+    """Every page was read (asked for, or there was no usable index). The lists of pages
+    stay empty then: a full scan keeps no list that grows with the knowledge base."""
     pages: int
     """Pages in the knowledge base."""
+    read: int
+    """Pages read and checked by this scan."""
+    added: tuple[str, ...] = ()
+    """Pages that are new since the last scan."""
+    changed: tuple[str, ...] = ()
+    """Pages whose content hash changed."""
+    linking: tuple[str, ...] = ()
+    """Unchanged pages re-read because they link to an added, changed or removed file."""
+    removed: tuple[str, ...] = ()
+    """Files (pages or not) that are gone."""
 
     @property
     def reread(self) -> tuple[str, ...]:
-        """Every page read and checked again, sorted."""
+        """The pages an incremental scan read, sorted (empty for a full scan)."""
         return tuple(sorted({*self.added, *self.changed, *self.linking}))
 
 
@@ -101,29 +104,44 @@ class Scanner:
     def scan(self, *, full: bool = False) -> Scan:
         """Bring the index up to date with the files, then derive every finding from it."""
         full = full or self.index.rebuilt
-        added: list[str] = []
-        changed: list[str] = []
+        found: dict[str, list[str]] = {"added": [], "changed": []}
+        read = 0
         self.index.put_other("", kind="dir")  # the root itself, for links to it
         for part in self._dirs:
-            for path, info in self._walk(part):
-                if not self.rules.is_page(path):
-                    self._put_other(path, info)
-                elif (state := self._survey(path, info, full=full)) is not None:
-                    (added if state == "added" else changed).append(path)
+            for folder in self._folders(part):
+                known = self.index.entries([path for path, _ in folder])
+                unchanged: list[str] = []
+                for path, info in folder:
+                    before = known.get(path)
+                    if not self.rules.is_page(path):
+                        if before and before.kind == info.kind and _same_stat(before, info):
+                            unchanged.append(path)
+                        else:
+                            self._put_other(path, info)
+                        continue
+                    state = self._survey(path, info, before, full=full)
+                    if state == "same":
+                        unchanged.append(path)
+                    elif state in found:
+                        read += 1
+                        if not full:
+                            found[state].append(path)
+                self.index.mark_seen(unchanged)
         removed = self.index.drop_unseen()
         linking: list[str] = []
         if not full:
-            touched = {*added, *changed}
+            touched = {*found["added"], *found["changed"]}
             linking = [p for p in self.index.linking_to([*touched, *removed]) if p not in touched]
             for path in linking:
                 self._reread(path)
         plan = Plan(
             full=full,
-            added=tuple(added),
-            changed=tuple(changed),
-            removed=tuple(removed),
-            linking=tuple(linking),
             pages=self.index.pages(),
+            read=read + len(linking),
+            added=tuple(found["added"]),
+            changed=tuple(found["changed"]),
+            linking=tuple(linking),
+            removed=tuple(removed),
         )
         self.index.commit()
         return Scan(plan=plan, findings=tuple(sorted(self.findings(), key=Finding.sort_key)))
@@ -131,52 +149,48 @@ class Scanner:
     def findings(self) -> Iterator[Finding]:
         """Every candidate finding the index shows now."""
         yield from self.index.own_findings()
-        yield from check_links(self.index.internal_links())
-        yield from duplicate_titles(self.index.titles())
-        yield from orphans(self.index.inbound(), self.rules)
+        yield from check_links(self.index.suspect_links())
+        yield from duplicate_titles(self.index.shared_titles())
+        yield from orphans(self.index.unlinked_pages(), self.rules)
 
-    def _walk(self, part: str) -> Iterator[tuple[str, FileInfo]]:
-        """Every file and directory of a part (KB-relative path, what stat says), dot-files
-        left out; the root's own part holds only the files directly in the root."""
+    def _folders(self, part: str) -> Iterator[list[tuple[str, FileInfo]]]:
+        """The files and directories of a part, one folder at a time (KB-relative path, what
+        stat says), dot-files left out; the root's own part holds only the root's files."""
         files = self._dirs[part]
+        if part != ROOT_FILES:
+            yield [(part, files.stat("."))]
         pending = ["."]
         while pending:
             here = pending.pop()
-            for name in files.entries(here):
-                if name.startswith("."):
+            folder: list[tuple[str, FileInfo]] = []
+            for name, info in files.listing(here):
+                if name.startswith(".") or (name.endswith("/") and part == ROOT_FILES):
                     continue
                 rel = posixpath.normpath(posixpath.join(here, name.rstrip("/")))
-                path = rel if part == ROOT_FILES else f"{part}/{rel}"
+                folder.append((rel if part == ROOT_FILES else f"{part}/{rel}", info))
                 if name.endswith("/"):
-                    if part != ROOT_FILES:
-                        pending.append(rel)
-                        yield path, FileInfo(kind="dir", size=0, mtime_ns=0)
-                    continue
-                yield path, files.stat(rel)
-        if part != ROOT_FILES:
-            yield part, FileInfo(kind="dir", size=0, mtime_ns=0)
+                    pending.append(rel)
+            yield folder
 
     def _put_other(self, path: str, info: FileInfo) -> None:
         self.index.put_other(path, kind=info.kind, size=info.size, mtime_ns=info.mtime_ns)
 
-    def _survey(self, path: str, info: FileInfo, *, full: bool) -> str | None:
-        """Bring one page up to date: `added` or `changed` when it was re-read, else None."""
-        before = self.index.entry(path)
+    def _survey(self, path: str, info: FileInfo, before: Entry | None, *, full: bool) -> str:
+        """Bring one page up to date. `added` or `changed`: it was read again; `same`: its
+        size and time say it did not change; `checked`: its hash says so."""
         if before is None or before.kind != "page":
             self._reread(path, info)
             return "added"
         if full:
             self._reread(path, info)
             return "changed"
-        same_stat = (before.size, before.mtime_ns) == (info.size, info.mtime_ns)
-        if same_stat and info.mtime_ns < before.indexed_ns - RACY_NS:
-            self.index.keep(path, size=info.size, mtime_ns=info.mtime_ns, checked=False)
-            return None
+        if _same_stat(before, info) and info.mtime_ns < before.indexed_ns - RACY_NS:
+            return "same"
         text = self._read(path, info)
         sha256 = None if text is None else _sha256(text)
         if sha256 == before.sha256:  # the same content (or still unreadable)
-            self.index.keep(path, size=info.size, mtime_ns=info.mtime_ns, checked=True)
-            return None
+            self.index.keep(path, size=info.size, mtime_ns=info.mtime_ns)
+            return "checked"
         if text is not None:
             self._store(path, info, text)
         return "changed"
@@ -215,6 +229,10 @@ class Scanner:
         if not rel:
             return self._dirs[ROOT_FILES], path
         return self._dirs[part], rel
+
+
+def _same_stat(before: Entry, info: FileInfo) -> bool:
+    return (before.size, before.mtime_ns) == (info.size, info.mtime_ns)
 
 
 def _sha256(text: str) -> str:

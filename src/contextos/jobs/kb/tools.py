@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from contextos import Containment, Effect, Risk, Tool, tool
-from contextos.errors import ConfigError
+from contextos.errors import ConfigError, ContainmentViolation
 from contextos.jobs.kb.markdown import TargetKind, parse, resolve
 from contextos.policy import ConfinedTool, file_tools
 
@@ -30,6 +30,14 @@ class FileInfo:
     """Bytes."""
     mtime_ns: int
     """Last modification, nanoseconds since the epoch."""
+
+
+def _info(st: os.stat_result) -> FileInfo:
+    kind = "dir" if stat.S_ISDIR(st.st_mode) else "file"
+    return FileInfo(kind=kind, size=st.st_size, mtime_ns=st.st_mtime_ns)
+
+
+_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class ReadOnlyDir:
@@ -70,6 +78,32 @@ class ReadOnlyDir:
             )
         return names
 
+    def listing(self, path: str = ".") -> list[tuple[str, FileInfo]]:
+        """`entries`, each with what stat says of it (sorted by name; directories end with `/`).
+
+        Entries are stat'ed from a descriptor of the checked directory without following
+        links, so listing a folder costs one containment check, not one per file. A symlink,
+        or a file with several hard links, goes through the containment like any other path;
+        one it refuses is listed with size 0, and reading it will say why.
+        """
+        names = self.entries(path)
+        fd = os.open(self._walls.resolve(path), _DIRECTORY)
+        try:
+            out: list[tuple[str, FileInfo]] = []
+            for name in names:
+                bare = name.rstrip("/")
+                st = os.stat(bare, dir_fd=fd, follow_symlinks=False)
+                if stat.S_ISLNK(st.st_mode) or (stat.S_ISREG(st.st_mode) and st.st_nlink > 1):
+                    try:
+                        out.append((name, self.stat(posixpath.join(path, bare))))
+                    except (OSError, ContainmentViolation):
+                        out.append((name, FileInfo(kind="file", size=0, mtime_ns=0)))
+                else:
+                    out.append((name, _info(st)))
+            return out
+        finally:
+            os.close(fd)
+
     def read(self, path: str) -> str:
         """A file's text (UTF-8; undecodable bytes replaced), up to `max_read_bytes`."""
         text = self._read.fn(path)
@@ -78,9 +112,7 @@ class ReadOnlyDir:
 
     def stat(self, path: str) -> FileInfo:
         """Size, kind and modification time of an entry inside the directory."""
-        st = os.stat(self._walls.resolve(path))
-        kind = "dir" if stat.S_ISDIR(st.st_mode) else "file"
-        return FileInfo(kind=kind, size=st.st_size, mtime_ns=st.st_mtime_ns)
+        return _info(os.stat(self._walls.resolve(path)))
 
     def links(self, path: str) -> list[dict[str, Any]]:
         """The links of a page, each resolved to where it points."""
