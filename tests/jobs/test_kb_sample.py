@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import sqlite3
 from pathlib import Path
 
+import pytest
 from kbsample import SAMPLE, key, planted, verifier_for
 
+from contextos.errors import ConfigError
 from contextos.jobs.kb import FindingKind, Fixture, scan_kb
 
 
@@ -177,3 +180,27 @@ def line_of(path: Path, marker: str) -> int:
 def age(root: Path) -> None:
     for path in root.rglob("*"):
         os.utime(path, ns=(10**18, 10**18))  # 2001
+
+
+async def test_a_path_that_is_not_a_folder_says_so_and_writes_nothing(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="is not a directory: give a knowledge base's path"):
+        await scan_kb(tmp_path / "nowhere", index=tmp_path / "i.db")
+    assert not (tmp_path / "i.db").exists()
+
+
+async def test_an_index_path_holding_something_else_is_refused_untouched(tmp_path: Path) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a database, but somebody's notes\n" * 100)
+    with pytest.raises(ConfigError, match="is not a scan index"):
+        await scan_kb(SAMPLE, index=notes)
+    assert notes.read_text().startswith("not a database")
+    other = tmp_path / "other.db"
+    with sqlite3.connect(other) as db:
+        db.execute("CREATE TABLE orders (id TEXT)")
+        db.execute("INSERT INTO orders VALUES ('A-1001')")
+    db.close()
+    with pytest.raises(ConfigError, match="holds other data, not a scan index"):
+        await scan_kb(SAMPLE, index=other)
+    with sqlite3.connect(other) as db:
+        assert db.execute("SELECT id FROM orders").fetchall() == [("A-1001",)]
+    db.close()

@@ -25,7 +25,7 @@ class Rules(BaseModel):
     required_keys: tuple[str, ...] = ("title",)
     """Frontmatter keys every page must have, with a non-empty value."""
     max_bytes: int = Field(default=65_536, gt=0)
-    """A file larger than this is reported (and read only this far)."""
+    """A file larger than this is reported."""
     entry_pages: tuple[str, ...] = ("index.md", "README.md")
     """File names that are entry points, never reported as orphans."""
     extensions: tuple[str, ...] = (".md", ".markdown")

@@ -45,12 +45,6 @@ class FindingKind(StrEnum):
         return self.value.replace("_", " ").capitalize()
 
 
-LINK_KINDS = frozenset(
-    {FindingKind.DEAD_LINK, FindingKind.DEAD_ANCHOR, FindingKind.DEAD_EXTERNAL_LINK}
-)
-"""Kinds the link verifier must confirm before they are reported."""
-
-
 class Finding(BaseModel):
     """One problem at one place in the knowledge base."""
 

@@ -17,10 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+from contextos.errors import ConfigError
 from contextos.jobs.kb.checks import LinkRow, TitleRow, title_key
 from contextos.jobs.kb.findings import Finding
 from contextos.jobs.kb.markdown import Page, TargetKind, resolve
 
+KIND = "contextos-kb-index"
+"""Marks a SQLite file as a scan index: any other file is refused, never overwritten."""
 VERSION = "1"
 
 _SCHEMA = """
@@ -77,28 +80,39 @@ class Index:
     def __init__(self, path: str | os.PathLike[str], root: str | os.PathLike[str]) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(path, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
         self.root = os.path.realpath(root)
         self.rebuilt = False
         """True when the index was empty or discarded: every file is new to it."""
         self.run = 0
         """The number of the scan in progress."""
-        self._open()
+        try:
+            self._open(path)
+        except BaseException:
+            self._db.close()
+            raise
 
-    def _open(self) -> None:
+    def _open(self, path: str | os.PathLike[str]) -> None:
         db = self._db
-        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        try:
+            tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        except sqlite3.DatabaseError as exc:
+            raise ConfigError(
+                f"{path} is not a scan index ({exc}): give the scan another file, or delete it"
+            ) from None
         meta: dict[str, str] = {}
         if "meta" in tables:
             meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+        if tables and meta.get("kind") != KIND:
+            raise ConfigError(
+                f"{path} holds other data, not a scan index: give the scan its own file"
+            )
         if meta.get("version") != VERSION or meta.get("root") != self.root:
             # a cache for another version or another folder: start over rather than trust it
-            for table in tables:
-                db.execute(f'DROP TABLE IF EXISTS "{table}"')
-            db.executescript(_SCHEMA)
+            drops = "".join(f'DROP TABLE IF EXISTS "{table}";' for table in tables)
+            db.executescript(f"BEGIN; {drops} {_SCHEMA} COMMIT;")
             db.executemany(
                 "INSERT INTO meta VALUES (?, ?)",
-                [("version", VERSION), ("root", self.root), ("run", "0")],
+                [("kind", KIND), ("version", VERSION), ("root", self.root), ("run", "0")],
             )
             self.rebuilt = True
         else:
@@ -187,7 +201,7 @@ class Index:
                 title,
                 title_key(title) if title else None,
                 page.title_line,
-                json.dumps([f.model_dump(mode="json", exclude={"fingerprint"}) for f in findings]),
+                _dump(findings),
             ),
         )
         self._db.executemany(
@@ -209,7 +223,7 @@ class Index:
         self._db.execute(
             "INSERT INTO files (path, kind, size, mtime_ns, seen, findings) "
             "VALUES (?, 'page', ?, ?, ?, ?)",
-            (path, size, mtime_ns, self.run, json.dumps([finding.model_dump(mode="json")])),
+            (path, size, mtime_ns, self.run, _dump([finding])),
         )
 
     def _forget(self, path: str) -> None:
@@ -241,10 +255,6 @@ class Index:
 
     def pages(self) -> int:
         return int(self._db.execute("SELECT count(*) FROM files WHERE kind='page'").fetchone()[0])
-
-    def page_paths(self) -> Iterator[str]:
-        for (path,) in self._db.execute("SELECT path FROM files WHERE kind='page' ORDER BY path"):
-            yield path
 
     def own_findings(self) -> Iterator[Finding]:
         """What each page alone shows, as recorded when it was last read."""
@@ -314,3 +324,7 @@ class Index:
                 (url,),
             )
         ]
+
+
+def _dump(findings: Iterable[Finding]) -> str:
+    return json.dumps([f.model_dump(mode="json", exclude={"fingerprint"}) for f in findings])

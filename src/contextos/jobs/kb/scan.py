@@ -93,11 +93,7 @@ class Scanner:
         self.index = index
         self.rules = rules
         self._dirs = {
-            part: ReadOnlyDir(
-                self.root / part,
-                prefix="" if part == ROOT_FILES else part,
-                max_read_bytes=rules.max_bytes,
-            )
+            part: ReadOnlyDir(self.root / part, prefix="" if part == ROOT_FILES else part)
             for part in parts(self.root)
         }
 
