@@ -108,12 +108,16 @@ class Index:
             )
         if meta.get("version") != VERSION or meta.get("root") != self.root:
             # a cache for another version or another folder: start over rather than trust it
-            drops = "".join(f'DROP TABLE IF EXISTS "{table}";' for table in tables)
-            db.executescript(f"BEGIN; {drops} {_SCHEMA} COMMIT;")
+            db.execute("BEGIN")
+            for table in tables:
+                db.execute(f'DROP TABLE "{table}"')
+            for statement in filter(str.strip, _SCHEMA.split(";")):
+                db.execute(statement)
             db.executemany(
                 "INSERT INTO meta VALUES (?, ?)",
                 [("kind", KIND), ("version", VERSION), ("root", self.root), ("run", "0")],
             )
+            db.execute("COMMIT")
             self.rebuilt = True
         else:
             self.rebuilt = db.execute("SELECT count(*) FROM files").fetchone()[0] == 0

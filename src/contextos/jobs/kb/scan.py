@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from contextos.errors import ConfigError, ContextOSError
+from contextos.errors import ContextOSError
 from contextos.jobs.kb.checks import (
     Rules,
     check_links,
@@ -88,8 +88,6 @@ class Scanner:
 
     def __init__(self, root: str | os.PathLike[str], *, index: Index, rules: Rules) -> None:
         self.root = Path(root)
-        if not self.root.is_dir():
-            raise ConfigError(f"{root} is not a directory: give the knowledge base's path")
         self.index = index
         self.rules = rules
         self._dirs = {
@@ -105,24 +103,10 @@ class Scanner:
         self.index.put_other("", kind="dir")  # the root itself, for links to it
         for part in self._dirs:
             for folder in self._folders(part):
-                known = self.index.entries([path for path, _ in folder])
-                unchanged: list[str] = []
-                for path, info in folder:
-                    before = known.get(path)
-                    if not self.rules.is_page(path):
-                        if before and before.kind == info.kind and _same_stat(before, info):
-                            unchanged.append(path)
-                        else:
-                            self._put_other(path, info)
-                        continue
-                    state = self._survey(path, info, before, full=full)
-                    if state == "same":
-                        unchanged.append(path)
-                    elif state in found:
-                        read += 1
-                        if not full:
-                            found[state].append(path)
-                self.index.mark_seen(unchanged)
+                for path, state in self._update(folder, full=full):
+                    read += 1
+                    if not full:
+                        found[state].append(path)
         removed = self.index.drop_unseen()
         linking: list[str] = []
         if not full:
@@ -168,8 +152,26 @@ class Scanner:
                     pending.append(rel)
             yield folder
 
-    def _put_other(self, path: str, info: FileInfo) -> None:
-        self.index.put_other(path, kind=info.kind, size=info.size, mtime_ns=info.mtime_ns)
+    def _update(
+        self, folder: list[tuple[str, FileInfo]], *, full: bool
+    ) -> Iterator[tuple[str, str]]:
+        """Bring one folder's entries up to date in the index; (page, `added` or `changed`)
+        for each page read again."""
+        known = self.index.entries([path for path, _ in folder])
+        unchanged: list[str] = []
+        for path, info in folder:
+            before = known.get(path)
+            if self.rules.is_page(path):
+                state = self._survey(path, info, before, full=full)
+                if state in ("added", "changed"):
+                    yield path, state
+                elif state == "same":
+                    unchanged.append(path)
+            elif before and before.kind == info.kind and _same_stat(before, info):
+                unchanged.append(path)
+            else:
+                self.index.put_other(path, kind=info.kind, size=info.size, mtime_ns=info.mtime_ns)
+        self.index.mark_seen(unchanged)
 
     def _survey(self, path: str, info: FileInfo, before: Entry | None, *, full: bool) -> str:
         """Bring one page up to date. `added` or `changed`: it was read again; `same`: its
