@@ -204,3 +204,17 @@ async def test_an_index_path_holding_something_else_is_refused_untouched(tmp_pat
     with sqlite3.connect(other) as db:
         assert db.execute("SELECT id FROM orders").fetchall() == [("A-1001",)]
     db.close()
+
+
+async def test_a_malformed_url_in_a_page_is_reported_not_a_crash(
+    kb: Path, tmp_path: Path, site: Fixture
+) -> None:
+    edit(kb / "docs/faq.md", "Yes: [status]", "Yes: [old status](http://[::1/status), [status]")
+    outcome = await scan_kb(kb, index=tmp_path / "i.db", verifier=verifier_for(kb, site))
+    (malformed,) = [f for f in outcome.report.new if f.target == "http://[::1/status"]
+    assert (malformed.kind, malformed.path, malformed.unsure) == (
+        FindingKind.DEAD_EXTERNAL_LINK,
+        "docs/faq.md",
+        False,
+    )
+    assert "does not parse" in malformed.detail

@@ -186,3 +186,21 @@ class _server:
     def __exit__(self, *exc: object) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+@pytest.mark.parametrize("url", ["http://[::1/", "http://xn--/page"])
+async def test_a_url_that_does_not_parse_is_dead(url: str) -> None:
+    verifier = LinkVerifier(SAMPLE, network=NetworkPolicy(allow=("*",)))
+    verdict = await verifier.verify_url(url)
+    assert (verdict.status, verdict.reason) == (LinkStatus.DEAD, Reason.MALFORMED)
+
+
+async def test_verify_takes_a_link_as_written_in_its_page(site: Fixture) -> None:
+    verifier = verifier_for(SAMPLE, site)
+    external = await verifier.verify("docs/faq.md", "HTTP://KB-Fixture.test/community/forum#x")
+    assert (external.target, external.status) == (
+        "HTTP://KB-Fixture.test/community/forum#x",
+        LinkStatus.DEAD,
+    )
+    internal = await verifier.verify("docs/faq.md", "query/oql.md#range-vectors")
+    assert internal.status is LinkStatus.ALIVE

@@ -292,8 +292,7 @@ def resolve(page: str, target: str) -> Target:
     if target.startswith("//"):
         target = "https:" + target
     if _SCHEME.match(target):
-        parts = urlsplit(target)
-        if parts.scheme.lower() not in ("http", "https"):
+        if target.partition(":")[0].lower() not in ("http", "https"):
             return Target(kind=TargetKind.OTHER)
         return Target(kind=TargetKind.EXTERNAL, url=normalise_url(target))
     path_part, _, fragment = target.partition("#")
@@ -314,16 +313,17 @@ def resolve(page: str, target: str) -> Target:
 
 def normalise_url(url: str) -> str:
     """A URL in the form two links to the same resource share: lowercase scheme and host, no
-    default port, no fragment."""
-    parts = urlsplit(url.strip())
+    default port, no fragment. A URL that does not parse comes back as written, less its
+    fragment (the verifier reports it)."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError:
+        return url.strip().partition("#")[0]
     scheme = parts.scheme.lower()
     host = (parts.hostname or "").lower()
     if ":" in host:
         host = f"[{host}]"
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
     if port is not None and (scheme, port) not in (("http", 80), ("https", 443)):
         host = f"{host}:{port}"
     userinfo = parts.netloc.rpartition("@")[0]

@@ -65,6 +65,8 @@ class Reason(StrEnum):
     PROTOCOL_ERROR = "protocol_error"
     REFUSED = "refused"
     """The network policy does not allow it: not fetched."""
+    MALFORMED = "malformed"
+    """The URL does not parse (an invalid port, host or IPv6 address)."""
 
 
 class LinkVerdict(BaseModel):
@@ -214,6 +216,9 @@ class LinkVerifier:
             except httpx.HTTPError as exc:
                 failure = (Reason.PROTOCOL_ERROR, f"{type(exc).__name__}: {exc}", None)
                 continue
+            except (ValueError, httpx.InvalidURL) as exc:  # IDNA errors are ValueErrors too
+                detail = f"the URL does not parse: {exc}"
+                return verdict(status=LinkStatus.DEAD, reason=Reason.MALFORMED, detail=detail)
             status = int(answer["status"])
             if status == 429 or status >= 500:
                 reason = Reason.RATE_LIMITED if status == 429 else Reason.SERVER_ERROR
