@@ -29,9 +29,14 @@ FLAKY = "/releases"
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Route:
+    """What the site answers for one path."""
+
     status: int
+    """The HTTP status."""
     title: str = ""
+    """The page's title and first heading."""
     text: str = ""
+    """Its one paragraph."""
     location: str | None = None
     """Where a redirect points (a path on the same site)."""
 
