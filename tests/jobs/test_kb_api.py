@@ -9,11 +9,13 @@ import contextos
 import contextos.errors
 import contextos.jobs.kb as kb
 import contextos.policy
+import contextos.tools
 
 JOBS = Path(contextos.__file__).parent / "jobs"
 PUBLIC = {
     "contextos": set(contextos.__all__),
     "contextos.policy": set(contextos.policy.__all__),
+    "contextos.tools": set(contextos.tools.__all__),
     # the one error tree: its classes are the public contract of failures
     "contextos.errors": {n for n in vars(contextos.errors) if n.endswith(("Error", "Violation"))},
 }

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from kbsample import SAMPLE
 
-from contextos import Agent, Containment, Effect, Principal, RunContext, RunStatus, Runtime
+from contextos import Agent, Containment, EffectKind, Principal, RunContext, RunStatus, Runtime
 from contextos import events as ev
 from contextos.errors import ConfigError, ContainmentViolation
 from contextos.jobs.kb import ReadOnlyDir
@@ -24,7 +24,7 @@ def docs() -> ReadOnlyDir:
 def test_the_tools_only_read(docs: ReadOnlyDir) -> None:
     tools = docs.tools()
     assert [t.name for t in tools] == ["list_files", "read_file", "stat_file", "parse_links"]
-    assert {t.effect for t in tools} == {Effect.READ}
+    assert {t.effect for t in tools} == {EffectKind.READ}
 
 
 def test_list_read_stat_and_links_inside_the_directory(docs: ReadOnlyDir) -> None:

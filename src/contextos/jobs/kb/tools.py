@@ -14,10 +14,10 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from contextos import Containment, Effect, Risk, Tool, tool
+from contextos import Containment, EffectKind, Risk, Tool, ToolContext, tool
 from contextos.errors import ConfigError, ContainmentViolation
 from contextos.jobs.kb.markdown import TargetKind, parse, resolve
-from contextos.policy import ConfinedTool, file_tools
+from contextos.tools import ConfinedTool, file_tools
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -66,10 +66,12 @@ class ReadOnlyDir:
             read_only=root, max_read_bytes=max_read_bytes, max_entries=max_entries
         )  # the write tool is dropped, and could not write under a read-only root anyway
         self._read, self._list = read, listing
+        # called directly, not by a run: the tools' own walls are the only ones
+        self._ctx = ToolContext(run_id="kb-scan", call_id="direct")
 
     def entries(self, path: str = ".") -> list[str]:
         """The entries of a directory, sorted; directories end with `/`."""
-        names = self._list.fn(path)
+        names = self._list.fn(path=path, ctx=self._ctx)
         assert isinstance(names, list)
         if len(names) > self.max_entries:
             raise ConfigError(
@@ -106,7 +108,7 @@ class ReadOnlyDir:
 
     def read(self, path: str) -> str:
         """A file's text (UTF-8; undecodable bytes replaced), up to `max_read_bytes`."""
-        text = self._read.fn(path)
+        text = self._read.fn(path=path, ctx=self._ctx)
         assert isinstance(text, str)
         return text
 
@@ -132,13 +134,13 @@ class ReadOnlyDir:
     def tools(self) -> tuple[Tool, ...]:
         """`list_files`, `read_file`, `stat_file` and `parse_links` for a scan agent."""
 
-        @tool(name="stat_file", effect=Effect.READ, risk=Risk.LOW, scopes=("files:read",))
+        @tool(name="stat_file", effect=EffectKind.READ, risk=Risk.LOW, scopes=("files:read",))
         def stat_file(path: str) -> dict[str, Any]:
             """Size in bytes, kind (file or dir) and modification time of a path."""
             info = self.stat(path)
             return {"path": path, "kind": info.kind, "size": info.size, "mtime_ns": info.mtime_ns}
 
-        @tool(name="parse_links", effect=Effect.READ, risk=Risk.LOW, scopes=("files:read",))
+        @tool(name="parse_links", effect=EffectKind.READ, risk=Risk.LOW, scopes=("files:read",))
         def parse_links(path: str) -> list[dict[str, Any]]:
             """The links of a Markdown page: line, target as written, and where it points
             (`internal` with a path from the knowledge base's root, `external` with a URL)."""

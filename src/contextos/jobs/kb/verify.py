@@ -23,11 +23,11 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 from pydantic import BaseModel, ConfigDict
 
-from contextos import NetworkPolicy, Tool
+from contextos import NetworkPolicy, Tool, ToolContext
 from contextos.errors import ContainmentViolation
 from contextos.jobs.kb.markdown import TargetKind, normalise_url, parse, resolve
 from contextos.jobs.kb.tools import ReadOnlyDir
-from contextos.policy import http_tools
+from contextos.tools import http_tools
 
 Resolver = Callable[[str], Awaitable[Iterable[str]]]
 """Answers a host name's addresses (an async getaddrinfo), raising OSError when it has none."""
@@ -198,7 +198,7 @@ class LinkVerifier:
             if attempt > 1:
                 await asyncio.sleep(self.backoff_s * 2 ** (attempt - 2))
             try:
-                answer = await self._get.fn(url=self._alias(url), headers=_HEADERS)
+                answer = await self._get.fn(url=self._alias(url), headers=_HEADERS, ctx=_DIRECT)
             except ContainmentViolation as exc:
                 unresolvable = isinstance(exc.__cause__, OSError)  # the name did not resolve
                 return verdict(
@@ -278,6 +278,9 @@ class LinkVerifier:
             return self._back[origin] + url[len(origin) :]
         return url
 
+
+_DIRECT = ToolContext(run_id="kb-scan", call_id="direct")
+"""The verifier calls its HTTP tool itself, not for a run: only the tool's own walls apply."""
 
 _HEADERS = {
     "User-Agent": "contextos-kb-scan (link check)",
