@@ -7,7 +7,7 @@ PIP := $(BIN)/python -m pip --quiet
 # some machines, so build portable code.
 export CMAKE_ARGS ?= -DGGML_NATIVE=OFF
 
-.PHONY: install install-demo demo test lint bench clean
+.PHONY: install install-demo demo test lint mutate mutate-invariants bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,9 +44,19 @@ lint: install
 	$(BIN)/ruff format --check src tests examples
 	$(BIN)/mypy
 
+# Mutation testing, on demand and before a release (slow on 2 cores, so not on every change).
+# Named invariant mutants, each against the tests that guard it (minutes):
+mutate-invariants: install
+	$(BIN)/python scripts/mutants.py
+
+# mutmut over the modules that carry the promises, each paired with its tests (hours; pick some
+# with MODULES="retry pii"); the score per module goes in docs/testing.md.
+mutate: install
+	$(BIN)/python scripts/mutmut_modules.py $(MODULES)
+
 # Installs the peers (LangGraph, DBOS) into bench/.venv and rewrites docs/benchmarks.md.
 bench:
 	$(PYTHON) -m bench
 
 clean:
-	rm -rf $(VENV) .contextos .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .contextos .pytest_cache .mypy_cache .ruff_cache .mutmut

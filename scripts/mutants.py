@@ -236,7 +236,7 @@ def run_tests(src: Path, tests: tuple[str, ...]) -> tuple[int, str]:
     args = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests]
     proc = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
     out = proc.stdout + proc.stderr
-    failed = re.search(r"^(?:FAILED|ERROR) (\S+)", out, re.MULTILINE)
+    failed = re.search(r"^(?:FAILED|ERROR) (.+?)(?: - .*)?$", out, re.MULTILINE)
     if failed:
         return proc.returncode, failed.group(1)
     last = [line for line in out.splitlines() if line.strip()]

@@ -97,3 +97,17 @@ async def test_an_error_declared_safe_is_retried_up_to_the_attempts(
     assert [f.will_retry for f in failed] == [True, True]
     done = next(e for e in events if isinstance(e, ev.ToolCompleted))
     assert done.output == "booked 9:00" and not done.is_error
+
+
+async def test_a_safe_error_is_tried_no_more_often_than_the_attempts(
+    runtime: Runtime, tmp_path: Path
+) -> None:
+    log = tmp_path / "executions.log"
+    retry = RetryPolicy(attempts=3, safe_on=(ConnectionError,), backoff_s=0)
+    book = flaky_write(log, retry, *(ConnectionError(f"down {n}") for n in range(5)))
+    events = await run_booking(runtime, book)
+    assert executions(log) == 3  # `attempts` counts the first one too
+    failed = [e for e in events if isinstance(e, ev.ToolAttemptFailed)]
+    assert [f.will_retry for f in failed] == [True, True, False]
+    done = next(e for e in events if isinstance(e, ev.ToolCompleted))
+    assert done.is_error and "ConnectionError" in done.output

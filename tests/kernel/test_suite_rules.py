@@ -1,0 +1,59 @@
+"""The suite keeps its own rules: no test may skip under CI, and docs/testing.md lists the
+invariant mutants that scripts/mutants.py really applies."""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+TESTS = ROOT / "tests"
+
+
+def _skips_without_a_ci_check(path: Path) -> list[str]:
+    """`pytest.skip` calls in a function that never looks at CI, and any other way to skip."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found: list[str] = []
+    functions = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+    checked = {
+        id(call)
+        for fn in functions
+        if any(isinstance(c, ast.Constant) and c.value == "CI" for c in ast.walk(fn))
+        for call in ast.walk(fn)
+    }
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute):
+            continue
+        name = ast.unparse(node)
+        where = f"{path.relative_to(ROOT)}:{node.lineno} {name}"
+        if name in ("pytest.importorskip", "pytest.mark.skip", "pytest.mark.skipif"):
+            found.append(where)
+        elif name == "pytest.skip" and id(node) not in checked:
+            found.append(where)
+    return found
+
+
+def test_every_skip_fails_under_ci_instead() -> None:
+    """A test that needs a service or an optional package skips locally only when it is
+    missing, and fails when CI is set: no promise is guarded by a test that may skip in CI."""
+    offenders = [
+        hit for path in sorted(TESTS.rglob("*.py")) for hit in _skips_without_a_ci_check(path)
+    ]
+    assert offenders == []
+
+
+def test_docs_list_the_invariant_mutants_the_script_applies() -> None:
+    listed = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "mutants.py"), "--list"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    applied = {line.split()[0] for line in listed.splitlines() if line.strip()}
+    documented = set(
+        re.findall(r"^\| `([a-z-]+)` \|", (ROOT / "docs" / "testing.md").read_text(), re.M)
+    )
+    assert applied and documented == applied
