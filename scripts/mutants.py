@@ -128,7 +128,7 @@ MUTANTS = (
         path="ledger.py",
         old='    return f"{run_id}/{call_id}"\n',
         new="    return call_id\n",
-        tests=("tests/tools/test_effects.py",),
+        tests=("tests/tools/test_effects.py", "-k", "keys_of_their_own or with_the_same_key"),
     ),
     Mutant(
         name="pii-skips-tool-call-arguments",
