@@ -21,6 +21,7 @@ import argparse
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+TIMED_OUT = -1
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -193,7 +195,7 @@ MUTANTS = (
         path="store/queue_sql.py",
         old="  AND (q.lease_owner IS NULL OR q.lease_expires_at <= {now})\n",
         new="",
-        tests=("tests/store/test_queue.py", "-k", "lease or claim"),
+        tests=("tests/store/test_queue.py", "-k", "claimed_again_only_after"),
     ),
     Mutant(
         name="schedule-fires-before-its-tick",
@@ -225,17 +227,38 @@ MUTANTS = (
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Outcome:
     verdict: str
-    """killed, survived, or invalid (the selection fails on the unpatched tree)."""
+    """killed, timed out (the tests hung: caught too), survived, or invalid (the selection
+    fails on the unpatched tree)."""
     by: str
     """The first test that failed, or the pytest summary line."""
     seconds: float
 
 
-def run_tests(src: Path, tests: tuple[str, ...]) -> tuple[int, str]:
+def run_tests(src: Path, tests: tuple[str, ...], limit_s: float) -> tuple[int, str]:
+    """pytest's exit status and the first test that failed (or the summary line).
+
+    A mutant can turn a loop endless; after `limit_s` the tests are stopped and the test that
+    was running is named.
+    """
     env = dict(os.environ, PYTHONPATH=f"{src}{os.pathsep}{ROOT / 'tests'}")
-    args = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests]
-    proc = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
-    out = proc.stdout + proc.stderr
+    args = [sys.executable, "-m", "pytest", "-x", "-v", "-p", "no:cacheprovider", *tests]
+    proc = subprocess.Popen(
+        args,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own process group: what the tests started stops with it
+    )
+    try:
+        out, _ = proc.communicate(timeout=limit_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        running = re.findall(r"^(tests/\S+::\S+)", out, re.MULTILINE)
+        where = running[-1] if running else "the tests"
+        return TIMED_OUT, f"{where} (stopped after {limit_s:.0f}s)"
     failed = re.search(r"^(?:FAILED|ERROR) (.+?)(?: - .*)?$", out, re.MULTILINE)
     if failed:
         return proc.returncode, failed.group(1)
@@ -255,6 +278,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("words", nargs="*", help="run only mutants whose name contains a word")
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    parser.add_argument(
+        "--limit", type=float, default=240, help="seconds a mutant's tests may take (240)"
+    )
     opts = parser.parse_args()
     chosen = [m for m in MUTANTS if not opts.words or any(w in m.name for w in opts.words)]
     if opts.list or not chosen:
@@ -269,7 +295,7 @@ def main() -> int:
         baselines: dict[tuple[str, ...], tuple[int, str]] = {}
         for m in chosen:
             if m.tests not in baselines:
-                baselines[m.tests] = run_tests(src, m.tests)
+                baselines[m.tests] = run_tests(src, m.tests, opts.limit)
             code, why = baselines[m.tests]
             if code != 0:
                 results.append((m, Outcome(verdict="invalid", by=why, seconds=0.0)))
@@ -280,10 +306,10 @@ def main() -> int:
             patch(original, target, m)
             started = time.monotonic()
             try:
-                code, why = run_tests(src, m.tests)
+                code, why = run_tests(src, m.tests, opts.limit)
             finally:
                 shutil.copyfile(original, target)
-            verdict = "survived" if code == 0 else "killed"
+            verdict = {0: "survived", TIMED_OUT: "timed out"}.get(code, "killed")
             outcome = Outcome(verdict=verdict, by=why, seconds=time.monotonic() - started)
             results.append((m, outcome))
             print(f"{m.name}: {verdict} ({outcome.seconds:.0f}s) {why}", flush=True)
@@ -291,8 +317,8 @@ def main() -> int:
     print("\n| mutant | breaks | verdict | killed by |\n|---|---|---|---|")
     for m, o in results:
         print(f"| `{m.name}` | {m.breaks} | {o.verdict} | `{o.by}` |")
-    killed = sum(o.verdict == "killed" for _, o in results)
-    print(f"\n{killed} of {len(results)} mutants killed")
+    killed = sum(o.verdict in ("killed", "timed out") for _, o in results)
+    print(f"\n{killed} of {len(results)} mutants killed (a mutant that hangs its tests counts)")
     return 0 if killed == len(results) else 1
 
 
