@@ -227,8 +227,8 @@ MUTANTS = (
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Outcome:
     verdict: str
-    """killed, timed out (the tests hung: caught too), survived, or invalid (the selection
-    fails on the unpatched tree)."""
+    """killed, timed out (the tests hung: caught too), survived, error (pytest could not run
+    the tests), or invalid (the selection fails on the unpatched tree)."""
     by: str
     """The first test that failed, or the pytest summary line."""
     seconds: float
@@ -309,7 +309,9 @@ def main() -> int:
                 code, why = run_tests(src, m.tests, opts.limit)
             finally:
                 shutil.copyfile(original, target)
-            verdict = {0: "survived", TIMED_OUT: "timed out"}.get(code, "killed")
+            # pytest exits 1 when a test failed; anything else (2: interrupted, 3: internal error,
+            # 4: usage, 5: no test ran) is not a test noticing the mutant.
+            verdict = {0: "survived", 1: "killed", TIMED_OUT: "timed out"}.get(code, "error")
             outcome = Outcome(verdict=verdict, by=why, seconds=time.monotonic() - started)
             results.append((m, outcome))
             print(f"{m.name}: {verdict} ({outcome.seconds:.0f}s) {why}", flush=True)
