@@ -69,3 +69,14 @@ async def test_daily_caps_need_a_store_that_keeps_the_ledger() -> None:
 
     with pytest.raises(ConfigError):
         Chain([BudgetGate(daily_tokens=10)], model=ScriptedModel([]))
+
+
+async def test_the_daily_call_cap_allows_exactly_that_many_calls(tmp_path: Path) -> None:
+    model = ScriptedModel([reply("one"), reply("two"), reply("never")])
+    agent = Agent(name="a", model=model, middleware=[BudgetGate(daily_calls=2)])
+    alice = {"tenant_id": "acme", "user_id": "alice"}
+    async with Runtime(str(tmp_path / "r.db")) as rt:
+        results = [await rt.run(agent, "hi", metadata=alice) for _ in range(3)]
+    assert [r.status for r in results] == [RunStatus.COMPLETED] * 2 + [RunStatus.FAILED]
+    assert results[2].failure_reason is FailureReason.BUDGET_EXHAUSTED
+    assert len(model.requests) == 2
