@@ -49,8 +49,8 @@ lint: install
 mutate-invariants: install
 	$(BIN)/python scripts/mutants.py
 
-# mutmut over the modules that carry the promises, each paired with its tests (hours; pick some
-# with MODULES="retry pii"); the score per module goes in docs/testing.md.
+# mutmut over the modules that carry the promises, each paired with its tests (minutes per small
+# module, far longer for all; pick some with MODULES="retry pii"); scores go in docs/testing.md.
 mutate: install
 	$(BIN)/python scripts/mutmut_modules.py $(MODULES)
 

@@ -6,9 +6,9 @@ that guard it and mutated on its own: a work directory per module under `.mutmut
 src/, tests/ and pyproject.toml with that pair's mutmut settings), then one line per module:
 mutants, killed, survived, no test reached the code, timed out, and the score.
 
-    python scripts/mutmut_modules.py              # every module (slow: hours; make mutate)
+    python scripts/mutmut_modules.py              # every module (slow; make mutate)
     python scripts/mutmut_modules.py retry pii    # some of them
-    cd .mutmut/retry && mutmut show NAME           # a surviving mutant's diff
+    cd .mutmut/retry && python -m mutmut show NAME # a surviving mutant's diff
 
 The score is killed (timeouts included: the mutant hung the tests) over every mutant, the ones
 no test reached included.

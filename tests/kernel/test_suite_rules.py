@@ -18,11 +18,11 @@ def _skips_without_a_ci_check(path: Path) -> list[str]:
     tree = ast.parse(path.read_text(), filename=str(path))
     found: list[str] = []
     functions = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
-    checked = {
-        id(call)
+    checked = {  # every node inside a function that looks at CI
+        id(node)
         for fn in functions
         if any(isinstance(c, ast.Constant) and c.value == "CI" for c in ast.walk(fn))
-        for call in ast.walk(fn)
+        for node in ast.walk(fn)
     }
     for node in ast.walk(tree):
         if not isinstance(node, ast.Attribute):
