@@ -48,10 +48,10 @@ class CountingStore:
         return await self.inner.get_run(run_id)
 
     async def list_runs(
-        self, *, status: RunStatus | None = None, limit: int = 50
+        self, *, status: RunStatus | None = None, limit: int = 50, tenant: str | None = None
     ) -> list[RunSummary]:
         self.listed += 1
-        return await self.inner.list_runs(status=status, limit=limit)
+        return await self.inner.list_runs(status=status, limit=limit, tenant=tenant)
 
     async def close(self) -> None:
         await self.inner.close()
