@@ -583,9 +583,7 @@ class Runtime:
         wakeup.wake_local(self.store)  # the run is queued again
         return approval
 
-    async def deny(
-        self, interrupt_id: str, *, approver: str | Principal, reason: str = ""
-    ) -> None:
+    async def deny(self, interrupt_id: str, *, approver: str | Principal, reason: str = "") -> None:
         """Refuse an interrupt's action: the model is told, the run goes on without it."""
         await self.governance.deny(self.store, interrupt_id, approver=approver, reason=reason)
         wakeup.wake_local(self.store)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import hmac
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from fastapi.responses import JSONResponse
 from contextos import (
     Agent,
     ConfigError,
+    Principal,
     RunId,
     RunNotFound,
     RunState,
@@ -29,6 +29,7 @@ from contextos import (
     load_agent,
 )
 from contextos.api import errors
+from contextos.api.auth import PrincipalDep, interrupt_of, run_of, visible
 from contextos.api.errors import ApiError
 from contextos.api.hooks import router as hooks_router
 from contextos.api.limits import BodyLimit
@@ -46,7 +47,8 @@ from contextos.workers import SIGNATURE_TOLERANCE_S, Worker, WorkerConfig
 
 API_VERSION = "v1"
 
-_MAX_SEQ = 2**63 - 1  # a 64-bit integer in every store
+MAX_SEQ = 2**63 - 1
+"""The largest seq (a 64-bit integer in every store)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -60,7 +62,10 @@ class ApiConfig:
     any_agent: bool = False
     """Start any importable agent reference a client names (trusted clients only)."""
     token: str | None = None
-    """Bearer token every request but webhooks and /v1/health must carry (None: no check)."""
+    """One shared bearer token that acts as the local operator (None: each request carries
+    its own token from `contextos token create`)."""
+    open_access: bool = False
+    """Requests without a token act as the local operator (a server only you can reach)."""
     worker: bool = False
     """Also drive queued runs inside the server process."""
     worker_concurrency: int = 4
@@ -83,6 +88,8 @@ class Api:
         self.runtime = runtime
         self.agents = dict(agents)
         """Loaded agents by reference (also the webhook triggers' cache)."""
+        self.operator = Principal.local()
+        """Who a request acts as under the shared token or open access."""
         self.allowed: dict[str, str] = {}
         """Allowed agent reference or name -> reference."""
         for ref, agent in agents.items():
@@ -122,28 +129,7 @@ def _api(request: Request) -> Api:
     return api
 
 
-def _authorized(request: Request, authorization: Annotated[str | None, Header()] = None) -> None:
-    token = _api(request).config.token
-    if token is None:
-        return
-    scheme, _, given = (authorization or "").partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip(), token):
-        raise ApiError(
-            401,
-            "unauthorized",
-            "missing or wrong bearer token",
-            hint="Send Authorization: Bearer TOKEN (the server's --token-env variable).",
-        )
-
-
 ApiDep = Annotated[Api, Depends(_api)]
-
-
-def _run_id(text: str) -> RunId:
-    """A run id from a URL; text no store can look up (a NUL) names no run."""
-    if "\x00" in text:
-        raise RunNotFound(text)
-    return RunId(text)
 
 
 def create_app(config: ApiConfig | None = None) -> FastAPI:
@@ -193,15 +179,15 @@ def create_app(config: ApiConfig | None = None) -> FastAPI:
     )
     errors.install(app)
     app.add_middleware(BodyLimit, max_bytes=cfg.max_body_bytes)
-    auth = [Depends(_authorized)]
 
     @app.get("/v1/health")
     async def health() -> dict[str, Any]:
         return {"status": "ok", "api": API_VERSION}
 
-    @app.post("/v1/runs", dependencies=auth, status_code=201)
+    @app.post("/v1/runs", status_code=201)
     async def start_run(
         api: ApiDep,
+        principal: PrincipalDep,
         body: StartRun,
         wait: Annotated[bool, Query(description="Wait until the run ends or waits.")] = False,
         wait_s: Annotated[
@@ -219,8 +205,16 @@ def create_app(config: ApiConfig | None = None) -> FastAPI:
                 f"({api.config.max_wait_s:g}s)",
                 hint="Wait less, then poll GET /v1/runs/{id}.",
             )
+        if body.tenant is not None and body.tenant != principal.tenant:
+            raise ApiError(
+                403,
+                "tenant_forbidden",
+                f"this token acts in tenant {principal.tenant!r}, not {body.tenant!r}",
+                hint="Leave `tenant` out (runs start in the token's tenant) or use a token of "
+                "that tenant.",
+            )
         rt = api.runtime
-        key = f"api:{idempotency_key}" if idempotency_key else None
+        key = f"api:{principal.tenant}:{idempotency_key}" if idempotency_key else None
         run_id: RunId | None = None
         created = True
         if key is not None:
@@ -240,10 +234,11 @@ def create_app(config: ApiConfig | None = None) -> FastAPI:
                 metadata=body.metadata,
                 idempotency_key=key,
                 priority=body.priority,
-                tenant=body.tenant,
+                tenant=principal.tenant,
+                principal=principal,
             )
         assert run_id is not None
-        state = await rt.state(run_id)
+        state = await run_of(api, principal, run_id)
         if not created and (state.input, state.agent_ref, state.metadata) != (
             body.input,
             ref,
@@ -264,34 +259,34 @@ def create_app(config: ApiConfig | None = None) -> FastAPI:
                 code = 202
         return JSONResponse(run_view(state), status_code=code)
 
-    @app.get("/v1/runs", dependencies=auth)
+    @app.get("/v1/runs")
     async def list_runs(
         api: ApiDep,
+        principal: PrincipalDep,
         status: Annotated[
             RunStatus | None, Query(description="Only runs with this status.")
         ] = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     ) -> dict[str, Any]:
-        rows = await api.runtime.runs(status=status, limit=limit)
+        rows = await api.runtime.runs(status=status, limit=limit, tenant=principal.tenant)
         return {"runs": [summary_view(r) for r in rows]}
 
-    @app.get("/v1/runs/{run_id}", dependencies=auth)
-    async def get_run(api: ApiDep, run_id: str) -> dict[str, Any]:
-        return run_view(await api.runtime.state(_run_id(run_id)))
+    @app.get("/v1/runs/{run_id}")
+    async def get_run(api: ApiDep, principal: PrincipalDep, run_id: str) -> dict[str, Any]:
+        return run_view(await run_of(api, principal, run_id))
 
-    @app.get("/v1/runs/{run_id}/events", dependencies=auth)
+    @app.get("/v1/runs/{run_id}/events")
     async def run_events(
         api: ApiDep,
+        principal: PrincipalDep,
         run_id: str,
         after: Annotated[
-            int, Query(ge=0, le=_MAX_SEQ, description="Only events with a greater seq.")
+            int, Query(ge=0, le=MAX_SEQ, description="Only events with a greater seq.")
         ] = 0,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     ) -> dict[str, Any]:
-        rid = _run_id(run_id)
-        entries = await api.runtime.timeline(rid, after_seq=after)
-        if not entries:
-            await api.runtime.store.get_run(rid)  # past its end, or no such run at all
+        await run_of(api, principal, run_id)
+        entries = await api.runtime.timeline(run_id, after_seq=after)
         page = entries[:limit]
         more = len(entries) > limit
         return {
@@ -300,27 +295,34 @@ def create_app(config: ApiConfig | None = None) -> FastAPI:
             "next_after": page[-1].seq if more else None,
         }
 
-    @app.post("/v1/runs/{run_id}/cancel", dependencies=auth)
+    @app.post("/v1/runs/{run_id}/cancel")
     async def cancel_run(
-        api: ApiDep, run_id: str, body: Annotated[CancelRun | None, Body()] = None
+        api: ApiDep,
+        principal: PrincipalDep,
+        run_id: str,
+        body: Annotated[CancelRun | None, Body()] = None,
     ) -> dict[str, Any]:
+        state = await run_of(api, principal, run_id)
         result = await api.runtime.cancel(
-            _run_id(run_id), reason=body.reason if body else "", actor="user:api"
+            state.run_id, reason=body.reason if body else "", actor=principal.ref
         )
         return run_view(await api.runtime.state(result.run_id))
 
-    @app.get("/v1/interrupts", dependencies=auth)
+    @app.get("/v1/interrupts")
     async def inbox(
-        api: ApiDep, limit: Annotated[int, Query(ge=1, le=1000)] = 200
+        api: ApiDep, principal: PrincipalDep, limit: Annotated[int, Query(ge=1, le=1000)] = 200
     ) -> dict[str, Any]:
-        pending = await api.runtime.inbox(limit=limit)
+        pending = await visible(api, principal, await api.runtime.inbox(limit=limit))
         return {"interrupts": [i.to_dict() for i in pending]}
 
-    @app.post("/v1/interrupts/{interrupt_id}/approve", dependencies=auth)
-    async def approve(api: ApiDep, interrupt_id: str, body: Approve) -> dict[str, Any]:
+    @app.post("/v1/interrupts/{interrupt_id}/approve")
+    async def approve(
+        api: ApiDep, principal: PrincipalDep, interrupt_id: str, body: Approve
+    ) -> dict[str, Any]:
+        await interrupt_of(api, principal, interrupt_id)
         approval = await api.runtime.approve(
             interrupt_id,
-            approver=body.approver,
+            approver=principal,
             expires_in=body.expires_in,
             conditions=body.conditions,
             action_hash=body.action_hash,
@@ -328,14 +330,20 @@ def create_app(config: ApiConfig | None = None) -> FastAPI:
         view: dict[str, Any] = jsonable(approval)
         return view
 
-    @app.post("/v1/interrupts/{interrupt_id}/deny", dependencies=auth)
-    async def deny(api: ApiDep, interrupt_id: str, body: Deny) -> dict[str, Any]:
-        await api.runtime.deny(interrupt_id, approver=body.approver, reason=body.reason)
-        return {"interrupt_id": interrupt_id, "denied": True, "by": body.approver}
+    @app.post("/v1/interrupts/{interrupt_id}/deny")
+    async def deny(
+        api: ApiDep, principal: PrincipalDep, interrupt_id: str, body: Deny
+    ) -> dict[str, Any]:
+        await interrupt_of(api, principal, interrupt_id)
+        await api.runtime.deny(interrupt_id, approver=principal, reason=body.reason)
+        return {"interrupt_id": interrupt_id, "denied": True, "by": principal.id}
 
-    @app.post("/v1/interrupts/{interrupt_id}/answer", dependencies=auth)
-    async def answer(api: ApiDep, interrupt_id: str, body: Answer) -> dict[str, Any]:
-        parsed = await api.runtime.answer(interrupt_id, body.value, answered_by=body.answered_by)
+    @app.post("/v1/interrupts/{interrupt_id}/answer")
+    async def answer(
+        api: ApiDep, principal: PrincipalDep, interrupt_id: str, body: Answer
+    ) -> dict[str, Any]:
+        await interrupt_of(api, principal, interrupt_id)
+        parsed = await api.runtime.answer(interrupt_id, body.value, answered_by=principal.id)
         return {"interrupt_id": interrupt_id, "answer": jsonable(parsed)}
 
     app.include_router(hooks_router)
