@@ -64,7 +64,9 @@ async def test_an_unknown_interrupt_id_reads_no_other_run(
     (tmp_path / "policy.toml").write_text(POLICY)
     policy = str(tmp_path / "policy.toml")
     url = f"sqlite:///{tmp_path}/runs.db"
-    config = ApiConfig(store=url, agents=(PAYER, GREETER), worker=True, policy=policy)
+    config = ApiConfig(
+        open_access=True, store=url, agents=(PAYER, GREETER), worker=True, policy=policy
+    )
     with serving(config) as base:
         async with httpx.AsyncClient(base_url=base, timeout=60) as http:
             waiting = []

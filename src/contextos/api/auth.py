@@ -8,7 +8,8 @@ from __future__ import annotations
 import hmac
 from typing import TYPE_CHECKING, Annotated
 
-from fastapi import Depends, Header, Request
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from contextos import (
     Interrupt,
@@ -30,16 +31,20 @@ _BEARER_HINT = (
 )
 
 
+_bearer = HTTPBearer(
+    auto_error=False,
+    scheme_name="token",
+    description="A token from `contextos token create`: it acts as one user of one tenant.",
+)
+
+
 async def principal_of(
     request: Request,
-    authorization: Annotated[
-        str | None, Header(description="Bearer TOKEN, from `contextos token create`.")
-    ] = None,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
     """The principal the request acts as (401 without one)."""
     api: Api = request.app.state.api
-    scheme, _, given = (authorization or "").partition(" ")
-    token = given.strip() if scheme.lower() == "bearer" else ""
+    token = credentials.credentials.strip() if credentials is not None else ""
     shared = api.config.token
     if shared is not None:  # one shared secret: whoever holds it is the server's operator
         if not hmac.compare_digest(token.encode(), shared.encode()):
