@@ -43,6 +43,7 @@ from contextos.api.schemas import (
     run_view,
     summary_view,
 )
+from contextos.api.stream import router as stream_router
 from contextos.workers import SIGNATURE_TOLERANCE_S, Worker, WorkerConfig
 
 API_VERSION = "v1"
@@ -346,6 +347,7 @@ def create_app(config: ApiConfig | None = None) -> FastAPI:
         parsed = await api.runtime.answer(interrupt_id, body.value, answered_by=principal.id)
         return {"interrupt_id": interrupt_id, "answer": jsonable(parsed)}
 
+    app.include_router(stream_router)
     app.include_router(hooks_router)
     return app
 
