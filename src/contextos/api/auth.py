@@ -6,7 +6,7 @@ one that does not exist, so ids do not leak.
 from __future__ import annotations
 
 import hmac
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -20,10 +20,8 @@ from contextos import (
     RunState,
     authenticate,
 )
+from contextos.api.config import Api
 from contextos.api.errors import ApiError
-
-if TYPE_CHECKING:
-    from contextos.api.app import Api
 
 _BEARER_HINT = (
     "Send Authorization: Bearer TOKEN; an operator issues one with "

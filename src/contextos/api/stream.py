@@ -11,17 +11,15 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
 
 from contextos import RunId, Runtime
 from contextos.api.auth import PrincipalDep, run_of
+from contextos.api.config import Api
 from contextos.api.errors import ApiError
-
-if TYPE_CHECKING:
-    from contextos.api.app import Api
 
 router = APIRouter()
 
