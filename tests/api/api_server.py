@@ -19,11 +19,21 @@ PAYER = f"{AGENTS}:payer"
 ASKER = f"{AGENTS}:asker"
 
 
+GRACE_S = 5
+"""What `contextos serve` gives open requests (live streams) when it stops."""
+
+
 @contextmanager
 def serving(config: ApiConfig) -> Iterator[str]:
     """Serve `config` until the block ends; yields the base URL."""
     server = uvicorn.Server(
-        uvicorn.Config(create_app(config), host="127.0.0.1", port=0, log_level="warning")
+        uvicorn.Config(
+            create_app(config),
+            host="127.0.0.1",
+            port=0,
+            log_level="warning",
+            timeout_graceful_shutdown=GRACE_S,
+        )
     )
     thread = threading.Thread(target=server.run, name="api-server", daemon=True)
     thread.start()

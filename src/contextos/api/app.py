@@ -11,10 +11,12 @@ import contextlib
 import hashlib
 import os
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import Body, Depends, FastAPI, Header, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
 
 from contextos import (
     ConfigError,
@@ -45,6 +47,12 @@ from contextos.api.stream import router as stream_router
 from contextos.workers import Worker, WorkerConfig
 
 API_VERSION = "v1"
+
+SHUTDOWN_GRACE_S = 5
+"""How long a stopping server lets open requests finish; live event streams are then cut."""
+
+STATIC = Path(__file__).parent / "static"
+"""The control room: one page and its script, served as they are (no build step)."""
 
 MAX_SEQ = 2**63 - 1
 """The largest seq (a 64-bit integer in every store)."""
@@ -109,6 +117,22 @@ def create_app(config: ApiConfig | None = None) -> FastAPI:
     @app.get("/v1/health")
     async def health() -> dict[str, Any]:
         return {"status": "ok", "api": API_VERSION}
+
+    @app.get("/v1/me")
+    async def me(principal: PrincipalDep) -> dict[str, Any]:
+        """Who the token acts as."""
+        return {
+            "user": principal.id,
+            "tenant": principal.tenant,
+            "roles": list(principal.roles),
+            "scopes": list(principal.scopes),
+        }
+
+    @app.get("/", include_in_schema=False)
+    async def control_room() -> FileResponse:
+        return FileResponse(STATIC / "index.html")
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
     @app.post("/v1/runs", status_code=201)
     async def start_run(
@@ -300,7 +324,13 @@ def serve(
     """Run the API with uvicorn until interrupted."""
     import uvicorn
 
-    uvicorn.run(create_app(config), host=host, port=port, log_level=log_level.lower())
+    uvicorn.run(
+        create_app(config),
+        host=host,
+        port=port,
+        log_level=log_level.lower(),
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_S,  # live streams end only when cut
+    )
 
 
 def token_from_env(var: str | None) -> str | None:
