@@ -80,7 +80,10 @@ async def _events(rt: Runtime, request: Request, run_id: str, seq: int) -> Async
             continue
         summary = await rt.store.get_run(RunId(run_id))
         if summary.status.is_terminal and summary.last_seq <= seq:
-            end = json.dumps({"run_id": run_id, "status": summary.status.value, "last_seq": seq})
+            end = json.dumps(
+                {"run_id": run_id, "status": summary.status.value, "last_seq": seq},
+                separators=(",", ":"),
+            )
             yield f"event: end\ndata: {end}\n\n"
             return
         if quiet >= KEEP_ALIVE_S:

@@ -46,12 +46,12 @@ def token_create(
     if as_json:
         print_json({"token": secret, "record": record})
         return
-    print(secret)
-    console.print(
-        f"[dim]token {record.token_id}: {record.user} in tenant {record.tenant}, roles "
+    print(secret)  # alone on stdout, so that TOKEN=$(contextos token create …) works
+    typer.echo(
+        f"token {record.token_id}: {record.user} in tenant {record.tenant}, roles "
         f"{', '.join(record.roles) or 'none'}. Shown once; send it as "
-        "Authorization: Bearer TOKEN.[/]",
-        highlight=False,
+        "Authorization: Bearer TOKEN.",
+        err=True,
     )
 
 
