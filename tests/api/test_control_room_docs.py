@@ -3,9 +3,11 @@ tokens, and with them the API says who they are and streams a run's events."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -67,6 +69,21 @@ def test_the_token_and_stream_samples_run(tmp_path: Path) -> None:
             text=True,
             timeout=120,
         )
+
+        def cli(*args: str) -> subprocess.CompletedProcess[str]:
+            command = [sys.executable, "-m", "contextos", "token", *args, "--store", store]
+            return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+        listing = cli("list", "--json").stdout
+        assert alice not in listing and bob not in listing  # never the secrets
+        (bob_id,) = [t["token_id"] for t in json.loads(listing) if t["user"] == "bob"]
+        assert bob_id in bob
+        revoked = cli("revoke", bob_id)
+        assert revoked.returncode == 0 and f"revoked token {bob_id}" in revoked.stdout
+        refused = httpx.get(f"{base}/v1/runs", headers={"Authorization": f"Bearer {bob}"})
+        assert refused.json()["error"]["code"] == "unauthenticated"
+        again = cli("revoke", bob_id)
+        assert again.returncode == 1 and "no live token" in again.stderr + again.stdout
     assert shown.returncode == 0, shown.stderr
     me, *stream = shown.stdout.splitlines()
     assert '"user":"alice"' in me and '"roles":["finance"]' in me
