@@ -29,7 +29,7 @@ from contextos import (
 )
 from contextos.api import errors
 from contextos.api.auth import PrincipalDep, interrupt_of, run_of, visible
-from contextos.api.config import Api, ApiConfig
+from contextos.api.config import MAX_SEQ, Api, ApiConfig
 from contextos.api.errors import ApiError
 from contextos.api.hooks import router as hooks_router
 from contextos.api.limits import BodyLimit
@@ -53,9 +53,6 @@ SHUTDOWN_GRACE_S = 5
 
 STATIC = Path(__file__).parent / "static"
 """The control room: one page and its script, served as they are (no build step)."""
-
-MAX_SEQ = 2**63 - 1
-"""The largest seq (a 64-bit integer in every store)."""
 
 
 def _api(request: Request) -> Api:

@@ -8,6 +8,9 @@ from contextos import Agent, ConfigError, Principal, Runtime, load_agent
 from contextos.api.errors import ApiError
 from contextos.workers import SIGNATURE_TOLERANCE_S
 
+MAX_SEQ = 2**63 - 1
+"""The largest seq a request may name (a 64-bit integer in every store)."""
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ApiConfig:
@@ -82,4 +85,4 @@ class Api:
         return ref, agent
 
 
-__all__ = ["Api", "ApiConfig"]
+__all__ = ["MAX_SEQ", "Api", "ApiConfig"]

@@ -18,7 +18,7 @@ from fastapi.responses import StreamingResponse
 
 from contextos import RunId, Runtime
 from contextos.api.auth import PrincipalDep, run_of
-from contextos.api.config import Api
+from contextos.api.config import MAX_SEQ, Api
 from contextos.api.errors import ApiError
 
 router = APIRouter()
@@ -27,7 +27,6 @@ POLL_S = 0.2
 """How often an open stream looks for new events."""
 KEEP_ALIVE_S = 15.0
 """A comment line this often keeps proxies from closing a quiet stream."""
-_MAX_SEQ = 2**63 - 1
 
 
 @router.get(
@@ -40,7 +39,7 @@ async def stream_events(
     principal: PrincipalDep,
     run_id: str,
     after: Annotated[
-        int, Query(ge=0, le=_MAX_SEQ, description="Start after this seq (Last-Event-ID wins).")
+        int, Query(ge=0, le=MAX_SEQ, description="Start after this seq (Last-Event-ID wins).")
     ] = 0,
     last_event_id: Annotated[
         str | None, Header(alias="Last-Event-ID", description="The last seq received.")
@@ -51,7 +50,7 @@ async def stream_events(
     start = after
     if last_event_id is not None:
         text = last_event_id.strip()
-        if not (text.isascii() and text.isdigit() and int(text) <= _MAX_SEQ):
+        if not (text.isascii() and text.isdigit() and int(text) <= MAX_SEQ):
             raise ApiError(
                 422,
                 "invalid_request",
