@@ -22,8 +22,8 @@ from api_server import GREETER, PAYER, serving, token_for
 
 from contextos.api import ApiConfig
 
-ROOT = Path(__file__).resolve().parents[2]
-SHOTS = ROOT / "docs" / "images"
+SHOTS_ENV = "CONTEXTOS_SCREENSHOTS"
+"""A folder for the screenshots (`docs/images` renews the docs'); else the test's own."""
 CHROMIUM = os.environ.get("CONTEXTOS_TEST_CHROMIUM", "/usr/bin/chromium")
 
 playwright_sync = pytest.importorskip("playwright.sync_api") if not os.environ.get("CI") else None
@@ -100,21 +100,22 @@ def sign_in(browser: Any, base: str, secret: str, *, width: int = 1100) -> Any:
 
 
 def test_approve_in_the_page_and_watch_the_run_complete(
-    browser: Any, server: tuple[str, str]
+    browser: Any, server: tuple[str, str], tmp_path: Path
 ) -> None:
     base, url = server
+    shots = Path(os.environ.get(SHOTS_ENV) or tmp_path)
     run = start(base, token(url, "acme", "bob"), "payer")
     assert run["status"] == "input_required"
     page = sign_in(browser, base, token(url, "acme", "alice", "finance"))
     expect(page.locator("#who")).to_have_text("alice @ acme (finance)")
     expect(page.locator("#run-rows")).to_contain_text(run["run_id"])
-    page.screenshot(path=str(SHOTS / "control-room-runs.png"))
+    page.screenshot(path=str(shots / "control-room-runs.png"))
 
     page.get_by_role("link", name="Inbox").click()
     card = page.locator("#interrupts li")
     expect(card).to_contain_text("Pay 900.0 EUR to acme")
     expect(card).to_contain_text("finance")
-    page.screenshot(path=str(SHOTS / "control-room-inbox.png"))
+    page.screenshot(path=str(shots / "control-room-inbox.png"))
 
     card.get_by_role("link", name=run["run_id"]).click()
     expect(page.locator("#run-status")).to_have_text("input_required")
@@ -124,7 +125,7 @@ def test_approve_in_the_page_and_watch_the_run_complete(
     expect(page.locator("#timeline li[data-type=approval_granted]")).to_contain_text("alice")
     expect(page.locator("#timeline li[data-type=run_completed]")).to_have_count(1)
     expect(page.locator("#run-status")).to_have_text("completed")
-    page.screenshot(path=str(SHOTS / "control-room-run.png"), full_page=True)
+    page.screenshot(path=str(shots / "control-room-run.png"), full_page=True)
     assert Path(os.environ[PAYMENTS_ENV]).read_text() == f"{run['run_id']} acme 900.0\n"
 
 
