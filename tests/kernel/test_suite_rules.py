@@ -11,25 +11,27 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
+FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
 def _skips_without_a_ci_check(path: Path) -> list[str]:
-    """`pytest.skip` calls in a function that never looks at CI, and any other way to skip."""
+    """Skips in a function (or a module-level statement) that never looks at CI, and the
+    markers that skip without asking."""
     tree = ast.parse(path.read_text(), filename=str(path))
-    found: list[str] = []
-    functions = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
-    checked = {  # every node inside a function that looks at CI
+    scopes = [*tree.body, *(n for n in ast.walk(tree) if isinstance(n, FUNCTIONS))]
+    checked = {  # every node inside a scope that looks at CI
         id(node)
-        for fn in functions
-        if any(isinstance(c, ast.Constant) and c.value == "CI" for c in ast.walk(fn))
-        for node in ast.walk(fn)
+        for scope in scopes
+        if any(isinstance(c, ast.Constant) and c.value == "CI" for c in ast.walk(scope))
+        for node in ast.walk(scope)
     }
+    found: list[str] = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Attribute):
             continue
         name = ast.unparse(node)
-        never = name in ("pytest.importorskip", "pytest.mark.skip", "pytest.mark.skipif")
-        if never or (name == "pytest.skip" and id(node) not in checked):
+        never = name in ("pytest.mark.skip", "pytest.mark.skipif")
+        if never or (name in ("pytest.skip", "pytest.importorskip") and id(node) not in checked):
             found.append(f"{path.relative_to(ROOT)}:{node.lineno} {name}")
     return found
 
