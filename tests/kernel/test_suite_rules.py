@@ -4,6 +4,7 @@ invariant mutants that scripts/mutants.py really applies."""
 from __future__ import annotations
 
 import ast
+import importlib.util
 import re
 import subprocess
 import sys
@@ -57,3 +58,17 @@ def test_docs_list_the_invariant_mutants_the_script_applies() -> None:
         re.findall(r"^\| `([a-z-]+)` \|", (ROOT / "docs" / "testing.md").read_text(), re.M)
     )
     assert applied and documented == applied
+
+
+def test_every_invariant_mutant_still_applies_to_todays_code() -> None:
+    """A refactor that moves a guarded line must move its mutant too, or the mutant would
+    silently stop breaking anything."""
+    script = ROOT / "scripts" / "mutants.py"
+    spec = importlib.util.spec_from_file_location("mutants", script)
+    assert spec is not None and spec.loader is not None
+    mutants = importlib.util.module_from_spec(spec)
+    sys.modules["mutants"] = mutants  # dataclasses look their module up while building
+    spec.loader.exec_module(mutants)
+    src = ROOT / "src" / "contextos"
+    stale = [m.name for m in mutants.MUTANTS if (src / m.path).read_text().count(m.old) != 1]
+    assert stale == []
