@@ -10,6 +10,7 @@
     │   ├── EventEncodeError          an event would not read back as written; nothing appended
     │   └── MigrationError            the schema is ahead of this code, or half-applied
     ├── AgentChanged                  resuming a run with an agent whose identity hash differs
+    ├── RunInUse                      driving a run whose lease a live driver holds
     ├── ModelError                    a model call failed (retryable says whether to try again)
     │   ├── ModelTimeout              the provider did not answer in time (after retries)
     │   ├── ModelRateLimited          the provider kept saying 429 / Retry-After too far away
@@ -135,6 +136,23 @@ class MigrationError(StoreError):
 
 class AgentChanged(ContextOSError):
     code = "agent_changed"
+
+
+class RunInUse(ContextOSError):
+    """Another driver (a worker, `contextos run`, a script) holds the run's lease and renews
+    it: driving the run here too would run its steps twice."""
+
+    code = "run_in_use"
+
+    def __init__(self, run_id: str, owner: str, *, detail: str = "") -> None:
+        super().__init__(
+            f"run {run_id} is being driven by {owner}{detail}: wait for it, or stop it "
+            "(Ctrl-C there, or `contextos cancel`)",
+            run_id=run_id,
+            owner=owner,
+        )
+        self.run_id = run_id
+        self.owner = owner
 
 
 class ModelError(ContextOSError):

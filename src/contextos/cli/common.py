@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import os
+import signal
+import socket
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -15,7 +18,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from contextos import ContextOSError, RunResult, RunStatus, Runtime
+from contextos import ContextOSError, RunOwner, RunResult, RunStatus, Runtime
 
 T = TypeVar("T")
 
@@ -73,6 +76,59 @@ def call(store: str | None, work: Callable[[Runtime], Awaitable[T]]) -> T:
         fail(exc)
 
 
+STOPPED_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
+"""Exit codes of `run`/`resume` stopped by a signal (the shell's 128 + signal number): the run
+was handed back, resumable."""
+
+
+def drive(
+    store: str | None, work: Callable[[Runtime], Awaitable[RunResult]], as_json: bool
+) -> None:
+    """Drive a run in this process (`run`, `resume`), holding its lease as its driver.
+
+    SIGINT or SIGTERM stops it cleanly: the step in flight finishes and is recorded, the run
+    is released (resumable), and the command exits 130 or 143. A second signal cuts the step
+    at once; what was recorded stays.
+    """
+    stopped: list[signal.Signals] = []
+
+    async def main() -> RunResult:
+        runtime = Runtime(store, worker_id=f"cli-{socket.gethostname()}-{os.getpid()}")
+        loop = asyncio.get_running_loop()
+
+        def on_signal(sig: signal.Signals) -> None:
+            stopped.append(sig)
+            if len(stopped) == 1:
+                err.print(
+                    f"[yellow]{sig.name}: stopping after the current step[/] "
+                    "[dim](again to stop at once)[/]"
+                )
+            runtime.drain(reason=f"stopped by {sig.name}", at_once=len(stopped) > 1)
+
+        for sig in STOPPED_EXIT:
+            loop.add_signal_handler(sig, on_signal, sig)
+        try:
+            return await work(runtime)
+        finally:
+            for sig in STOPPED_EXIT:
+                loop.remove_signal_handler(sig)
+            await runtime.close()
+
+    try:
+        result = asyncio.run(main())
+    except ContextOSError as exc:
+        fail(exc)
+    if not stopped or result.status.is_terminal:
+        finish(result, as_json)
+        return
+    print_result(result, as_json)
+    err.print(
+        f"[yellow]released after {stopped[0].name}[/], resumable: "
+        f"`contextos resume {result.run_id}`"
+    )
+    raise typer.Exit(code=STOPPED_EXIT[stopped[0]])
+
+
 def jsonable(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {k: jsonable(v) for k, v in dataclasses.asdict(value).items()}
@@ -123,7 +179,8 @@ STATUS_STYLE = {
 }
 
 
-def print_result(result: RunResult, as_json: bool) -> None:
+def print_result(result: RunResult, as_json: bool, *, owner: RunOwner | None = None) -> None:
+    """The result in a few lines; with `owner`, who drives the run now (so not: resume it)."""
     if as_json:
         print_json(result)
         return
@@ -138,7 +195,13 @@ def print_result(result: RunResult, as_json: bool) -> None:
         f"[dim]{result.turns} turns · {u.input_tokens}+{u.output_tokens} tokens · "
         f"${u.cost_usd:.4f}[/]"
     )
-    if result.status is RunStatus.INPUT_REQUIRED:
+    if owner is not None:
+        since = f" since {owner.since:%H:%M:%S} UTC" if owner.since else ""
+        console.print(
+            f"[cyan]live:[/] driven by {owner.describe()}{since}, "
+            f"lease renewed until {owner.expires_at:%H:%M:%S} UTC"
+        )
+    elif result.status is RunStatus.INPUT_REQUIRED:
         console.print("[magenta]waiting for a person:[/] see `contextos inbox`")
     elif not result.status.is_terminal:
         console.print(f"[dim]continue with `contextos resume {result.run_id}`[/]")

@@ -14,6 +14,7 @@ from rich.text import Text
 from contextos import (
     ContextOSError,
     RunNotFound,
+    RunOwner,
     RunResult,
     RunStatus,
     Runtime,
@@ -28,8 +29,8 @@ from contextos.cli.common import (
     app,
     call,
     console,
+    drive,
     fail,
-    finish,
     jsonable,
     print_json,
     print_result,
@@ -57,7 +58,7 @@ def run(
         with nullcontext() if as_json else console.status(f"running {agent.name}…"):
             return await rt.run(agent, input, run_id=run_id, agent_ref=agent_ref)
 
-    finish(call(store, work), as_json)
+    drive(store, work, as_json)
 
 
 @app.command()
@@ -79,7 +80,7 @@ def resume(
         agent = load_agent(agent_ref) if agent_ref else None
         return await rt.resume(run_id, agent, allow_changed_agent=allow_changed_agent)
 
-    finish(call(store, work), as_json)
+    drive(store, work, as_json)
 
 
 @app.command()
@@ -165,14 +166,14 @@ def show(
 ) -> None:
     """Show a run's timeline: every recorded event, in order."""
 
-    async def work(rt: Runtime) -> tuple[RunResult, list[TimelineEntry]]:
-        return await rt.result(run_id), await rt.timeline(run_id)
+    async def work(rt: Runtime) -> tuple[RunResult, list[TimelineEntry], RunOwner | None]:
+        return await rt.result(run_id), await rt.timeline(run_id), await rt.owner(run_id)
 
-    result, entries = call(store, work)
+    result, entries, owner = call(store, work)
     if as_json:
+        shown = {"result": jsonable(result), "owner": jsonable(owner)}
         sys.stdout.write(
-            json.dumps({"result": jsonable(result), "events": [e.data for e in entries]}, indent=2)
-            + "\n"
+            json.dumps({**shown, "events": [e.data for e in entries]}, indent=2) + "\n"
         )
         return
     style = STATUS_STYLE.get(result.status, "")
@@ -198,7 +199,9 @@ def show(
     origin = started_by(entries[0].data.get("metadata") or {})
     if origin:
         console.print(Text(origin, style="dim"))
-    print_result(result, False)
+    if owner is None and entries[-1].type == "run_released":
+        console.print(Text(f"released, resumable: {entries[-1].line}", style="yellow"))
+    print_result(result, False, owner=owner)
 
 
 _MANIFEST = ("type", "id", "source", "version", "trust", "tokens", "why")
