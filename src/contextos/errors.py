@@ -8,7 +8,9 @@
     │   ├── RunIsTerminal             an append to a completed/failed/cancelled/expired run
     │   ├── EventDecodeError          a stored event is corrupt or has an unknown schema version
     │   ├── EventEncodeError          an event would not read back as written; nothing appended
-    │   └── MigrationError            the schema is ahead of this code, or half-applied
+    │   ├── MigrationError            the schema is ahead of this code, or half-applied
+    │   ├── StoreNotFound             a command that only reads named a store that does not exist
+    │   └── StoreUnavailable          the store cannot be used: not a database, unreachable, …
     ├── AgentChanged                  resuming a run with an agent whose identity hash differs
     ├── RunInUse                      driving a run whose lease a live driver holds
     ├── ModelError                    a model call failed (retryable says whether to try again)
@@ -132,6 +134,26 @@ class EventEncodeError(StoreError):
 
 class MigrationError(StoreError):
     code = "migration_error"
+
+
+class StoreNotFound(StoreError):
+    """Reading never creates a store: the one named does not exist (yet)."""
+
+    code = "store_not_found"
+
+    def __init__(self, url: str) -> None:
+        super().__init__(
+            f"no store at {url}: nothing has run there yet (start a run with `contextos run`, "
+            "or name another store with --store or CONTEXTOS_STORE)",
+            url=url,
+        )
+        self.url = url
+
+
+class StoreUnavailable(StoreError):
+    """The store exists but cannot be used; nothing in it was changed."""
+
+    code = "store_unavailable"
 
 
 class AgentChanged(ContextOSError):

@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import socket
+import sqlite3
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -18,7 +19,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from contextos import ContextOSError, RunOwner, RunResult, RunStatus, Runtime
+from contextos import ContextOSError, RunOwner, RunResult, RunStatus, Runtime, open_store
 
 T = TypeVar("T")
 
@@ -37,8 +38,8 @@ StoreOption = Annotated[
     typer.Option(
         "--store",
         envvar="CONTEXTOS_STORE",
-        help="Store URL: sqlite:///path.db, a file path, or postgresql://… "
-        "[default: ./.contextos/contextos.db]",
+        help="Store URL: sqlite:///abs/path.db, sqlite:rel/path.db or a file path, or "
+        "postgresql://… (default: .contextos/contextos.db)",
         show_default=False,
     ),
 ]
@@ -53,27 +54,38 @@ HINTS: dict[str, str] = {
 
 
 def fail(exc: ContextOSError) -> NoReturn:
-    err.print("[bold red]error:[/]", Text(exc.message))
+    # One line however narrow the terminal: people copy it, scripts grep it.
+    err.print("[bold red]error:[/]", Text(exc.message), soft_wrap=True)
     hint = HINTS.get(exc.code)
     if hint:
-        err.print(f"[dim]{hint}[/]")
+        err.print(f"[dim]{hint}[/]", soft_wrap=True)
     raise typer.Exit(code=1)
 
 
-def call(store: str | None, work: Callable[[Runtime], Awaitable[T]]) -> T:
-    """Open a runtime on the store, run `work`, close, and turn our errors into messages."""
+def call(store: str | None, work: Callable[[Runtime], Awaitable[T]], *, create: bool = False) -> T:
+    """Open a runtime on the store, run `work`, close, and turn our errors into messages.
+
+    Only commands that `create` (start runs, add schedules…) may make a store that is missing.
+    """
 
     async def main() -> T:
-        runtime = Runtime(store)
+        runtime = Runtime(open_store(store, create=create))
         try:
             return await work(runtime)
         finally:
             await runtime.close()
 
+    return guarded(lambda: asyncio.run(main()))
+
+
+def guarded(work: Callable[[], T]) -> T:
+    """Run `work`; our errors and a damaged SQLite file become one line, never a traceback."""
     try:
-        return asyncio.run(main())
+        return work()
     except ContextOSError as exc:
         fail(exc)
+    except sqlite3.DatabaseError as exc:  # damage found past the first look at the file
+        fail(ContextOSError(f"the store is damaged ({exc}); name another with --store"))
 
 
 STOPPED_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
@@ -82,7 +94,11 @@ was handed back, resumable."""
 
 
 def drive(
-    store: str | None, work: Callable[[Runtime], Awaitable[RunResult]], as_json: bool
+    store: str | None,
+    work: Callable[[Runtime], Awaitable[RunResult]],
+    as_json: bool,
+    *,
+    create: bool = False,
 ) -> None:
     """Drive a run in this process (`run`, `resume`), holding its lease as its driver.
 
@@ -93,7 +109,10 @@ def drive(
     stopped: list[signal.Signals] = []
 
     async def main() -> RunResult:
-        runtime = Runtime(store, worker_id=f"cli-{socket.gethostname()}-{os.getpid()}")
+        runtime = Runtime(
+            open_store(store, create=create),
+            worker_id=f"cli-{socket.gethostname()}-{os.getpid()}",
+        )
         loop = asyncio.get_running_loop()
 
         def on_signal(sig: signal.Signals) -> None:
@@ -114,10 +133,7 @@ def drive(
                 loop.remove_signal_handler(sig)
             await runtime.close()
 
-    try:
-        result = asyncio.run(main())
-    except ContextOSError as exc:
-        fail(exc)
+    result = guarded(lambda: asyncio.run(main()))
     if not stopped or result.status.is_terminal:
         finish(result, as_json)
         return

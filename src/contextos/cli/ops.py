@@ -151,7 +151,7 @@ def limit(
             await set_limit(rt.store, limit, tenant=tenant, agent=agent)
         return await list_limits(rt.store)
 
-    rows = call(store, work)
+    rows = call(store, work, create=remove or max_running is not None)
     if as_json:
         print_json(rows)
         return
@@ -195,7 +195,7 @@ def schedule_add(
         )
 
     try:
-        added = call(store, work)
+        added = call(store, work, create=True)
     except ValueError:
         fail(ContextOSError(f"unknown catch-up policy {catch_up!r}: use skip or run_once"))
     console.print(f"schedule [bold]{added.name}[/]: next tick {added.next_tick_at.isoformat()}")
@@ -284,7 +284,7 @@ def trigger_add(
             tenant=tenant,
         )
 
-    added = call(store, work)
+    added = call(store, work, create=True)
     console.print(
         f"trigger [bold]{added.name}[/]: starts {added.agent_name}", Text(what_fires(added))
     )

@@ -58,7 +58,7 @@ def run(
         with nullcontext() if as_json else console.status(f"running {agent.name}…"):
             return await rt.run(agent, input, run_id=run_id, agent_ref=agent_ref)
 
-    drive(store, work, as_json)
+    drive(store, work, as_json, create=True)
 
 
 @app.command()
