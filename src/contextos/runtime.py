@@ -271,7 +271,11 @@ class Runtime:
             await self.store.append(rid, [created, *self._bind(rid, context)], expected_seq=0)
         except ConcurrencyConflict:
             if entry.idempotency_key is None:
-                raise
+                raise ConfigError(
+                    f"a run with id {rid} exists already: choose another run id, or continue "
+                    f"that run with `contextos resume {rid}`",
+                    run_id=rid,
+                ) from None
             return rid, None  # a concurrent start with the same key recorded it first
         if lease is None:  # a worker in this process need not wait for its next poll
             wakeup.wake_local(self.store)

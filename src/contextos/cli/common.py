@@ -47,7 +47,6 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of 
 
 HINTS: dict[str, str] = {
     "run_not_found": "List runs with `contextos runs`.",
-    "config_error": "See `contextos --help`.",
     "agent_changed": "Pass --allow-changed-agent to continue under the new definition.",
     "migration_error": "Run `contextos doctor` to check the store.",
 }
