@@ -19,7 +19,15 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from contextos import ContextOSError, RunOwner, RunResult, RunStatus, Runtime, open_store
+from contextos import (
+    ContextOSError,
+    RunOwner,
+    RunResult,
+    RunStatus,
+    Runtime,
+    __version__,
+    open_store,
+)
 
 T = TypeVar("T")
 
@@ -32,6 +40,25 @@ app = typer.Typer(
 )
 console = Console()
 err = Console(stderr=True)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        console.print(f"contextos {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version."
+        ),
+    ] = False,
+) -> None:
+    """ContextOS: run agents durably, inspect them, resume them after a crash."""
+
 
 StoreOption = Annotated[
     str | None,

@@ -103,11 +103,16 @@ def cancel(
     Committed reversible writes are undone by their compensation tools first.
     """
 
-    async def work(rt: Runtime) -> RunResult:
+    async def work(rt: Runtime) -> tuple[RunResult, bool]:
+        before = await rt.result(run_id)
+        if before.status.is_terminal:
+            return before, False
         agent = load_agent(agent_ref) if agent_ref else None
-        return await rt.cancel(run_id, reason=reason, actor="user:cli", agent=agent)
+        return await rt.cancel(run_id, reason=reason, actor="user:cli", agent=agent), True
 
-    result = call(store, work)
+    result, cancelled_here = call(store, work)
+    if not cancelled_here:
+        fail(ContextOSError(f"run {run_id} had already ended ({result.status}): nothing to cancel"))
     print_result(result, as_json)
 
 

@@ -1,0 +1,34 @@
+"""Small promises of the command: a version, and no false success on a run that had ended."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from typer.testing import CliRunner, Result
+
+import contextos
+from contextos.cli import app
+
+ROOT = Path(__file__).resolve().parents[2]
+AGENT = str(ROOT / "tests" / "kernel" / "cli_agent.py") + ":agent"
+
+
+def cli(*args: str) -> Result:
+    return CliRunner().invoke(app, list(args), env={"NO_COLOR": "1", "COLUMNS": "80"})
+
+
+def test_version() -> None:
+    done = cli("--version")
+    assert done.exit_code == 0 and done.stdout.strip() == f"contextos {contextos.__version__}"
+
+
+def test_cancelling_a_run_that_ended_says_so_and_fails(tmp_path: Path) -> None:
+    db = str(tmp_path / "runs.db")
+    assert cli("run", AGENT, "Greet Ada", "--run-id", "run_done", "--store", db).exit_code == 0
+    done = cli("cancel", "run_done", "--store", db)
+    assert done.exit_code == 1
+    assert done.stderr.splitlines() == [
+        "error: run run_done had already ended (completed): nothing to cancel"
+    ]
+    shown = cli("show", "run_done", "--store", db, "--json")
+    assert '"status": "completed"' in shown.stdout
