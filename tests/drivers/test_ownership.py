@@ -207,3 +207,21 @@ async def test_a_lapsed_lease_lets_resume_go_on(backend_url: str, work: Path) ->
         result = await rt.resume(rid)
         assert result.status is RunStatus.COMPLETED
     assert calls(work) == ["start 1", "end 1", "start 2", "end 2"]
+
+
+async def test_follow_prints_each_event_as_it_is_recorded(
+    work: Path, procs: list[subprocess.Popen[str]]
+) -> None:
+    db = work / "runs.db"
+    driver = start_cli("run", AGENT, "two steps", "--follow", "--store", str(db))
+    procs.append(driver)
+    assert driver.stdout is not None
+    seen = []
+    while "slow_step" not in (line := driver.stdout.readline()):  # mid-run, the tool waits
+        assert line, "the run ended before its events were printed"
+        seen.append(line.split()[2] if line.startswith("#") else line)
+    assert seen[:2] == ["run_created", "run_started"] and "model_responded" in line
+    (work / "go").touch()
+    rest, errs = driver.communicate(timeout=60)
+    assert driver.returncode == 0, errs
+    assert "tool_completed slow_step" in rest and "run_completed" in rest

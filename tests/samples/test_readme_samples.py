@@ -1,53 +1,19 @@
-"""The README's samples, taken from the Markdown as they stand (never copied here), run."""
+"""The README's samples, taken from the Markdown as they stand (never copied here), run.
+
+The first agent on the embedded model runs in tests/models/test_quickstart_example.py.
+"""
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-README = ROOT / "README.md"
-
-
-def blocks(language: str, doc: Path = README) -> list[str]:
-    return [m.group(1) for m in re.finditer(rf"```{language}\n(.*?)```", doc.read_text(), re.S)]
-
-
-def run_python(source: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    script = cwd / "sample.py"
-    script.write_text(source)
-    env = {k: v for k, v in os.environ.items() if k not in ("CONTEXTOS_STORE", "CONTEXTOS_MODEL")}
-    return subprocess.run(
-        [sys.executable, str(script)],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-
-
-@pytest.mark.local_model
-def test_the_first_agent_runs_as_written_on_the_local_model(
-    model_path: Path, tmp_path: Path
-) -> None:
-    first = blocks("python")[0]
-    done = run_python(first, tmp_path)
-    assert done.returncode == 0, done.stderr
-    status, _, said = done.stdout.strip().partition(" ")
-    assert status == "completed", done.stdout
-    assert "shipped" in said
-    assert (tmp_path / ".contextos" / "contextos.db").exists()
+from support.markdown import ROOT, code_blocks, run_python
 
 
 def test_the_first_agent_says_why_when_it_fails(tmp_path: Path) -> None:
     """The same sample with a model that never answers the question: it prints the reason."""
-    first = blocks("python")[0]
+    first = code_blocks("python")[0]
     assert 'model="local",' in first
     wrong = "ScriptedModel([reply('It is on its way.')] * 6)"
     source = "from contextos.testing import ScriptedModel, reply\n" + first.replace(

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
-from contextlib import nullcontext
+import uuid
+from collections.abc import Awaitable
+from contextlib import nullcontext, suppress
 from typing import Annotated
 
 import typer
+from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
@@ -30,12 +34,73 @@ from contextos.cli.common import (
     call,
     console,
     drive,
+    err,
     fail,
     jsonable,
     print_json,
     print_result,
 )
 from contextos.workers import started_by
+
+FollowOption = Annotated[
+    bool, typer.Option("--follow", "-f", help="Print each event as it is recorded.")
+]
+
+FOLLOW_POLL_S = 0.2
+"""How often a follower looks for new events."""
+
+
+async def follow(
+    rt: Runtime,
+    run_id: str,
+    *,
+    after_seq: int = 0,
+    until: asyncio.Event | None = None,
+    out: Console = console,
+) -> None:
+    """Print the run's events as they commit, one line each, until `until` is set (its driver
+    stopped) or, without it, until the run ends or waits for a person."""
+    seen = after_seq
+    while True:
+        stopping = until is not None and until.is_set()
+        with suppress(RunNotFound):  # not created yet
+            for e in await rt.timeline(run_id, after_seq=seen):
+                out.print(
+                    f"[dim]#{e.seq} {e.occurred_at:%H:%M:%S}[/] {e.type}",
+                    Text(e.line),
+                    soft_wrap=True,
+                )
+                seen = e.seq
+        if stopping:
+            return
+        if until is None:
+            status = (await rt.result(run_id)).status
+            if status.is_terminal or status is RunStatus.INPUT_REQUIRED:
+                return
+        await asyncio.sleep(FOLLOW_POLL_S)
+
+
+async def following(
+    rt: Runtime,
+    run_id: str,
+    driving: Awaitable[RunResult],
+    *,
+    on: bool,
+    as_json: bool,
+    after_seq: int = 0,
+) -> RunResult:
+    """Drive (`driving`), printing the run's events after `after_seq` as they commit when `on`
+    (on stderr under --json, which keeps stdout one JSON document)."""
+    if not on:
+        return await driving
+    stopped = asyncio.Event()
+    out = err if as_json else console
+    printer = asyncio.create_task(follow(rt, run_id, after_seq=after_seq, until=stopped, out=out))
+    try:
+        return await driving
+    finally:
+        stopped.set()
+        await printer
 
 
 @app.command()
@@ -46,17 +111,24 @@ def run(
     input: Annotated[str, typer.Argument(help="The task for the agent.")],
     store: StoreOption = None,
     run_id: Annotated[str | None, typer.Option(help="Choose the run id.")] = None,
+    follow_events: FollowOption = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Start a run and drive it until it finishes or waits for a person."""
+    """Start a run and drive it until it finishes or waits for a person.
+
+    Example: contextos run examples/quickstart.py:agent "Where is order A-1001?" --follow
+    """
     try:
         agent = load_agent(agent_ref)
     except ContextOSError as exc:
         fail(exc)
 
+    rid = run_id or f"run_{uuid.uuid4().hex[:20]}"
+
     async def work(rt: Runtime) -> RunResult:
         with nullcontext() if as_json else console.status(f"running {agent.name}…"):
-            return await rt.run(agent, input, run_id=run_id, agent_ref=agent_ref)
+            driving = rt.run(agent, input, run_id=rid, agent_ref=agent_ref)
+            return await following(rt, rid, driving, on=follow_events, as_json=as_json)
 
     drive(store, work, as_json, create=True)
 
@@ -72,13 +144,21 @@ def resume(
     allow_changed_agent: Annotated[
         bool, typer.Option(help="Continue even if the agent definition changed.")
     ] = False,
+    follow_events: FollowOption = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Continue a run from its last recorded step (after a crash, a stop, or an answer)."""
+    """Continue a run from its last recorded step (after a crash, a stop, or an answer).
+
+    Refused while another live driver holds the run. Example: contextos resume RUN_ID --follow
+    """
 
     async def work(rt: Runtime) -> RunResult:
         agent = load_agent(agent_ref) if agent_ref else None
-        return await rt.resume(run_id, agent, allow_changed_agent=allow_changed_agent)
+        seen = (await rt.state(run_id)).seq if follow_events else 0
+        driving = rt.resume(run_id, agent, allow_changed_agent=allow_changed_agent)
+        return await following(
+            rt, run_id, driving, on=follow_events, as_json=as_json, after_seq=seen
+        )
 
     drive(store, work, as_json)
 
@@ -167,6 +247,12 @@ def show(
     context: Annotated[
         bool, typer.Option("--context", help="Also show what each model call's context held.")
     ] = False,
+    follow_events: Annotated[
+        bool,
+        typer.Option(
+            "--follow", "-f", help="Then print new events as they are recorded, until it stops."
+        ),
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Show a run's timeline: every recorded event, in order."""
@@ -207,6 +293,8 @@ def show(
     if owner is None and entries[-1].type == "run_released":
         console.print(Text(f"released, resumable: {entries[-1].line}", style="yellow"))
     print_result(result, False, owner=owner)
+    if follow_events and not result.status.is_terminal:
+        call(store, lambda rt: follow(rt, run_id, after_seq=entries[-1].seq))
 
 
 _MANIFEST = ("type", "id", "source", "version", "trust", "tokens", "why")
