@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 from typer.testing import CliRunner, Result
@@ -32,3 +35,20 @@ def test_cancelling_a_run_that_ended_says_so_and_fails(tmp_path: Path) -> None:
     ]
     shown = cli("show", "run_done", "--store", db, "--json")
     assert '"status": "completed"' in shown.stdout
+
+
+def test_the_runs_table_fits_80_columns_without_cutting_an_id(tmp_path: Path) -> None:
+    db = str(tmp_path / "runs.db")
+    rid = "run_0123456789abcdef0123"
+    assert cli("run", AGENT, "Greet Ada", "--run-id", rid, "--store", db).exit_code == 0
+    listed = subprocess.run(
+        [sys.executable, "-m", "contextos", "runs", "--store", db],
+        env={**os.environ, "NO_COLOR": "1", "COLUMNS": "80"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    lines = listed.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert "…" not in listed.stdout
+    assert any(rid in line and "greeter v1" in line and "completed" in line for line in lines)

@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -21,6 +22,7 @@ from contextos import (
     RunOwner,
     RunResult,
     RunStatus,
+    RunSummary,
     Runtime,
     TimelineEntry,
     load_agent,
@@ -213,31 +215,35 @@ def runs(
     if not rows:
         console.print("[dim]no runs yet — start one with `contextos run AGENT_REF INPUT`[/]")
         return
-    table = Table(title=f"runs ({len(rows)})", title_justify="left")
-    # Ids are what people copy into `show` and `resume`: never cut them.
-    table.add_column("id", no_wrap=True, min_width=max(len(r.run_id) for r in rows))
-    for col, justify in (
-        ("agent", "left"),
-        ("status", "left"),
-        ("turns", "right"),
-        ("tokens", "right"),
-        ("cost", "right"),
-        ("age", "right"),
-    ):
-        # Only the agent's name may wrap; numbers and statuses stay whole.
-        table.add_column(col, justify=justify, no_wrap=col != "agent")  # type: ignore[arg-type]
-    for r in rows:
-        style = STATUS_STYLE.get(r.status, "")
-        table.add_row(
-            r.run_id,
-            Text(f"{r.agent_name} v{r.agent_version}"),
-            f"[{style}]{r.status}[/]",
-            str(r.turns),
-            str(r.input_tokens + r.output_tokens),
-            f"${r.cost_usd:.4f}",
-            age(r.updated_at),
-        )
+    # Ids are what people copy into `show` and `resume`: never cut them, nor wrap the agent.
+    # On a narrow terminal the columns that `--json` and `show` also give go first.
+    for dropped in ((), ("tokens", "cost"), ("tokens", "cost", "turns")):
+        table = _runs_table(rows, dropped)
+        unbounded = console.options.update_width(10_000)  # its natural width, not the screen's
+        if Measurement.get(console, unbounded, table).maximum <= console.width:
+            break
     console.print(table)
+
+
+def _runs_table(rows: list[RunSummary], dropped: tuple[str, ...]) -> Table:
+    table = Table(title=f"runs ({len(rows)})", title_justify="left")
+    cells: dict[str, list[str | Text]] = {
+        "id": [r.run_id for r in rows],
+        "agent": [Text(f"{r.agent_name} v{r.agent_version}") for r in rows],
+        "status": [f"[{STATUS_STYLE.get(r.status, '')}]{r.status}[/]" for r in rows],
+        "turns": [str(r.turns) for r in rows],
+        "tokens": [str(r.input_tokens + r.output_tokens) for r in rows],
+        "cost": [f"${r.cost_usd:.4f}" for r in rows],
+        "age": [age(r.updated_at) for r in rows],
+    }
+    shown = [col for col in cells if col not in dropped]
+    for col in shown:
+        justify = "left" if col in ("id", "agent", "status") else "right"
+        width = max(len(r.run_id) for r in rows) if col == "id" else None
+        table.add_column(col, justify=justify, no_wrap=True, min_width=width)  # type: ignore[arg-type]
+    for i in range(len(rows)):
+        table.add_row(*(cells[col][i] for col in shown))
+    return table
 
 
 @app.command()
