@@ -52,3 +52,29 @@ def test_the_runs_table_fits_80_columns_without_cutting_an_id(tmp_path: Path) ->
     assert max(len(line) for line in lines) <= 80
     assert "…" not in listed.stdout
     assert any(rid in line and "greeter v1" in line and "completed" in line for line in lines)
+
+
+def test_serve_without_a_worker_says_runs_will_wait(tmp_path: Path) -> None:
+    serving = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "contextos",
+            "serve",
+            "--port",
+            "0",
+            "--store",
+            str(tmp_path / "r.db"),
+        ],
+        env={**os.environ, "NO_COLOR": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert serving.stderr is not None
+        first = serving.stderr.readline()
+    finally:
+        serving.terminate()
+        serving.wait(timeout=30)
+    assert first.startswith("no worker in this process:") and "--worker" in first

@@ -17,6 +17,7 @@ from contextos.cli.common import (
     app,
     call,
     console,
+    err,
     fail,
     print_json,
 )
@@ -382,6 +383,12 @@ def serve(
             max_body_bytes=max_body_bytes,
             webhook_tolerance_s=webhook_tolerance,
         )
+        if not worker:
+            err.print(
+                "[yellow]no worker in this process:[/] runs started over HTTP wait until a "
+                "`contextos worker` claims them (pass --worker to drive them here)",
+                soft_wrap=True,
+            )
         run_server(config, host=host, port=port, log_level=log_level)
     except ContextOSError as exc:
         fail(exc)
