@@ -385,7 +385,11 @@ class Runtime:
             await task
             await driver.after_run()
         except asyncio.CancelledError:
-            # Cancelled from outside (Ctrl-C in a script): hand the run back, then pass it on.
+            # Cancelled from outside. While draining (a worker's second SIGTERM) the step is
+            # abandoned to the lease; otherwise (Ctrl-C in a script) the run is handed back
+            # before the cancellation goes on.
+            if state.run_id not in self._cancelled and self._draining:
+                raise
             cut_from_outside = state.run_id not in self._cancelled
             if cut_from_outside:
                 task.cancel()
@@ -483,6 +487,8 @@ class Runtime:
             if w.worker_id == entry.lease_owner
         ]
         info = known[0] if known else None
+        if info is not None and info.status is WorkerStatus.STOPPED:
+            return None  # it said it stopped: the lease it left behind drives nothing
         return RunOwner(
             run_id=RunId(run_id),
             worker_id=entry.lease_owner,

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from enum import Enum
+from importlib import metadata
 from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
@@ -25,7 +26,6 @@ from contextos import (
     RunResult,
     RunStatus,
     Runtime,
-    __version__,
     open_store,
 )
 
@@ -44,7 +44,7 @@ err = Console(stderr=True)
 
 def _print_version(value: bool) -> None:
     if value:
-        console.print(f"contextos {__version__}")
+        console.print(f"contextos {metadata.version('contextos')}")
         raise typer.Exit()
 
 
