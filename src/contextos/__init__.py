@@ -8,6 +8,7 @@ from contextos.errors import (
     ContextOSError,
     EventDecodeError,
     ModelError,
+    RunInUse,
     RunIsTerminal,
     RunNotFound,
     Unauthenticated,
@@ -35,6 +36,7 @@ from contextos.runs import PRIORITIES, Budget, FailureReason, RunId, RunStatus
 from contextos.runtime import RunResult, Runtime, run
 from contextos.state import RunState, fold
 from contextos.store import EventStore, RunSummary, open_store
+from contextos.store.queue import RunOwner
 from contextos.telemetry import TimelineEntry, Trace
 from contextos.tools import (
     BaseTool,
@@ -86,8 +88,10 @@ __all__ = [
     "Rule",
     "RunContext",
     "RunId",
+    "RunInUse",
     "RunIsTerminal",
     "RunNotFound",
+    "RunOwner",
     "RunResult",
     "RunState",
     "RunStatus",

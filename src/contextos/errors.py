@@ -8,8 +8,11 @@
     │   ├── RunIsTerminal             an append to a completed/failed/cancelled/expired run
     │   ├── EventDecodeError          a stored event is corrupt or has an unknown schema version
     │   ├── EventEncodeError          an event would not read back as written; nothing appended
-    │   └── MigrationError            the schema is ahead of this code, or half-applied
+    │   ├── MigrationError            the schema is ahead of this code, or half-applied
+    │   ├── StoreNotFound             a command that only reads named a store that does not exist
+    │   └── StoreUnavailable          the store cannot be used: not a database, unreachable, …
     ├── AgentChanged                  resuming a run with an agent whose identity hash differs
+    ├── RunInUse                      driving a run whose lease a live driver holds
     ├── ModelError                    a model call failed (retryable says whether to try again)
     │   ├── ModelTimeout              the provider did not answer in time (after retries)
     │   ├── ModelRateLimited          the provider kept saying 429 / Retry-After too far away
@@ -134,8 +137,45 @@ class MigrationError(StoreError):
     code = "migration_error"
 
 
+class StoreNotFound(StoreError):
+    """Reading never creates a store: the one named does not exist (yet)."""
+
+    code = "store_not_found"
+
+    def __init__(self, url: str) -> None:
+        super().__init__(
+            f"no store at {url}: nothing has run there yet (start a run with `contextos run`, "
+            "or name another store with --store or CONTEXTOS_STORE)",
+            url=url,
+        )
+        self.url = url
+
+
+class StoreUnavailable(StoreError):
+    """The store exists but cannot be used; nothing in it was changed."""
+
+    code = "store_unavailable"
+
+
 class AgentChanged(ContextOSError):
     code = "agent_changed"
+
+
+class RunInUse(ContextOSError):
+    """Another driver (a worker, `contextos run`, a script) holds the run's lease and renews
+    it: driving the run here too would run its steps twice."""
+
+    code = "run_in_use"
+
+    def __init__(self, run_id: str, owner: str, *, detail: str = "") -> None:
+        super().__init__(
+            f"run {run_id} is being driven by {owner}{detail}: wait for it, or stop it "
+            "(Ctrl-C there, or `contextos cancel`)",
+            run_id=run_id,
+            owner=owner,
+        )
+        self.run_id = run_id
+        self.owner = owner
 
 
 class ModelError(ContextOSError):

@@ -22,6 +22,7 @@ from contextos.errors import (
     AgentChanged,
     ConcurrencyConflict,
     ConfigError,
+    RunInUse,
     RunIsTerminal,
     RunNotFound,
 )
@@ -40,7 +41,14 @@ from contextos.runs import FailureReason, RunId, RunStatus, check_priority
 from contextos.state import RunState, apply
 from contextos.store import EventStore, RunSummary, open_store, wakeup
 from contextos.store.base import load_state
-from contextos.store.queue import Lease, QueueEntry, queue_of
+from contextos.store.queue import (
+    Lease,
+    QueueEntry,
+    RunOwner,
+    WorkerInfo,
+    WorkerStatus,
+    queue_of,
+)
 from contextos.telemetry import TimelineEntry, Trace, live_traces, timeline, trace_of
 from contextos.tools.gateway import Gateway
 
@@ -108,6 +116,7 @@ class Runtime:
         lease_s: float = 30.0,
         tracer_provider: Any = None,
         capture_content: bool | None = None,
+        register: bool = True,
     ) -> None:
         self.store: EventStore = store if isinstance(store, EventStore) else open_store(store)
         self.authority: Authority | None = _authority_from(policy)
@@ -128,6 +137,11 @@ class Runtime:
         self._renewed_at: dict[RunId, float] = {}
         self._keeper: asyncio.Task[None] | None = None
         self._draining = False
+        self._drain_reason = "the worker is shutting down"
+        self._register = register
+        """Whether to enter itself in the worker registry while it drives runs (a Worker
+        enters itself), so that others see who drives them."""
+        self._announced = False
         self._traces = live_traces(tracer_provider, capture_content)
         """Spans of runs as their events commit (`tracer_provider`, or OTEL_EXPORTER_OTLP_*);
         message content only with `capture_content` or CONTEXTOS_OTEL_CAPTURE_CONTENT."""
@@ -139,6 +153,7 @@ class Runtime:
         await self.close()
 
     async def close(self) -> None:
+        await self._withdraw()
         if self._watcher is not None:
             self._watcher.cancel()
         if self._keeper is not None:
@@ -205,6 +220,7 @@ class Runtime:
         entry: QueueEntry,
         hold: bool = False,
         context: RunContext | None = None,
+        announce: bool = False,
     ) -> tuple[RunId, Lease | None]:
         """Queue the run, then record RunCreated; with `hold`, leased to this runtime.
 
@@ -215,6 +231,8 @@ class Runtime:
         lease: Lease | None = None
         queue = queue_of(self.store)
         if queue is not None:
+            if announce:  # before the lease exists: its holder is always known
+                await self._announce()
             entry = QueueEntry(
                 run_id=rid,
                 priority=entry.priority,
@@ -253,7 +271,11 @@ class Runtime:
             await self.store.append(rid, [created, *self._bind(rid, context)], expected_seq=0)
         except ConcurrencyConflict:
             if entry.idempotency_key is None:
-                raise
+                raise ConfigError(
+                    f"a run with id {rid} exists already: choose another run id, or continue "
+                    f"that run with `contextos resume {rid}`",
+                    run_id=rid,
+                ) from None
             return rid, None  # a concurrent start with the same key recorded it first
         if lease is None:  # a worker in this process need not wait for its next poll
             wakeup.wake_local(self.store)
@@ -283,6 +305,7 @@ class Runtime:
             ),
             hold=True,
             context=bound,
+            announce=True,
         )
         return await self.resume(rid, agent, lease=lease)
 
@@ -329,9 +352,8 @@ class Runtime:
                 "change explicitly",
                 run_id=run_id,
             )
-        queue = queue_of(self.store)
-        if lease is None and queue is not None:
-            lease = await queue.acquire(state.run_id, self.worker_id, lease_s=self.lease_s)
+        if lease is None and queue_of(self.store) is not None:
+            lease = await self._take(state.run_id)
             for event in await self.store.read(state.run_id, after_seq=state.seq):
                 apply(state, event)
         return await self._drive(state, agent, lease)
@@ -358,12 +380,20 @@ class Runtime:
                 self._keeper = asyncio.create_task(self._keep_leases())
         if self._watcher is None or self._watcher.done():
             self._watcher = asyncio.create_task(self._watch_for_cancel())
+        cut_from_outside = False
         try:
             await task
             await driver.after_run()
         except asyncio.CancelledError:
-            if state.run_id not in self._cancelled:
-                raise  # we were cancelled from outside: pass it on
+            # Cancelled from outside. While draining (a worker's second SIGTERM) the step is
+            # abandoned to the lease; otherwise (Ctrl-C in a script) the run is handed back
+            # before the cancellation goes on.
+            if state.run_id not in self._cancelled and self._draining:
+                raise
+            cut_from_outside = state.run_id not in self._cancelled
+            if cut_from_outside:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         except (ConcurrencyConflict, RunIsTerminal):
             pass  # another writer moved the run on (a cancel, another worker); we stop here
         finally:
@@ -372,9 +402,16 @@ class Runtime:
             held = self._leases.pop(state.run_id, None)
             self._renewed_at.pop(state.run_id, None)
         if held is not None:  # still ours (a lost lease is not ours to give back)
-            if driver.stop_requested and driver.state.status is RunStatus.RUNNING:
-                await self._hand_back(driver.state, "the worker is shutting down")
+            if driver.state.status is RunStatus.RUNNING and (
+                driver.stop_requested or cut_from_outside
+            ):
+                reason = self._drain_reason if driver.stop_requested else "interrupted"
+                await self._hand_back(driver.state, reason)
             await self._release(held)
+        if not self._leases:
+            await self._withdraw()
+        if cut_from_outside:
+            raise asyncio.CancelledError
         # The driver's state is the log up to its seq; fold in whatever others added since.
         for event in await self.store.read(state.run_id, after_seq=driver.state.seq):
             apply(driver.state, event)
@@ -393,6 +430,9 @@ class Runtime:
         assert queue is not None
         while self._leases:
             await asyncio.sleep(self.lease_s / 3)
+            if self._announced:
+                with contextlib.suppress(Exception):  # the lease renewals below decide
+                    await queue.worker_heartbeat(self.worker_id, WorkerStatus.RUNNING)
             for run_id, lease in list(self._leases.items()):
                 try:
                     renewed = await queue.renew(lease, lease_s=self.lease_s)
@@ -412,6 +452,72 @@ class Runtime:
                 if inflight is not None and not inflight[1].done():
                     self._cancelled.add(run_id)
                     inflight[1].cancel()
+
+    async def _take(self, run_id: RunId) -> Lease:
+        """The run's lease for an explicit resume; RunInUse while a live driver holds it.
+
+        A holder is gone when its lease expired, or when it ran on this machine and its
+        process no longer exists (a `kill -9` seen from the same host needs no waiting).
+        """
+        queue = queue_of(self.store)
+        assert queue is not None
+        await self._announce()
+        lease = await queue.take(run_id, self.worker_id, lease_s=self.lease_s)
+        if lease is not None:
+            return lease
+        owner = await self.owner(run_id)
+        if owner is None or _process_gone(owner):
+            return await queue.acquire(run_id, self.worker_id, lease_s=self.lease_s)
+        since = f" since {owner.since:%H:%M:%S} UTC" if owner.since else ""
+        raise RunInUse(run_id, owner.describe(), detail=since)
+
+    async def owner(self, run_id: str) -> RunOwner | None:
+        """Who drives the run now (the holder of its live lease), or None: nobody does."""
+        queue = queue_of(self.store)
+        if queue is None:
+            return None
+        entry = await queue.queue_entry(RunId(run_id))
+        if entry is None or entry.lease_owner is None or entry.lease_expires_at is None:
+            return None
+        if entry.lease_expires_at <= utcnow():
+            return None
+        known = [
+            w
+            for w in await queue.list_workers(live_within_s=None)
+            if w.worker_id == entry.lease_owner
+        ]
+        info = known[0] if known else None
+        if info is not None and info.status is WorkerStatus.STOPPED:
+            return None  # it said it stopped: the lease it left behind drives nothing
+        return RunOwner(
+            run_id=RunId(run_id),
+            worker_id=entry.lease_owner,
+            expires_at=entry.lease_expires_at,
+            host=info.host if info else None,
+            pid=info.pid if info else None,
+            since=info.started_at if info else None,
+        )
+
+    async def _announce(self) -> None:
+        """Enter this runtime in the worker registry (once), as a driver of one run at a time."""
+        queue = queue_of(self.store)
+        if not self._register or self._announced or queue is None:
+            return
+        await queue.register_worker(
+            WorkerInfo(
+                worker_id=self.worker_id, host=socket.gethostname(), pid=os.getpid(), concurrency=1
+            )
+        )
+        self._announced = True
+
+    async def _withdraw(self) -> None:
+        """Mark this runtime stopped in the registry, if it entered itself."""
+        queue = queue_of(self.store)
+        if not self._announced or queue is None:
+            return
+        self._announced = False
+        with contextlib.suppress(Exception):  # a stale entry ages out of the live list anyway
+            await queue.worker_heartbeat(self.worker_id, WorkerStatus.STOPPED)
 
     async def _release(self, lease: Lease, **kwargs: Any) -> None:
         queue = queue_of(self.store)
@@ -448,11 +554,20 @@ class Runtime:
             await self._hand_back(state, reason)
         await self._release(lease, not_before=not_before, failed=failed)
 
-    def drain(self) -> None:
-        """Let every run in flight finish its current step, then hand it back to the queue."""
+    def drain(self, *, reason: str = "the worker is shutting down", at_once: bool = False) -> None:
+        """Let every run in flight finish its current step, then hand it back to the queue
+        (recorded as released with `reason`, resumable).
+
+        `at_once` cuts the step in flight instead: what it recorded stays, a tool call it had
+        dispatched is settled when the run resumes, as after a crash.
+        """
         self._draining = True
-        for driver, _ in self._inflight.values():
+        self._drain_reason = reason
+        for run_id, (driver, task) in self._inflight.items():
             driver.stop_requested = True
+            if at_once and not task.done():
+                self._cancelled.add(run_id)
+                task.cancel()
 
     @property
     def in_flight(self) -> int:
@@ -513,7 +628,7 @@ class Runtime:
                 if self._traces is not None:
                     await self._traces.committed(self.store, rid, [event])
                 if isinstance(event, ev.RunEnding) and state.status is not RunStatus.RUNNING:
-                    with contextlib.suppress(ConfigError, AgentChanged):
+                    with contextlib.suppress(ConfigError, AgentChanged, RunInUse):
                         # without its agent it stays ending; the next resume settles it
                         return await self.resume(rid, agent)
                 break
@@ -647,6 +762,19 @@ def _authority_from(
     if policy is None and os.environ.get("CONTEXTOS_POLICY"):
         return Authority()
     return None
+
+
+def _process_gone(owner: RunOwner) -> bool:
+    """Whether the owner's process is known to have ended: it ran here and its pid is free."""
+    if owner.pid is None or owner.host != socket.gethostname():
+        return False
+    try:
+        os.kill(owner.pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False  # someone else's live process
+    return False
 
 
 def run(agent: Agent, input: str, *, store: EventStore | str | None = None) -> RunResult:

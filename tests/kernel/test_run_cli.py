@@ -79,6 +79,7 @@ def test_store_from_the_environment(tmp_path: Path) -> None:
 
 def test_clear_errors(tmp_path: Path) -> None:
     db = tmp_path / "runs.db"
+    assert cli("run", AGENT, "Greet Ada", store=db).returncode == 0  # the store exists
     unknown = cli("show", "run_nope", store=db)
     assert unknown.returncode == 1
     assert "no run with id 'run_nope'" in unknown.stderr and "contextos runs" in unknown.stderr

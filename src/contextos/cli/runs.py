@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
-from contextlib import nullcontext
+import uuid
+from collections.abc import Awaitable
+from contextlib import nullcontext, suppress
 from typing import Annotated
 
 import typer
+from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
 from contextos import (
     ContextOSError,
     RunNotFound,
+    RunOwner,
     RunResult,
     RunStatus,
+    RunSummary,
     Runtime,
     TimelineEntry,
     load_agent,
@@ -28,13 +35,74 @@ from contextos.cli.common import (
     app,
     call,
     console,
+    drive,
+    err,
     fail,
-    finish,
     jsonable,
     print_json,
     print_result,
 )
 from contextos.workers import started_by
+
+FollowOption = Annotated[
+    bool, typer.Option("--follow", "-f", help="Print each event as it is recorded.")
+]
+
+FOLLOW_POLL_S = 0.2
+"""How often a follower looks for new events."""
+
+
+async def follow(
+    rt: Runtime,
+    run_id: str,
+    *,
+    after_seq: int = 0,
+    until: asyncio.Event | None = None,
+    out: Console = console,
+) -> None:
+    """Print the run's events as they commit, one line each, until `until` is set (its driver
+    stopped) or, without it, until the run ends or waits for a person."""
+    seen = after_seq
+    while True:
+        stopping = until is not None and until.is_set()
+        with suppress(RunNotFound):  # not created yet
+            for e in await rt.timeline(run_id, after_seq=seen):
+                out.print(
+                    f"[dim]#{e.seq} {e.occurred_at:%H:%M:%S}[/] {e.type}",
+                    Text(e.line),
+                    soft_wrap=True,
+                )
+                seen = e.seq
+        if stopping:
+            return
+        if until is None:
+            status = (await rt.result(run_id)).status
+            if status.is_terminal or status is RunStatus.INPUT_REQUIRED:
+                return
+        await asyncio.sleep(FOLLOW_POLL_S)
+
+
+async def following(
+    rt: Runtime,
+    run_id: str,
+    driving: Awaitable[RunResult],
+    *,
+    on: bool,
+    as_json: bool,
+    after_seq: int = 0,
+) -> RunResult:
+    """Drive (`driving`), printing the run's events after `after_seq` as they commit when `on`
+    (on stderr under --json, which keeps stdout one JSON document)."""
+    if not on:
+        return await driving
+    stopped = asyncio.Event()
+    out = err if as_json else console
+    printer = asyncio.create_task(follow(rt, run_id, after_seq=after_seq, until=stopped, out=out))
+    try:
+        return await driving
+    finally:
+        stopped.set()
+        await printer
 
 
 @app.command()
@@ -45,19 +113,26 @@ def run(
     input: Annotated[str, typer.Argument(help="The task for the agent.")],
     store: StoreOption = None,
     run_id: Annotated[str | None, typer.Option(help="Choose the run id.")] = None,
+    follow_events: FollowOption = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Start a run and drive it until it finishes or waits for a person."""
+    """Start a run and drive it until it finishes or waits for a person.
+
+    Example: contextos run examples/quickstart.py:agent "Where is order A-1001?" --follow
+    """
     try:
         agent = load_agent(agent_ref)
     except ContextOSError as exc:
         fail(exc)
 
+    rid = run_id or f"run_{uuid.uuid4().hex[:20]}"
+
     async def work(rt: Runtime) -> RunResult:
         with nullcontext() if as_json else console.status(f"running {agent.name}…"):
-            return await rt.run(agent, input, run_id=run_id, agent_ref=agent_ref)
+            driving = rt.run(agent, input, run_id=rid, agent_ref=agent_ref)
+            return await following(rt, rid, driving, on=follow_events, as_json=as_json)
 
-    finish(call(store, work), as_json)
+    drive(store, work, as_json, create=True)
 
 
 @app.command()
@@ -71,15 +146,23 @@ def resume(
     allow_changed_agent: Annotated[
         bool, typer.Option(help="Continue even if the agent definition changed.")
     ] = False,
+    follow_events: FollowOption = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Continue a run from its last recorded step (after a crash, a stop, or an answer)."""
+    """Continue a run from its last recorded step (after a crash, a stop, or an answer).
+
+    Refused while another live driver holds the run. Example: contextos resume RUN_ID --follow
+    """
 
     async def work(rt: Runtime) -> RunResult:
         agent = load_agent(agent_ref) if agent_ref else None
-        return await rt.resume(run_id, agent, allow_changed_agent=allow_changed_agent)
+        seen = (await rt.state(run_id)).seq if follow_events else 0
+        driving = rt.resume(run_id, agent, allow_changed_agent=allow_changed_agent)
+        return await following(
+            rt, run_id, driving, on=follow_events, as_json=as_json, after_seq=seen
+        )
 
-    finish(call(store, work), as_json)
+    drive(store, work, as_json)
 
 
 @app.command()
@@ -102,11 +185,16 @@ def cancel(
     Committed reversible writes are undone by their compensation tools first.
     """
 
-    async def work(rt: Runtime) -> RunResult:
+    async def work(rt: Runtime) -> tuple[RunResult, bool]:
+        before = await rt.result(run_id)
+        if before.status.is_terminal:
+            return before, False
         agent = load_agent(agent_ref) if agent_ref else None
-        return await rt.cancel(run_id, reason=reason, actor="user:cli", agent=agent)
+        return await rt.cancel(run_id, reason=reason, actor="user:cli", agent=agent), True
 
-    result = call(store, work)
+    result, cancelled_here = call(store, work)
+    if not cancelled_here:
+        fail(ContextOSError(f"run {run_id} had already ended ({result.status}): nothing to cancel"))
     print_result(result, as_json)
 
 
@@ -127,31 +215,35 @@ def runs(
     if not rows:
         console.print("[dim]no runs yet — start one with `contextos run AGENT_REF INPUT`[/]")
         return
-    table = Table(title=f"runs ({len(rows)})", title_justify="left")
-    # Ids are what people copy into `show` and `resume`: never cut them.
-    table.add_column("id", no_wrap=True, min_width=max(len(r.run_id) for r in rows))
-    for col, justify in (
-        ("agent", "left"),
-        ("status", "left"),
-        ("turns", "right"),
-        ("tokens", "right"),
-        ("cost", "right"),
-        ("age", "right"),
-    ):
-        # Only the agent's name may wrap; numbers and statuses stay whole.
-        table.add_column(col, justify=justify, no_wrap=col != "agent")  # type: ignore[arg-type]
-    for r in rows:
-        style = STATUS_STYLE.get(r.status, "")
-        table.add_row(
-            r.run_id,
-            Text(f"{r.agent_name} v{r.agent_version}"),
-            f"[{style}]{r.status}[/]",
-            str(r.turns),
-            str(r.input_tokens + r.output_tokens),
-            f"${r.cost_usd:.4f}",
-            age(r.updated_at),
-        )
+    # Ids are what people copy into `show` and `resume`: never cut them, nor wrap the agent.
+    # On a narrow terminal the columns that `--json` and `show` also give go first.
+    for dropped in ((), ("tokens", "cost"), ("tokens", "cost", "turns")):
+        table = _runs_table(rows, dropped)
+        unbounded = console.options.update_width(10_000)  # its natural width, not the screen's
+        if Measurement.get(console, unbounded, table).maximum <= console.width:
+            break
     console.print(table)
+
+
+def _runs_table(rows: list[RunSummary], dropped: tuple[str, ...]) -> Table:
+    table = Table(title=f"runs ({len(rows)})", title_justify="left")
+    cells: dict[str, list[str | Text]] = {
+        "id": [r.run_id for r in rows],
+        "agent": [Text(f"{r.agent_name} v{r.agent_version}") for r in rows],
+        "status": [f"[{STATUS_STYLE.get(r.status, '')}]{r.status}[/]" for r in rows],
+        "turns": [str(r.turns) for r in rows],
+        "tokens": [str(r.input_tokens + r.output_tokens) for r in rows],
+        "cost": [f"${r.cost_usd:.4f}" for r in rows],
+        "age": [age(r.updated_at) for r in rows],
+    }
+    shown = [col for col in cells if col not in dropped]
+    for col in shown:
+        justify = "left" if col in ("id", "agent", "status") else "right"
+        width = max(len(r.run_id) for r in rows) if col == "id" else None
+        table.add_column(col, justify=justify, no_wrap=True, min_width=width)  # type: ignore[arg-type]
+    for i in range(len(rows)):
+        table.add_row(*(cells[col][i] for col in shown))
+    return table
 
 
 @app.command()
@@ -161,18 +253,24 @@ def show(
     context: Annotated[
         bool, typer.Option("--context", help="Also show what each model call's context held.")
     ] = False,
+    follow_events: Annotated[
+        bool,
+        typer.Option(
+            "--follow", "-f", help="Then print new events as they are recorded, until it stops."
+        ),
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Show a run's timeline: every recorded event, in order."""
 
-    async def work(rt: Runtime) -> tuple[RunResult, list[TimelineEntry]]:
-        return await rt.result(run_id), await rt.timeline(run_id)
+    async def work(rt: Runtime) -> tuple[RunResult, list[TimelineEntry], RunOwner | None]:
+        return await rt.result(run_id), await rt.timeline(run_id), await rt.owner(run_id)
 
-    result, entries = call(store, work)
+    result, entries, owner = call(store, work)
     if as_json:
+        shown = {"result": jsonable(result), "owner": jsonable(owner)}
         sys.stdout.write(
-            json.dumps({"result": jsonable(result), "events": [e.data for e in entries]}, indent=2)
-            + "\n"
+            json.dumps({**shown, "events": [e.data for e in entries]}, indent=2) + "\n"
         )
         return
     style = STATUS_STYLE.get(result.status, "")
@@ -198,7 +296,11 @@ def show(
     origin = started_by(entries[0].data.get("metadata") or {})
     if origin:
         console.print(Text(origin, style="dim"))
-    print_result(result, False)
+    if owner is None and entries[-1].type == "run_released":
+        console.print(Text(f"released, resumable: {entries[-1].line}", style="yellow"))
+    print_result(result, False, owner=owner)
+    if follow_events and not result.status.is_terminal:
+        call(store, lambda rt: follow(rt, run_id, after_seq=entries[-1].seq))
 
 
 _MANIFEST = ("type", "id", "source", "version", "trust", "tokens", "why")

@@ -26,6 +26,8 @@ from contextos.errors import (
     RunIsTerminal,
     RunNotFound,
     StoreError,
+    StoreNotFound,
+    StoreUnavailable,
 )
 from contextos.runs import TERMINAL, RunId, RunStatus
 from contextos.store import snapshots
@@ -119,8 +121,12 @@ class PostgresStore(PostgresQueue, SqlTokens, snapshots.Snapshotting):
         min_size: int = 1,
         max_size: int = 10,
         connect_timeout_s: float = 10.0,
+        create: bool = True,
     ) -> None:
         self.url = url
+        self._create = create
+        """Whether first use may create the schema (False: a store that was never set up here
+        raises StoreNotFound, for commands that only read)."""
         self._min_size = min_size
         self._max_size = max_size
         self._connect_timeout_s = connect_timeout_s
@@ -141,6 +147,7 @@ class PostgresStore(PostgresQueue, SqlTokens, snapshots.Snapshotting):
             self._opening = asyncio.Lock()
         async with self._opening:
             if self._pool is None:
+                await self._check_reachable()
                 pool = AsyncConnectionPool(
                     self.url,
                     min_size=self._min_size,
@@ -166,6 +173,30 @@ class PostgresStore(PostgresQueue, SqlTokens, snapshots.Snapshotting):
                     raise
                 self._pool = pool
         return self._pool
+
+    async def _connect_once(self) -> psycopg.AsyncConnection[Any]:
+        """One connection of its own; StoreUnavailable at once when the server cannot be
+        reached (the pool would retry, and log every retry, until its timeout)."""
+        try:
+            return await psycopg.AsyncConnection.connect(
+                self.url, connect_timeout=max(1, int(self._connect_timeout_s))
+            )
+        except psycopg.OperationalError as exc:
+            reason = " ".join(line.strip() for line in str(exc).splitlines()) or "no answer"
+            raise StoreUnavailable(
+                f"cannot connect to PostgreSQL at {redact(self.url)}: {reason}; check that the "
+                "server runs and the URL (--store or CONTEXTOS_STORE)",
+                url=redact(self.url),
+            ) from exc
+
+    async def _check_reachable(self) -> None:
+        """Fail fast on a server that is not there, or (not creating) a schema never set up."""
+        conn = await self._connect_once()
+        try:
+            if not self._create and await schema_version(conn) == 0:
+                raise StoreNotFound(redact(self.url))
+        finally:
+            await conn.close()
 
     @asynccontextmanager
     async def _conn(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
@@ -348,15 +379,7 @@ class PostgresStore(PostgresQueue, SqlTokens, snapshots.Snapshotting):
         It uses a connection of its own in a read-only transaction, so it neither opens the
         pool (which would migrate) nor can write.
         """
-        try:
-            conn = await psycopg.AsyncConnection.connect(
-                self.url, connect_timeout=int(self._connect_timeout_s)
-            )
-        except psycopg.OperationalError as exc:
-            raise StoreError(
-                f"cannot connect to PostgreSQL at {redact(self.url)}: {exc}",
-                url=redact(self.url),
-            ) from exc
+        conn = await self._connect_once()
         try:
             await conn.execute("SET TRANSACTION READ ONLY")
             current = await schema_version(conn)

@@ -27,6 +27,8 @@ from contextos.errors import (
     MigrationError,
     RunIsTerminal,
     RunNotFound,
+    StoreNotFound,
+    StoreUnavailable,
 )
 from contextos.runs import TERMINAL, RunId, RunStatus
 from contextos.store import snapshots
@@ -81,9 +83,13 @@ class _Job:
 class SqliteStore(SqliteQueue, SqlTokens, snapshots.Snapshotting):
     """EventStore on a SQLite file."""
 
-    def __init__(self, path: str | Path, *, busy_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, path: str | Path, *, busy_timeout_s: float = 30.0, create: bool = True
+    ) -> None:
         self.path = Path(path)
-        self.url = f"sqlite:///{self.path}"
+        self.url = sqlite_url(self.path)
+        self._create = create
+        """Whether first use may create the file (False: StoreNotFound, for reading)."""
         self._busy_timeout_s = busy_timeout_s
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="contextos-sqlite")
         self._conn: sqlite3.Connection | None = None
@@ -100,17 +106,37 @@ class SqliteStore(SqliteQueue, SqlTokens, snapshots.Snapshotting):
 
     def _connect(self) -> sqlite3.Connection:
         if self._conn is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if not self._create and not self.path.exists():
+                raise StoreNotFound(self.url)
+            if self.path.is_dir():
+                raise StoreUnavailable(
+                    f"the store {self.url} is a directory: name a database file in it "
+                    "(--store or CONTEXTOS_STORE)",
+                    url=self.url,
+                )
+            if self._create:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(
                 self.path,
                 timeout=self._busy_timeout_s,
                 isolation_level=None,  # we issue BEGIN IMMEDIATE ourselves
                 check_same_thread=False,
             )
-            _enable_wal(conn, self._busy_timeout_s)
-            conn.execute("PRAGMA synchronous=FULL")
-            conn.execute(f"PRAGMA busy_timeout={int(self._busy_timeout_s * 1000)}")
-            migrate(conn)
+            try:
+                _enable_wal(conn, self._busy_timeout_s)
+                conn.execute("PRAGMA synchronous=FULL")
+                conn.execute(f"PRAGMA busy_timeout={int(self._busy_timeout_s * 1000)}")
+                migrate(conn)
+            except sqlite3.Error as exc:
+                conn.close()
+                raise StoreUnavailable(
+                    f"the store {self.url} cannot be used ({exc}); nothing in it was changed: "
+                    "is it a ContextOS database? Name another with --store",
+                    url=self.url,
+                ) from exc
+            except BaseException:
+                conn.close()
+                raise
             # On the loop's thread a locked database must fail at once, never block the loop;
             # `_patiently` restores the timeout on the store's thread.
             conn.execute("PRAGMA busy_timeout=0")
@@ -619,6 +645,11 @@ def _summary(row: tuple[object, ...]) -> RunSummary:
         output_tokens=int(tout),  # type: ignore[call-overload]
         cost_usd=float(cost),  # type: ignore[arg-type]
     )
+
+
+def sqlite_url(path: Path) -> str:
+    """The URL naming a SQLite file: `sqlite:///abs/path.db`, or `sqlite:relative/path.db`."""
+    return f"sqlite://{path}" if path.is_absolute() else f"sqlite:{path}"
 
 
 def schema_version(conn: sqlite3.Connection) -> int:

@@ -115,7 +115,11 @@ class Worker:
         # The policy decides the runs' tool calls: None reads $CONTEXTOS_POLICY, like every
         # process that drives runs must.
         self.runtime = Runtime(
-            store, worker_id=worker_id, lease_s=self.config.lease_s, policy=policy
+            store,
+            worker_id=worker_id,
+            lease_s=self.config.lease_s,
+            policy=policy,
+            register=False,  # the worker enters itself, with its concurrency
         )
         self.worker_id = self.runtime.worker_id
         queue = queue_of(self.runtime.store)
