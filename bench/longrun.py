@@ -224,8 +224,8 @@ def bench(plan: str, where: Path, report: Any) -> None:
         f"One long run holds its conversation in memory: its text is {history_kb:,.0f} kB per "
         f"1,000 turns here, and the process grows {per_turn:,.0f} kB per 1,000 turns "
         f"({per_turn / history_kb:.1f}× the text). The largest sites of that growth, by the "
-        f"line of ContextOS that allocated it (tracemalloc over turns {sites['from']:,}–{sites['to']:,} "
-        "of a separate run):\n\n"
+        "line of ContextOS that allocated it (tracemalloc over turns "
+        f"{sites['from']:,}–{sites['to']:,} of a separate run):\n\n"
         + table(
             ["allocated in", "kB per 1,000 turns"],
             [[f"`{where}`", f"{kb:,.0f}"] for where, kb in sites["sites"]],
