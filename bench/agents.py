@@ -29,19 +29,24 @@ class Script:
 
     `contextos.testing.ScriptedModel` records every request, which is right for tests and
     wrong for a process measured over 10,000 runs. `on_turn` (if given) is called with each
-    request's turn number, which is how a long run samples its own memory.
+    request's turn number, which is how a long run samples its own memory; with `keep_last`
+    it keeps the latest request, to check what the model was shown.
     """
 
     name = "scripted"
 
     def __init__(
-        self, steps: Sequence[ModelResponse], on_turn: Callable[[int], None] | None = None
+        self,
+        steps: Sequence[ModelResponse],
+        *,
+        on_turn: Callable[[int], None] | None = None,
+        keep_last: bool = False,
     ) -> None:
         self.steps = list(steps)
         self.on_turn = on_turn
+        self.keep_last = keep_last
         self.last: ModelRequest | None = None
         """The latest request (only with `keep_last`)."""
-        self.keep_last = False
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         if self.on_turn is not None:

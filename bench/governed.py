@@ -28,11 +28,11 @@ KEEP_TOKENS = 500
 EDGE = 10
 """Turns at each end of the run whose median turn shows how a turn's cost grows with the run."""
 EMAIL = "jo.bloggs@example.com"
-MESSAGE = (
+_NOTE = (
     f"Customer {EMAIL} paid with card 4111 1111 1111 1111 from 203.0.113.7; "
     "please confirm the refund of order A-1001 and keep this note on file. "
 )
-MESSAGE = (MESSAGE * 2)[:200]
+MESSAGE = (_NOTE * 2)[:200]
 """The 200-character text the model sends to `echo`, with an e-mail, a card and an address."""
 SUMMARY = "Summary: the customer asked to confirm a refund; each echo returned the note."
 
@@ -80,8 +80,7 @@ def _governed_agent(turns: int) -> Any:
         return text
 
     steps = [call_tool("echo", {"text": MESSAGE}) for _ in range(turns)]
-    model = Script([*steps, reply("done")], on_turn=lambda _: STAMPS.append(now()))
-    model.keep_last = True
+    model = Script([*steps, reply("done")], on_turn=lambda _: STAMPS.append(now()), keep_last=True)
     return Agent(
         name="bench-governed",
         model=model,
