@@ -413,6 +413,10 @@ def _bench(plan: str, server: str, pg_dir: str | None, report: Any, log: Any) ->
         values = [x[key] for x in results[(system, workers)] if x[key] is not None]
         return median(values) if values else float("nan")
 
+    def spread_of(system: str, workers: int) -> str:
+        values = [x["runs_per_s"] for x in results[(system, workers)]]
+        return f"{min(values):,.1f}–{max(values):,.1f}"
+
     def cpu(system: str, workers: int) -> str:
         parts = [med(system, workers, f"{k}_cpu_ms_per_run") for k in ("worker", "server")]
         parts.append(med(system, workers, "client_cpu_ms_per_run"))
@@ -496,6 +500,22 @@ def _bench(plan: str, server: str, pg_dir: str | None, report: Any, log: Any) ->
     )
     if speedup < 3.2:
         report.add(_why_not_linear(speedup, busy, cores, lambda k: med("contextos", 4, k)))
+    behind = [w for r, w in zip(ahead, WORKERS, strict=True) if r <= 1]
+    if behind:
+        report.add(
+            "**Where DBOS was ahead.** "
+            + " ".join(
+                f"At {w} worker(s): DBOS {med('dbos', w, 'runs_per_s'):,.1f} runs/s "
+                f"({spread_of('dbos', w)}), ContextOS {med('contextos', w, 'runs_per_s'):,.1f} "
+                f"({spread_of('contextos', w)}), with ContextOS's workers spending "
+                f"{med('contextos', w, 'worker_cpu_ms_per_run'):,.1f} ms of CPU per run to "
+                f"DBOS's {med('dbos', w, 'worker_cpu_ms_per_run'):,.1f} ms."
+                for w in behind
+            )
+            + " Less CPU per run did not buy more runs per second here: with every core busy, "
+            "a run's time goes to waiting for a core at each of its steps, and this run does "
+            "not measure how many round trips to PostgreSQL each system's steps make."
+        )
 
 
 def _why_not_linear(speedup: float, busy: float, cores: int, at4: Any) -> str:
