@@ -11,7 +11,6 @@ from contextos.errors import (
     RunIsTerminal,
     RunNotFound,
 )
-from contextos.interrupts import Approval, FrozenAction, Interrupt, InterruptKind
 from contextos.messages import FinishReason, Message, ToolCall, Usage
 from contextos.models import ModelAdapter, ModelRequest, ModelResponse, resolve_model
 from contextos.policy import (
@@ -23,13 +22,15 @@ from contextos.policy import (
     Rule,
     RunContext,
 )
-from contextos.runs import Budget, FailureReason, RunId, RunStatus
+from contextos.records.interrupts import Approval, FrozenAction, Interrupt, InterruptKind
+from contextos.runs import PRIORITIES, Budget, FailureReason, RunId, RunStatus
 from contextos.runtime import RunResult, Runtime, run
 from contextos.state import RunState, fold
 from contextos.store import EventStore, RunSummary, open_store
+from contextos.telemetry import TimelineEntry, Trace
 from contextos.tools import (
     BaseTool,
-    Effect,
+    EffectKind,
     EffectState,
     RetryPolicy,
     Risk,
@@ -52,7 +53,7 @@ __all__ = [
     "ConfigError",
     "Containment",
     "ContextOSError",
-    "Effect",
+    "EffectKind",
     "EffectState",
     "EventDecodeError",
     "EventStore",
@@ -67,6 +68,7 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "NetworkPolicy",
+    "PRIORITIES",
     "Policy",
     "PolicyDecision",
     "Principal",
@@ -82,10 +84,12 @@ __all__ = [
     "RunStatus",
     "RunSummary",
     "Runtime",
+    "TimelineEntry",
     "Tool",
     "ToolCall",
     "ToolContext",
     "ToolResult",
+    "Trace",
     "Usage",
     "Verdict",
     "Verifier",
