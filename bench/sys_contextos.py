@@ -16,6 +16,7 @@ from bench.common import (
     MODEL_SLEEP_S,
     STAMPS,
     Crash,
+    cpu,
     disk_bytes,
     now,
     peak_rss_mb,
@@ -81,18 +82,19 @@ def turns(
         return asyncio.run(_turns(Path(db), n, crash, warmup))
     from bench import sys_raw
 
-    def raw(tag: str, per_commit: int) -> float:
+    def raw(tag: str, per_commit: int) -> tuple[float, float]:
         path = Path(db).with_name(f"{Path(db).stem}-floor{per_commit}-{tag}.db")
-        us = float(sys_raw.turns(str(path), n, per_commit=per_commit)["per_turn_us"])
+        res = sys_raw.turns(str(path), n, per_commit=per_commit)
         for p in path.parent.glob(path.name + "*"):
             p.unlink()
-        return us
+        return float(res["per_turn_us"]), float(res["cpu_per_turn_us"])
 
     before = (raw("a", 1), raw("a", 2))
     out = asyncio.run(_turns(Path(db), n, crash, warmup))
     after = (raw("b", 1), raw("b", 2))
-    out["floor1_us"] = (before[0] + after[0]) / 2
-    out["floor2_us"] = (before[1] + after[1]) / 2
+    out["floor1_us"] = (before[0][0] + after[0][0]) / 2
+    out["floor2_us"] = (before[1][0] + after[1][0]) / 2
+    out["floor1_cpu_us"] = (before[0][1] + after[0][1]) / 2
     return out
 
 
@@ -110,17 +112,18 @@ async def _turns(db: Path, n: int, crash: bool, warmup: bool) -> dict[str, Any]:
     agent = _agent(n, crash=crash)
     STAMPS.clear()
     async with Runtime(SqliteStore(db)) as rt:
-        started = now()
+        started, cpu_started = now(), cpu()
         try:
             result = await rt.run(agent, MESSAGE, run_id=RUN_ID)
             status = result.status.value
         except Crash:
             status = "stopped"
-        elapsed = now() - started
+        elapsed, used = now() - started, cpu() - cpu_started
         last_seq = (await rt.store.get_run(RUN_ID)).last_seq  # type: ignore[arg-type]
     return {
         "elapsed_s": elapsed,
         "per_turn_us": elapsed / n * 1e6,
+        "cpu_per_turn_us": used / n * 1e6,
         "status": status,
         "events": last_seq,
         "bytes": disk_bytes(db),
