@@ -851,16 +851,17 @@ The profile table above says where ContextOS's time goes in this run.
 
 - **Per-turn overhead: 10× less than LangGraph, within 1.5× of the floor.** What is left is
   Python CPU spread over every part of a turn, with no single hot spot (the profile table):
-  two events encoded by pydantic and two SQLite transactions, each of which also moves the
-  run's summary row and its indexes (and, for a model answer, the principal's daily usage row,
-  kept by a trigger), so a commit writes several pages where the floor writes one; the
-  context manifest and its hash; the middleware chain; the tool gateway with its policy hook
-  and time limit. The floor is a bare insert with no CPU of its own, so 1.5× of it leaves a
-  runtime about 150 µs per turn; this one spends three to four times that. What would close
-  more of the gap: keeping the run summary (status, last seq, usage) out of the per-append
-  transaction and deriving it from the log on read, which saves pages per commit; encoding
-  events without pydantic on the write path; and a compiled core for the encode and the
-  commit.
+  the event loop's own work (each step awaits its commit, and a tool call runs in a task of
+  its own under its time limit); two SQLite transactions, each inserting its events past two
+  guard triggers and moving the run's summary row in the statement that also fences the
+  append (a model answer adds to the principal's daily usage row through a trigger too);
+  each event encoded with its own type's pydantic serializer and read back once before it is
+  written, so that nothing unreadable is ever stored; the context manifest and its hash; the
+  middleware chain; the tool gateway with its policy hook. The CPU row of table 1 counts this
+  directly, and the CPU target names the share the two raw commits take of it. What would
+  close more of the gap: fewer event-loop hops per step (a tool that returns without waiting
+  need not get a task of its own), an encoder that proves a payload reads back without
+  decoding it, and the run summary derived from the log on read instead of moved per commit.
 - **Loading a 1,000-turn run in under 10 ms** is met, with little room: a load reads one
   snapshot and decodes it, the run's 2,000 messages are most of its 640 kB, and building them
   as objects is about 5 ms of the 6 to 7 ms a quiet machine takes; busy neighbours push single
