@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, NoReturn, TypeVar, cast
 
 from contextos import events as ev
 from contextos.errors import (
@@ -562,8 +562,8 @@ def _write(conn: sqlite3.Connection, job: _Append) -> int:
         job.last,
         job.delta,
     )
-    row = conn.execute("SELECT last_seq, status FROM runs WHERE run_id = ?", (run_id,)).fetchone()
     if expected_seq == 0:
+        row = conn.execute("SELECT last_seq FROM runs WHERE run_id = ?", (run_id,)).fetchone()
         if row is not None:
             raise ConcurrencyConflict(run_id, 0, row[0])
         assert isinstance(first, ev.RunCreated)
@@ -579,24 +579,20 @@ def _write(conn: sqlite3.Connection, job: _Append) -> int:
                 first.occurred_at.isoformat(),
             ),
         )
-    elif row is None:
-        raise RunNotFound(run_id)
-    else:
-        last_seq, status = row
-        if status in _TERMINAL_VALUES:
-            raise RunIsTerminal(run_id, status)
-        if last_seq != expected_seq:
-            raise ConcurrencyConflict(run_id, expected_seq, last_seq)
+    # The events go first (the database refuses them for an ended run or on a recorded seq);
+    # then the summary moves only from the seq the caller saw, on a run still open: the fence
+    # and the update in one statement. When it moves nothing, a read says which check failed
+    # and the caller's transaction rolls the rows back.
     conn.executemany(
         "INSERT INTO events (run_id, seq, type, schema_version, occurred_at, payload)"
         " VALUES (?, ?, ?, ?, ?, ?)",
         job.rows,
     )
-    conn.execute(
+    moved = conn.execute(
         "UPDATE runs SET last_seq = ?, updated_at = ?, status = COALESCE(?, status),"
         " turns = turns + ?, input_tokens = input_tokens + ?,"
         " output_tokens = output_tokens + ?, cost_usd = cost_usd + ?"
-        " WHERE run_id = ?",
+        f" WHERE run_id = ? AND last_seq = ? AND status NOT IN ({_TERMINAL_SQL})",
         (
             last.seq,
             last.occurred_at.isoformat(),
@@ -606,9 +602,23 @@ def _write(conn: sqlite3.Connection, job: _Append) -> int:
             delta.output_tokens,
             delta.cost_usd,
             run_id,
+            expected_seq,
         ),
-    )
+    ).rowcount
+    if not moved:
+        _refuse(conn, run_id, expected_seq)
     return last.seq
+
+
+def _refuse(conn: sqlite3.Connection, run_id: RunId, expected_seq: int) -> NoReturn:
+    """Why an append's fence held: no such run, an ended run, or a log that moved on."""
+    row = conn.execute("SELECT last_seq, status FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+    if row is None:
+        raise RunNotFound(run_id)
+    last_seq, status = row
+    if status in _TERMINAL_VALUES:
+        raise RunIsTerminal(run_id, status)
+    raise ConcurrencyConflict(run_id, expected_seq, last_seq)
 
 
 def _deliver(batch: list[_Job], results: list[Any] | BaseException) -> None:
