@@ -1,6 +1,7 @@
 """ContextOS: a governed, durable agent runtime."""
 
-from contextos.agents import Agent, load_agent
+from contextos.agents import Agent, Subagent, load_agent
+from contextos.delegation import DelegationContract
 from contextos.errors import (
     AgentChanged,
     ConcurrencyConflict,
@@ -52,6 +53,7 @@ __all__ = [
     "ConfigError",
     "Containment",
     "ContextOSError",
+    "DelegationContract",
     "Effect",
     "EffectState",
     "EventDecodeError",
@@ -82,6 +84,7 @@ __all__ = [
     "RunStatus",
     "RunSummary",
     "Runtime",
+    "Subagent",
     "Tool",
     "ToolCall",
     "ToolContext",

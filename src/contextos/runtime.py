@@ -19,6 +19,7 @@ from typing import Any
 
 from contextos import events as ev
 from contextos.agents import Agent, load_agent
+from contextos.delegation import DelegationContract
 from contextos.errors import (
     AgentChanged,
     ConcurrencyConflict,
@@ -28,6 +29,8 @@ from contextos.errors import (
 )
 from contextos.events import utcnow
 from contextos.expiry import expire_overdue
+from contextos.graph.children import ChildHost, ChildStart, carve
+from contextos.graph.subagents import SubagentCalls
 from contextos.interrupts import Approval, Interrupt, bind_store
 from contextos.loop import Driver
 from contextos.messages import Usage
@@ -132,6 +135,8 @@ class Runtime:
         self._leases: dict[RunId, Lease] = {}
         self._renewed_at: dict[RunId, float] = {}
         self._keeper: asyncio.Task[None] | None = None
+        self._child_leases: dict[RunId, Lease] = {}
+        """Leases on child runs this runtime created held, until it drives them."""
         self._draining = False
         self._traces = live_traces(tracer_provider, capture_content)
         """Spans of runs as their events commit (`tracer_provider`, or OTEL_EXPORTER_OTLP_*);
@@ -210,11 +215,14 @@ class Runtime:
         entry: QueueEntry,
         hold: bool = False,
         context: RunContext | None = None,
+        contract: DelegationContract | None = None,
     ) -> tuple[RunId, Lease | None]:
         """Queue the run, then record RunCreated; with `hold`, leased to this runtime.
 
         The queue row comes first so that no worker can see a created run before it is
         queued, and a start that dies in between is finished by the next start with its key.
+        A child run records its delegation contract, and its budget is the contract's; a run
+        started with a parent's context and no contract gets at most what the parent has left.
         """
         rid = RunId(run_id) if run_id else new_run_id()
         lease: Lease | None = None
@@ -238,7 +246,13 @@ class Runtime:
                 except RunNotFound:
                     rid = owner  # that start died before recording its run: record it now
         now = utcnow()
-        deadline_s = agent.budget.deadline_s
+        budget = agent.budget
+        deadline_s = budget.deadline_s
+        deadline_at = now + timedelta(seconds=deadline_s) if deadline_s is not None else None
+        if contract is not None:
+            budget, deadline_at = contract.budget, contract.deadline_at
+        elif context is not None and context.parent_run_id is not None:
+            budget, deadline_at = carve(await self.state(context.parent_run_id), budget, now)
         created = ev.RunCreated(
             run_id=rid,
             seq=1,
@@ -249,13 +263,16 @@ class Runtime:
             agent_hash=agent.identity_hash(),
             agent_ref=agent_ref,
             input=input,
-            budget=agent.budget,
-            deadline_at=now + timedelta(seconds=deadline_s) if deadline_s is not None else None,
+            budget=budget,
+            deadline_at=deadline_at,
             tool_manifest_hash=Gateway(agent.tool_list).manifest_hash,
             metadata=metadata or {},
         )
+        first: list[ev.Event] = [created, *self._bind(rid, context)]
+        if contract is not None:
+            first.append(ev.DelegationBound(run_id=rid, seq=len(first) + 1, contract=contract))
         try:
-            await self.store.append(rid, [created, *self._bind(rid, context)], expected_seq=0)
+            await self.store.append(rid, first, expected_seq=0)
         except ConcurrencyConflict:
             if entry.idempotency_key is None:
                 raise
@@ -308,7 +325,25 @@ class Runtime:
         The runtime drives under a lease on the run: `lease` is a worker's claim; without one
         it takes the lease from whoever holds it (a worker still driving the run notices at
         its next heartbeat and stops; the expected-seq fence covers the moments in between).
+        Resuming without a lease takes over the run's child runs the same way.
         """
+        return await self._resume(
+            run_id,
+            agent,
+            allow_changed_agent=allow_changed_agent,
+            lease=lease,
+            take_over=lease is None,
+        )
+
+    async def _resume(
+        self,
+        run_id: str,
+        agent: Agent | None,
+        *,
+        allow_changed_agent: bool = False,
+        lease: Lease | None,
+        take_over: bool,
+    ) -> RunResult:
         state = await self.state(run_id)
         if state.status is RunStatus.INPUT_REQUIRED and await expire_overdue(
             self.store, state.run_id, now=self.governance.clock(), actor=f"worker:{self.worker_id}"
@@ -339,10 +374,17 @@ class Runtime:
             lease = await queue.acquire(state.run_id, self.worker_id, lease_s=self.lease_s)
             for event in await self.store.read(state.run_id, after_seq=state.seq):
                 apply(state, event)
-        return await self._drive(state, agent, lease)
+        return await self._drive(state, agent, lease, take_over=take_over)
 
-    async def _drive(self, state: RunState, agent: Agent, lease: Lease | None = None) -> RunResult:
+    async def _drive(
+        self, state: RunState, agent: Agent, lease: Lease | None = None, *, take_over: bool = False
+    ) -> RunResult:
         model = self.model_for(agent)
+        bound = RunContext.from_dict(state.context.context) if state.context else None
+        shown = None
+        if bound is not None and bound.tools is not None:
+            # the model is shown only what the run may call
+            shown = {t.name for t in agent.tool_list if bound.allows_tool(t.name)}
         driver = Driver(
             store=self.store,
             agent=agent,
@@ -354,10 +396,19 @@ class Runtime:
                 services=Services(model=model, ledger=ledger_for(self.store)),
                 metadata=state.metadata,
                 policy=self._gate_for(state, agent),
+                shown=shown,
             ),
             state=state,
             worker_id=self.worker_id,
         )
+        if agent.subagents:
+            driver.delegations = SubagentCalls(
+                agent, self._child_host(take_over=take_over), parent_ref=state.agent_ref
+            )
+        return await self._supervise(driver, state, lease)
+
+    async def _supervise(self, driver: Driver, state: RunState, lease: Lease | None) -> RunResult:
+        """Drive under the lease: renew it, watch for cancellation, hand back on a stop."""
         driver.stop_requested = self._draining
         if self._traces is not None:
             driver.on_commit = functools.partial(self._traces.committed, self.store, state.run_id)
@@ -384,13 +435,75 @@ class Runtime:
             held = self._leases.pop(state.run_id, None)
             self._renewed_at.pop(state.run_id, None)
         if held is not None:  # still ours (a lost lease is not ours to give back)
+            wake: datetime | None = None
             if driver.stop_requested and driver.state.status is RunStatus.RUNNING:
-                await self._hand_back(driver.state, "the worker is shutting down")
-            await self._release(held)
+                await self._hand_back(
+                    driver.state, driver.stop_reason or "the worker is shutting down"
+                )
+                if driver.wake_after_s is not None:
+                    wake = utcnow() + timedelta(seconds=driver.wake_after_s)
+            await self._release(held, not_before=wake)
         # The driver's state is the log up to its seq; fold in whatever others added since.
         for event in await self.store.read(state.run_id, after_seq=driver.state.seq):
             apply(driver.state, event)
         return RunResult.from_state(driver.state)
+
+    # -- child runs -----------------------------------------------------------------------
+
+    def _child_host(self, *, take_over: bool) -> ChildHost:
+        """What a parent driven here uses to start and drive its children. `take_over`: the
+        parent was resumed by hand, which takes over its children too (as `resume` takes a
+        run's lease from whoever holds it); a worker's claim waits for other holders."""
+        return ChildHost(
+            store=self.store,
+            create=self._create_child,
+            drive=functools.partial(self._drive_child, take_over=take_over),
+            cancel=self._cancel_child,
+            clock=self.governance.clock,
+        )
+
+    async def _create_child(self, start: ChildStart) -> None:
+        contract = start.contract
+        with contextlib.suppress(RunNotFound):
+            await self.store.get_run(contract.child_run_id)
+            return  # created before (the parent crashed after creating it, or resumes)
+        held = None
+        # A child no worker could load (no reference) is held by this process from the start:
+        # only its parent's driver can drive it. A conflict: another process created it.
+        with contextlib.suppress(ConcurrencyConflict):
+            _, held = await self._create(
+                start.agent,
+                start.input,
+                run_id=contract.child_run_id,
+                agent_ref=start.agent_ref,
+                metadata=start.metadata,
+                entry=QueueEntry(
+                    run_id=RunId(""), agent_name=start.agent.name, tenant=start.context.tenant
+                ),
+                hold=start.agent_ref is None,
+                context=start.context,
+                contract=contract,
+            )
+        if held is not None:
+            self._child_leases[contract.child_run_id] = held
+
+    async def _drive_child(self, run_id: RunId, agent: Agent, *, take_over: bool) -> bool:
+        """Drive a child run here unless another process holds it (False then)."""
+        queue = queue_of(self.store)
+        lease = self._child_leases.pop(run_id, None)
+        if lease is None and queue is not None:
+            if take_over:
+                lease = await queue.acquire(run_id, self.worker_id, lease_s=self.lease_s)
+            else:
+                lease = await queue.claim_run(run_id, self.worker_id, lease_s=self.lease_s)
+            if lease is None:
+                return False
+        await self._resume(run_id, agent, lease=lease, take_over=take_over)
+        return True
+
+    async def _cancel_child(self, run_id: RunId, reason: str) -> None:
+        with contextlib.suppress(RunNotFound):
+            await self.cancel(run_id, reason=reason, actor="runtime")
 
     # -- leases ---------------------------------------------------------------------------
 
@@ -533,7 +646,13 @@ class Runtime:
                 continue  # the worker appended meanwhile; try again on the new tail
             except RunIsTerminal:
                 break
-        return RunResult.from_state(await self.state(rid))
+        state = await self.state(rid)
+        for child in state.children.values():  # a cancelled parent's children stop too
+            if not child.finished:
+                await self._cancel_child(
+                    child.contract.child_run_id, f"its parent run {rid} was cancelled"
+                )
+        return RunResult.from_state(state)
 
     # -- authority: contexts, the policy gate, people answering interrupts ---------------
 

@@ -536,6 +536,11 @@ class Gate:
         self._books: OrderedDict[str, Book] = OrderedDict()
         self._done: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
 
+    def counts(self, tool: str) -> bool:
+        """Whether a limit of the policy counts calls to `tool` (each decision then depends on
+        the calls decided before it, so such calls are decided and run one at a time)."""
+        return any(lim.covers(tool) for lim in self.authority.policy.limits)
+
     async def _book(self, run_id: str) -> Book:
         book = self._books.pop(run_id, None) or Book(run_id=run_id)
         for event in await self.store.read(RunId(run_id), after_seq=book.seq):

@@ -249,6 +249,11 @@ class RunQueue(Protocol):
         """Take a run's lease whoever holds it (an explicit resume); the old holder stops."""
         ...
 
+    async def claim_run(self, run_id: RunId, worker_id: str, *, lease_s: float) -> Lease | None:
+        """Take one run's lease, unless somebody holds a live one (None then): how a parent
+        drives its child run itself when no worker has it."""
+        ...
+
     async def renew(self, lease: Lease, *, lease_s: float) -> Lease | None:
         """Extend a lease; None when it is no longer held (it expired and was claimed)."""
         ...

@@ -116,6 +116,14 @@ ON CONFLICT (run_id) DO UPDATE SET lease_owner = excluded.lease_owner,
 RETURNING lease_token, lease_expires_at, attempts
 """
 
+# A run's lease for a worker only if nobody holds a live one (its parent driving it).
+_CLAIM_RUN = """
+UPDATE run_queue SET lease_owner = :worker, lease_token = lease_token + 1,
+    lease_expires_at = {now + :lease_s}
+WHERE run_id = :run_id AND (lease_owner IS NULL OR lease_expires_at <= {now})
+RETURNING lease_token, lease_expires_at, attempts
+"""
+
 _HELD = " WHERE run_id = :run_id AND lease_owner = :worker AND lease_token = :token"
 
 _RENEW = (
@@ -348,6 +356,22 @@ class SqlQueue:
         def op() -> Op[Lease]:
             acquired = yield _ACQUIRE, {"run_id": run_id, "worker": worker_id, "lease_s": lease_s}
             token, expires, attempts = acquired.row
+            return Lease(
+                run_id=run_id,
+                worker_id=worker_id,
+                token=int(token),
+                expires_at=self._instant(expires),
+                attempts=int(attempts),
+            )
+
+        return await self._execute(op)
+
+    async def claim_run(self, run_id: RunId, worker_id: str, *, lease_s: float) -> Lease | None:
+        def op() -> Op[Lease | None]:
+            claimed = yield _CLAIM_RUN, {"run_id": run_id, "worker": worker_id, "lease_s": lease_s}
+            if claimed.row is None:
+                return None
+            token, expires, attempts = claimed.row
             return Lease(
                 run_id=run_id,
                 worker_id=worker_id,

@@ -57,6 +57,7 @@ _SOURCES = (
     "contextos.messages",
     "contextos.ledger",
     "contextos.runs",
+    "contextos.delegation",
 )
 
 

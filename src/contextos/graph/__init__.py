@@ -1,0 +1,1 @@
+"""The graph layer: child runs under delegation contracts, and workflows of typed nodes."""

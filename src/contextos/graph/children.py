@@ -1,0 +1,407 @@
+"""Child runs under delegation contracts: carve, start, drive or await, and take back.
+
+A parent (an agent run delegating to a subagent, or a workflow's node) starts a child in three
+recorded steps: `child_run_started` in its own log, with the contract and the budget carved out
+of what it has left; the child run itself, created with that contract bound; and, once the
+child has ended, `child_run_finished` with its validated result and an evidence summary derived
+from its log. Child run ids are derived from the delegation, so a parent resumed after a crash
+finds its children again: a finished one is never run again, one in flight is resumed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ValidationError
+
+from contextos import events as ev
+from contextos.agents import Agent, Subagent, has_effect_class
+from contextos.delegation import MAX_DEPTH, ChildStatus, DelegationContract
+from contextos.errors import ConfigError
+from contextos.policy.identity import RunContext
+from contextos.policy.narrowing import intersect_context
+from contextos.runs import Budget, FailureReason, RunId, RunStatus
+from contextos.state import RunState
+from contextos.store.base import EventStore, load_state
+from contextos.tools.contract import Tool
+
+INHERITED_METADATA = ("principal", "tenant_id", "user_id")
+"""Labels a child run takes from its parent: who pays for it (daily budgets)."""
+
+_POLL_S = (0.02, 1.0)
+"""How often a parent looks at a child another process drives: from, to (doubling)."""
+
+
+class Journal(Protocol):
+    """What a parent's driver lends its delegations: the folded state and a fenced commit."""
+
+    state: RunState
+    stop_requested: bool
+
+    def event(self, cls: type[Any], offset: int = 1, **fields: Any) -> Any: ...
+
+    async def commit(self, *events: ev.Event, synchronous: bool = True) -> None: ...
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ChildStart:
+    """What the host needs to create one child run."""
+
+    agent: Agent
+    contract: DelegationContract
+    input: str
+    agent_ref: str | None
+    context: RunContext
+    metadata: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ChildHost:
+    """What the runtime lends a parent to start and drive child runs (so this package never
+    imports the runtime that imports it)."""
+
+    store: EventStore
+    create: Callable[[ChildStart], Awaitable[None]]
+    """Create the child run, queued, with its contract bound (nothing if it exists)."""
+    drive: Callable[[RunId, Agent], Awaitable[bool]]
+    """Drive the child in this process if nobody holds it; False when another process does."""
+    cancel: Callable[[RunId, str], Awaitable[None]]
+    """Cancel a child run (and its own children)."""
+    clock: Callable[[], datetime]
+
+
+class Delegations:
+    """One parent's side of its child runs: contracts, the recorded steps, the waiting."""
+
+    def __init__(self, journal: Journal, host: ChildHost, *, parent_ref: str | None) -> None:
+        self.j = journal
+        self.host = host
+        self.parent_ref = parent_ref
+        self.lock = asyncio.Lock()
+        """Held while a batch is numbered and committed: children are awaited concurrently,
+        and each records its steps in the one log."""
+
+    @property
+    def state(self) -> RunState:
+        return self.j.state
+
+    async def record(self, *items: tuple[type[Any], dict[str, Any]]) -> None:
+        """Append events (class and fields) in one commit, numbered under the lock."""
+        if not items:
+            return
+        async with self.lock:
+            events = [self.j.event(cls, offset=i, **f) for i, (cls, f) in enumerate(items, 1)]
+            await self.j.commit(*events)
+
+    # -- contracts --------------------------------------------------------------------------
+
+    def contract(
+        self,
+        spec: Subagent,
+        *,
+        key: str,
+        objective: str,
+        input_refs: tuple[str, ...] = (),
+        node: str | None = None,
+        call_id: str | None = None,
+        index: int = 0,
+        reserved: Sequence[DelegationContract] = (),
+    ) -> DelegationContract:
+        """The contract for one delegation, its budget carved out of what the parent has left
+        (`reserved`: contracts about to start alongside it). ConfigError when it would nest
+        deeper than MAX_DEPTH."""
+        s = self.state
+        parent_depth = s.delegation.depth if s.delegation is not None else 0
+        if parent_depth >= MAX_DEPTH:
+            raise ConfigError(
+                f"run {s.run_id} is {parent_depth} delegations deep: it may not delegate further",
+                run_id=s.run_id,
+            )
+        wanted = spec.expected_output
+        now = self.host.clock()
+        budget, deadline = carve(s, spec.budget or spec.agent.budget, now, reserved=reserved)
+        return DelegationContract(
+            delegation_id=key,
+            parent_run_id=s.run_id,
+            child_run_id=RunId(f"{s.run_id}.{key}"),
+            root_run_id=s.delegation.root_run_id if s.delegation is not None else s.run_id,
+            agent_name=spec.agent.name,
+            objective=objective,
+            input_refs=input_refs,
+            allowed_tools=child_tools(spec, parent_context(s)),
+            forbidden_effects=tuple(spec.forbidden_effects),
+            budget=budget,
+            deadline_at=deadline,
+            expected_output=wanted.__name__ if wanted is not None else None,
+            expected_output_schema=wanted.model_json_schema() if wanted is not None else None,
+            node=node,
+            call_id=call_id,
+            index=index,
+            depth=parent_depth + 1,
+        )
+
+    def child_ref(self, spec: Subagent) -> str | None:
+        return f"{self.parent_ref}#{spec.name}" if self.parent_ref else None
+
+    # -- the child's life -------------------------------------------------------------------
+
+    async def ensure(self, contract: DelegationContract, spec: Subagent, input: str) -> None:
+        """Create the child run if it does not exist yet (after a crash between the parent's
+        record and the creation, the same contract creates it now)."""
+        parent = parent_context(self.state)
+        reach = tuple(t for t in passed_down(spec, parent) if t not in contract.allowed_tools)
+        context = intersect_context(
+            parent,
+            parent_run_id=self.state.run_id,
+            tools=(*contract.allowed_tools, *reach),
+            scopes=spec.scopes,
+            clearance=spec.clearance,
+            containment=spec.containment,
+        )
+        metadata = {k: v for k, v in self.state.metadata.items() if k in INHERITED_METADATA}
+        await self.host.create(
+            ChildStart(
+                agent=spec.child_agent,
+                contract=contract,
+                input=input,
+                agent_ref=self.child_ref(spec),
+                context=context,
+                metadata=metadata,
+            )
+        )
+
+    async def settle(self, contract: DelegationContract, spec: Subagent) -> RunState | None:
+        """Drive the child here, or wait while another process does, until it ends; None when
+        it waits for a person (or this process is stopping) and the parent must wait too."""
+        child_id = contract.child_run_id
+        pause = _POLL_S[0]
+        while True:
+            summary = await self.host.store.get_run(child_id)
+            if summary.status.is_terminal:
+                return await load_state(self.host.store, child_id)
+            if summary.status is RunStatus.INPUT_REQUIRED or self.j.stop_requested:
+                return None
+            if await self.host.drive(child_id, spec.child_agent):
+                after = await self.host.store.get_run(child_id)
+                if not after.status.is_terminal and after.status is not RunStatus.INPUT_REQUIRED:
+                    return None  # it was handed back (this process is stopping)
+                continue
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, _POLL_S[1])
+
+    def finished(
+        self, contract: DelegationContract, spec: Subagent, child: RunState
+    ) -> dict[str, Any]:
+        """The fields of `child_run_finished` for an ended child: its result, validated against
+        the contract's expected output (merge policy `parent_validates`), and its evidence."""
+        status, result, reason, message = merge(child, spec.expected_output)
+        return {
+            "delegation_id": contract.delegation_id,
+            "child_run_id": contract.child_run_id,
+            "status": status,
+            "result": result,
+            "evidence": evidence(child),
+            "usage": child.usage + child.child_usage,
+            "turns": child.turns + child.child_turns,
+            "reason": reason,
+            "message": message,
+        }
+
+    async def cancel_running(self, reason: str) -> None:
+        """Cancel every child still running (the parent is failing or being cancelled)."""
+        for child in self.state.children.values():
+            if not child.finished:
+                await self.host.cancel(child.contract.child_run_id, reason)
+
+
+# -- budgets --------------------------------------------------------------------------------
+
+
+def remaining(state: RunState, reserved: Sequence[DelegationContract] = ()) -> Budget:
+    """What a run has left to hand out: its budget minus what it and its finished children
+    spent, and minus what its running children (and `reserved`) may still spend."""
+    b = state.budget
+    running = [c.contract for c in state.children.values() if not c.finished]
+    holds = [*running, *reserved]
+    turns = b.max_turns - state.turns - state.child_turns - sum(c.budget.max_turns for c in holds)
+    tokens = cost = None
+    if b.max_tokens is not None:
+        spent = state.usage.total_tokens + state.child_usage.total_tokens
+        tokens = b.max_tokens - spent - sum(c.budget.max_tokens or 0 for c in holds)
+    if b.max_cost_usd is not None:
+        spent_usd = state.usage.cost_usd + state.child_usage.cost_usd
+        cost = b.max_cost_usd - spent_usd - sum(c.budget.max_cost_usd or 0.0 for c in holds)
+    return replace(
+        b,
+        max_turns=max(turns, 0),
+        max_tokens=None if tokens is None else max(tokens, 0),
+        max_cost_usd=None if cost is None else max(cost, 0.0),
+    )
+
+
+def carve(
+    state: RunState,
+    declared: Budget,
+    now: datetime,
+    *,
+    reserved: Sequence[DelegationContract] = (),
+) -> tuple[Budget, datetime | None]:
+    """A child's budget and deadline: what it declares, cut to what the parent has left."""
+    left = remaining(state, reserved)
+    deadline = state.deadline_at
+    if declared.deadline_s is not None:
+        own = now + timedelta(seconds=declared.deadline_s)
+        deadline = own if deadline is None else min(deadline, own)
+    budget = replace(
+        declared,
+        max_turns=min(declared.max_turns, left.max_turns),
+        max_tokens=_least(declared.max_tokens, left.max_tokens),
+        max_cost_usd=_least(declared.max_cost_usd, left.max_cost_usd),
+        deadline_s=None if deadline is None else max((deadline - now).total_seconds(), 0.0),
+    )
+    return budget, deadline
+
+
+def _least(a: Any, b: Any) -> Any:
+    return b if a is None else a if b is None else min(a, b)
+
+
+# -- authority ------------------------------------------------------------------------------
+
+
+def parent_context(state: RunState) -> RunContext:
+    """The authority a run acts under (the local operator's for a run bound to none, which is
+    what a child of it is checked against)."""
+    if state.context is None:
+        return RunContext.local()
+    return RunContext.from_dict(state.context.context)
+
+
+def child_tools(spec: Subagent, parent: RunContext) -> tuple[str, ...]:
+    """The child agent's tools it may call: declared allowed, of no forbidden effect class,
+    and allowed to the parent."""
+    return tuple(
+        t.name
+        for t in spec.child_agent.tool_list
+        if (spec.tools is None or any(fnmatch.fnmatchcase(t.name, g) for g in spec.tools))
+        and _permitted(t, spec.forbidden_effects, parent)
+    )
+
+
+def passed_down(spec: Subagent, parent: RunContext) -> tuple[str, ...]:
+    """The tools of the child's own subagents (and theirs) it may hand down: of no forbidden
+    effect class and allowed to the parent. Its allowlist holds them so that a grandchild can
+    be given them; the child itself has no such tools to call."""
+    out: dict[str, None] = {}
+    todo = list(spec.child_agent.delegates)
+    while todo:
+        sub = todo.pop()
+        for t in sub.child_agent.tool_list:
+            if _permitted(t, spec.forbidden_effects, parent):
+                out[t.name] = None
+        todo.extend(sub.child_agent.delegates)
+    return tuple(out)
+
+
+def _permitted(t: Tool, forbidden: Sequence[str], parent: RunContext) -> bool:
+    return not has_effect_class(t, forbidden) and parent.allows_tool(t.name)
+
+
+# -- what comes back ------------------------------------------------------------------------
+
+
+def merge(
+    child: RunState, expected: type[BaseModel] | None
+) -> tuple[ChildStatus, Any, str | None, str]:
+    """(status, result, reason, message) of an ended child as its parent takes it in."""
+    if child.status is RunStatus.COMPLETED:
+        if expected is None:
+            return ChildStatus.COMPLETED, child.output, None, ""
+        try:
+            value = expected.model_validate(child.structured_output)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}"
+                for e in exc.errors(include_url=False)
+            )
+            return (
+                ChildStatus.REJECTED,
+                None,
+                FailureReason.OUTPUT_INVALID.value,
+                f"the result is not a valid {expected.__name__}: {problems}",
+            )
+        return ChildStatus.COMPLETED, value.model_dump(mode="json"), None, ""
+    status = {
+        RunStatus.FAILED: ChildStatus.FAILED,
+        RunStatus.CANCELLED: ChildStatus.CANCELLED,
+        RunStatus.EXPIRED: ChildStatus.EXPIRED,
+    }[child.status]
+    reason = child.failure_reason.value if child.failure_reason else child.status.value
+    return status, None, reason, child.failure_message or ""
+
+
+def evidence(child: RunState) -> dict[str, Any]:
+    """What a child did, from its folded log: never a message of its transcript."""
+    calls: dict[str, int] = {}
+    for m in child.messages:
+        if m.role == "tool" and m.name:
+            calls[m.name] = calls.get(m.name, 0) + 1
+    usage = child.usage + child.child_usage
+    return {
+        "run_id": child.run_id,
+        "status": child.status.value,
+        "turns": child.turns + child.child_turns,
+        "tokens": usage.total_tokens,
+        "cost_usd": usage.cost_usd,
+        "tool_calls": calls,
+        "tool_errors": child.tool_errors,
+        "denied": sum(1 for d in child.policy_by_call.values() if d.decision == "deny"),
+        "effects": {e.effect_id: f"{e.tool}: {e.state.value}" for e in child.effects.values()},
+        "children": len(child.children),
+        "events": child.seq,
+    }
+
+
+def child_input(objective: str, given: BaseModel | None = None) -> str:
+    """The text a child run starts from: its objective and what it is given, nothing else."""
+    if given is None:
+        return objective
+    data = json.dumps(given.model_dump(mode="json"), ensure_ascii=False, sort_keys=True)
+    return f"{objective}\n\nInput ({type(given).__name__}):\n{data}"
+
+
+def outcome_text(finished: dict[str, Any]) -> str:
+    """What a planner's model is told about a finished delegation (the fields of its
+    child_run_finished): the result or why there is none, and the evidence summary (JSON)."""
+    body: dict[str, Any] = {"status": str(finished["status"])}
+    if finished["status"] is ChildStatus.COMPLETED:
+        body["result"] = finished["result"]
+    else:
+        body["reason"] = finished["reason"]
+        body["message"] = finished["message"]
+    body["evidence"] = finished["evidence"]
+    return json.dumps(body, ensure_ascii=False, sort_keys=True)
+
+
+__all__ = [
+    "INHERITED_METADATA",
+    "ChildHost",
+    "ChildStart",
+    "Delegations",
+    "Journal",
+    "carve",
+    "child_input",
+    "child_tools",
+    "evidence",
+    "passed_down",
+    "merge",
+    "outcome_text",
+    "parent_context",
+    "remaining",
+]
