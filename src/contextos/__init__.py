@@ -12,6 +12,7 @@ from contextos.errors import (
     RunIsTerminal,
     RunNotFound,
 )
+from contextos.graph import Workflow
 from contextos.interrupts import Approval, FrozenAction, Interrupt, InterruptKind
 from contextos.messages import FinishReason, Message, ToolCall, Usage
 from contextos.models import ModelAdapter, ModelRequest, ModelResponse, resolve_model
@@ -92,6 +93,7 @@ __all__ = [
     "Usage",
     "Verdict",
     "Verifier",
+    "Workflow",
     "fold",
     "load_agent",
     "open_store",

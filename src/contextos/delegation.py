@@ -128,6 +128,10 @@ class NodeRun:
     node: str
     kind: str
     status: NodeStatus = NodeStatus.RUNNING
+    started_seq: int = 0
+    """Seq of its node_started event."""
+    completed_seq: int = 0
+    """Seq of its node_completed event (what the nodes after it read), once completed."""
     started_at: datetime | None = None
     finished_at: datetime | None = None
     items: list[Any] | None = None

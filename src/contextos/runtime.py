@@ -17,8 +17,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from pydantic import BaseModel
+
 from contextos import events as ev
-from contextos.agents import Agent, load_agent
+from contextos.agents import Agent, load_ref
 from contextos.delegation import DelegationContract
 from contextos.errors import (
     AgentChanged,
@@ -30,7 +32,9 @@ from contextos.errors import (
 from contextos.events import utcnow
 from contextos.expiry import expire_overdue
 from contextos.graph.children import ChildHost, ChildStart, carve
+from contextos.graph.engine import WorkflowDriver
 from contextos.graph.subagents import SubagentCalls
+from contextos.graph.workflow import Workflow
 from contextos.interrupts import Approval, Interrupt, bind_store
 from contextos.loop import Driver
 from contextos.messages import Usage
@@ -127,7 +131,7 @@ class Runtime:
         self.worker_id = worker_id or default_worker_id()
         self.cancel_poll_s = cancel_poll_s
         self._models: dict[str, ModelAdapter] = {}
-        self._inflight: dict[RunId, tuple[Driver, asyncio.Task[RunState]]] = {}
+        self._inflight: dict[RunId, tuple[Driver | WorkflowDriver, asyncio.Task[RunState]]] = {}
         self._cancelled: set[RunId] = set()
         self._watcher: asyncio.Task[None] | None = None
         self.lease_s = lease_s
@@ -161,8 +165,8 @@ class Runtime:
 
     async def start(
         self,
-        agent: Agent,
-        input: str,
+        agent: Agent | Workflow,
+        input: str | BaseModel | dict[str, Any],
         *,
         run_id: str | None = None,
         agent_ref: str | None = None,
@@ -183,6 +187,8 @@ class Runtime:
         `principal` (or a whole `context`: scopes, tool allowlist, clearance, containment) is
         the authority the run acts under, bound and recorded now; a child run's context must
         be within its parent's.
+
+        A workflow runs like an agent; its `input` is validated against its input type.
         """
         check_priority(priority)
         bound = await self._context_for(principal, context)
@@ -206,8 +212,8 @@ class Runtime:
 
     async def _create(
         self,
-        agent: Agent,
-        input: str,
+        agent: Agent | Workflow,
+        input: str | BaseModel | dict[str, Any],
         *,
         run_id: str | None,
         agent_ref: str | None,
@@ -223,7 +229,9 @@ class Runtime:
         queued, and a start that dies in between is finished by the next start with its key.
         A child run records its delegation contract, and its budget is the contract's; a run
         started with a parent's context and no contract gets at most what the parent has left.
+        A workflow run records its graph.
         """
+        text = _input_text(agent, input)
         rid = RunId(run_id) if run_id else new_run_id()
         lease: Lease | None = None
         queue = queue_of(self.store)
@@ -262,15 +270,27 @@ class Runtime:
             agent_version=agent.version,
             agent_hash=agent.identity_hash(),
             agent_ref=agent_ref,
-            input=input,
+            input=text,
             budget=budget,
             deadline_at=deadline_at,
-            tool_manifest_hash=Gateway(agent.tool_list).manifest_hash,
+            tool_manifest_hash=(
+                Gateway(agent.tool_list).manifest_hash if isinstance(agent, Agent) else ""
+            ),
             metadata=metadata or {},
         )
         first: list[ev.Event] = [created, *self._bind(rid, context)]
         if contract is not None:
             first.append(ev.DelegationBound(run_id=rid, seq=len(first) + 1, contract=contract))
+        if isinstance(agent, Workflow):
+            first.append(
+                ev.WorkflowBound(
+                    run_id=rid,
+                    seq=len(first) + 1,
+                    workflow=agent.name,
+                    nodes=agent.structure(),
+                    output_node=agent.output_node.name,
+                )
+            )
         try:
             await self.store.append(rid, first, expected_seq=0)
         except ConcurrencyConflict:
@@ -283,8 +303,8 @@ class Runtime:
 
     async def run(
         self,
-        agent: Agent,
-        input: str,
+        agent: Agent | Workflow,
+        input: str | BaseModel | dict[str, Any],
         *,
         run_id: str | None = None,
         agent_ref: str | None = None,
@@ -311,7 +331,7 @@ class Runtime:
     async def resume(
         self,
         run_id: str,
-        agent: Agent | None = None,
+        agent: Agent | Workflow | None = None,
         *,
         allow_changed_agent: bool = False,
         lease: Lease | None = None,
@@ -338,7 +358,7 @@ class Runtime:
     async def _resume(
         self,
         run_id: str,
-        agent: Agent | None,
+        agent: Agent | Workflow | None,
         *,
         allow_changed_agent: bool = False,
         lease: Lease | None,
@@ -360,7 +380,15 @@ class Runtime:
                     f"run {run_id} was started without an agent reference; pass the agent",
                     run_id=run_id,
                 )
-            agent = load_agent(state.agent_ref)
+            agent = load_ref(state.agent_ref)
+        wanted = Workflow if state.workflow is not None else Agent
+        if not isinstance(agent, wanted):
+            raise ConfigError(
+                f"run {run_id} is {'a workflow' if wanted is Workflow else 'an agent'} run; "
+                f"resume it with {'the workflow' if wanted is Workflow else 'its agent'}, not a "
+                f"{type(agent).__name__}",
+                run_id=run_id,
+            )
         if agent.identity_hash() != state.agent_hash and not allow_changed_agent:
             raise AgentChanged(
                 f"run {run_id} was started by {state.agent_name} v{state.agent_version} "
@@ -377,8 +405,23 @@ class Runtime:
         return await self._drive(state, agent, lease, take_over=take_over)
 
     async def _drive(
-        self, state: RunState, agent: Agent, lease: Lease | None = None, *, take_over: bool = False
+        self,
+        state: RunState,
+        agent: Agent | Workflow,
+        lease: Lease | None = None,
+        *,
+        take_over: bool = False,
     ) -> RunResult:
+        if isinstance(agent, Workflow):
+            flow = WorkflowDriver(
+                store=self.store,
+                workflow=agent,
+                state=state,
+                worker_id=self.worker_id,
+                host=self._child_host(take_over=take_over),
+                clock=self.governance.clock,
+            )
+            return await self._supervise(flow, state, lease)
         model = self.model_for(agent)
         bound = RunContext.from_dict(state.context.context) if state.context else None
         shown = None
@@ -407,7 +450,9 @@ class Runtime:
             )
         return await self._supervise(driver, state, lease)
 
-    async def _supervise(self, driver: Driver, state: RunState, lease: Lease | None) -> RunResult:
+    async def _supervise(
+        self, driver: Driver | WorkflowDriver, state: RunState, lease: Lease | None
+    ) -> RunResult:
         """Drive under the lease: renew it, watch for cancellation, hand back on a stop."""
         driver.stop_requested = self._draining
         if self._traces is not None:
@@ -773,8 +818,23 @@ def _authority_from(
     return None
 
 
-def run(agent: Agent, input: str, *, store: EventStore | str | None = None) -> RunResult:
-    """Run an agent to the end from synchronous code (a script, a notebook)."""
+def _input_text(agent: Agent | Workflow, input: str | BaseModel | dict[str, Any]) -> str:
+    if isinstance(agent, Workflow):
+        return agent.input_text(input)
+    if not isinstance(input, str):
+        raise ConfigError(
+            f"agent {agent.name} takes its input as text, not a {type(input).__name__}"
+        )
+    return input
+
+
+def run(
+    agent: Agent | Workflow,
+    input: str | BaseModel | dict[str, Any],
+    *,
+    store: EventStore | str | None = None,
+) -> RunResult:
+    """Run an agent or a workflow to the end from synchronous code (a script, a notebook)."""
 
     async def _main() -> RunResult:
         async with Runtime(store) as runtime:

@@ -298,6 +298,7 @@ def _apply_graph(
             state.nodes[event.node] = NodeRun(
                 node=event.node,
                 kind=event.kind,
+                started_seq=event.seq,
                 started_at=event.occurred_at,
                 items=list(event.items) if event.items is not None else None,
             )
@@ -306,6 +307,7 @@ def _apply_graph(
         case ev.NodeCompleted():
             node = _node(state, event)
             node.status = NodeStatus.COMPLETED
+            node.completed_seq = event.seq
             node.output = event.output
             node.converged = event.converged
             node.finished_at = event.occurred_at

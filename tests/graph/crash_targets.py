@@ -66,3 +66,81 @@ planner = Agent(
     subagents=[Subagent(agent=researcher, budget=Budget(max_turns=5))],
     budget=Budget(max_turns=10),
 )
+
+
+# -- a workflow: fan-out of 3 agent nodes -> code reduce -> gate over 10 items -> synthesis ----
+
+from contextos.graph.workflow import ClaimCheck, Workflow  # noqa: E402
+from contextos.models.base import ModelRequest, ModelResponse  # noqa: E402
+
+
+class Scan(BaseModel):
+    folders: list[str]
+
+
+class Findings(BaseModel):
+    links: list[str]
+
+
+class Candidates(BaseModel):
+    links: list[str]
+
+
+class Report(BaseModel):
+    dead: list[str]
+    alive: int
+
+
+def given(request: ModelRequest) -> object:
+    """What a child run was given: the JSON after its objective."""
+    return json.loads(request.messages[-1].content.rsplit("\n", 1)[-1])
+
+
+def scan_folder(request: ModelRequest) -> ModelResponse:
+    folder = given(request)
+    links = [f"{folder}/page-{i}" for i in range(3)] + ["shared/home"]
+    return reply(json.dumps({"links": links}))
+
+
+def disprove(request: ModelRequest) -> ModelResponse:
+    link = str(given(request))
+    dead = link.endswith("-1") or link.endswith("-2")
+    reason = "404 on every try" if dead else "answered 200"
+    return reply(json.dumps({"holds": dead, "reason": reason}))
+
+
+def synthesize(request: ModelRequest) -> ModelResponse:
+    checked = given(request)
+    dead = sorted(checked["passed"])  # type: ignore[index]
+    return reply(json.dumps({"dead": dead, "alive": len(checked["rejected"])}))  # type: ignore[index]
+
+
+def dedupe(found: list[Findings]) -> Candidates:
+    log("code.jsonl", node="dedup")
+    seen: dict[str, None] = {}
+    for f in found:
+        seen.update(dict.fromkeys(f.links))
+    return Candidates(links=list(seen))
+
+
+def scripted(name: str, step: object, output: type[BaseModel]) -> Agent:
+    return Agent(
+        name=name,
+        model=ScriptedModel([step], by_turn=True, log_path=LOG_DIR / "model.jsonl"),  # type: ignore[list-item]
+        output_type=output,
+    )
+
+
+scan = Workflow("link-scan", input=Scan)
+scan.map(
+    "scan", scripted("scanner", scan_folder, Findings), over="folders", item=str, concurrency=3
+)
+scan.reduce("dedup", dedupe)
+scan.gate(
+    "recheck",
+    scripted("checker", disprove, ClaimCheck),
+    over="links",
+    claim="this link is dead",
+    concurrency=4,
+)
+scan.agent("report", scripted("writer", synthesize, Report))

@@ -63,6 +63,7 @@ def test_the_public_surface_is_pinned() -> None:
         "Usage",
         "Verdict",
         "Verifier",
+        "Workflow",
         "fold",
         "load_agent",
         "open_store",

@@ -11,8 +11,8 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from contextos import timeline
-from contextos.agents import load_agent
+from contextos import Agent, Workflow, timeline
+from contextos.agents import load_agent, load_ref
 from contextos.cli.common import (
     STATUS_STYLE,
     JsonOption,
@@ -27,7 +27,7 @@ from contextos.cli.common import (
     print_json,
     print_result,
 )
-from contextos.errors import ContextOSError, RunNotFound
+from contextos.errors import ConfigError, ContextOSError, RunNotFound
 from contextos.events import ModelResponded, RunCreated, encode
 from contextos.runs import RunStatus
 from contextos.runtime import RunResult, Runtime
@@ -37,16 +37,22 @@ from contextos.triggers import started_by
 @app.command()
 def run(
     agent_ref: Annotated[
-        str, typer.Argument(help="The agent: path/to/file.py:attr or package.module:attr.")
+        str,
+        typer.Argument(help="The agent or workflow: path/to/file.py:attr or package.module:attr."),
     ],
-    input: Annotated[str, typer.Argument(help="The task for the agent.")],
+    input: Annotated[str, typer.Argument(help="The task for the agent (JSON for a workflow).")],
     store: StoreOption = None,
     run_id: Annotated[str | None, typer.Option(help="Choose the run id.")] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Start a run and drive it until it finishes or waits for a person."""
     try:
-        agent = load_agent(agent_ref)
+        agent = load_ref(agent_ref)
+        if not isinstance(agent, Agent | Workflow):
+            raise ConfigError(
+                f"bad agent reference {agent_ref!r}: it names a {type(agent).__name__}, not an "
+                "Agent or a Workflow"
+            )
     except ContextOSError as exc:
         fail(exc)
 

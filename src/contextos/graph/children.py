@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+import pydantic_core
 from pydantic import BaseModel, ValidationError
 
 from contextos import events as ev
@@ -91,13 +92,15 @@ class Delegations:
     def state(self) -> RunState:
         return self.j.state
 
-    async def record(self, *items: tuple[type[Any], dict[str, Any]]) -> None:
+    async def record(
+        self, *items: tuple[type[Any], dict[str, Any]], synchronous: bool = True
+    ) -> None:
         """Append events (class and fields) in one commit, numbered under the lock."""
         if not items:
             return
         async with self.lock:
             events = [self.j.event(cls, offset=i, **f) for i, (cls, f) in enumerate(items, 1)]
-            await self.j.commit(*events)
+            await self.j.commit(*events, synchronous=synchronous)
 
     # -- contracts --------------------------------------------------------------------------
 
@@ -368,11 +371,11 @@ def evidence(child: RunState) -> dict[str, Any]:
     }
 
 
-def child_input(objective: str, given: BaseModel | None = None) -> str:
+def child_input(objective: str, given: Any = None) -> str:
     """The text a child run starts from: its objective and what it is given, nothing else."""
     if given is None:
         return objective
-    data = json.dumps(given.model_dump(mode="json"), ensure_ascii=False, sort_keys=True)
+    data = pydantic_core.to_json(given).decode()
     return f"{objective}\n\nInput ({type(given).__name__}):\n{data}"
 
 
