@@ -192,6 +192,8 @@ class Driver:
         s, b = self.state, self.state.budget
         turns, usage = s.turns + s.child_turns, s.usage + s.child_usage
         if turns >= b.max_turns:
+            if not b.max_turns:  # a child whose parent had nothing left to give
+                return "the run's budget allows no model turn"
             return f"the run used all {b.max_turns} model turns"
         if b.max_tokens is not None and usage.total_tokens >= b.max_tokens:
             return f"the run used {usage.total_tokens} of {b.max_tokens} tokens"

@@ -34,6 +34,7 @@ from contextos.expiry import expire_overdue
 from contextos.graph.children import ChildHost, ChildStart, carve
 from contextos.graph.engine import WorkflowDriver
 from contextos.graph.subagents import SubagentCalls
+from contextos.graph.tree import RunTree, run_tree
 from contextos.graph.workflow import Workflow
 from contextos.interrupts import Approval, Interrupt, bind_store
 from contextos.loop import Driver
@@ -74,9 +75,9 @@ class RunResult:
     failure_message: str | None = None
     """Human-readable detail."""
     turns: int = 0
-    """Model calls answered."""
+    """Model calls answered (its child runs' included)."""
     usage: Usage = field(default_factory=Usage)
-    """Tokens and cost."""
+    """Tokens and cost (its child runs' included)."""
 
     @property
     def ok(self) -> bool:
@@ -91,8 +92,8 @@ class RunResult:
             structured_output=s.structured_output,
             failure_reason=s.failure_reason,
             failure_message=s.failure_message,
-            turns=s.turns,
-            usage=s.usage,
+            turns=s.turns + s.child_turns,
+            usage=s.usage + s.child_usage if s.children else s.usage,
         )
 
 
@@ -546,9 +547,9 @@ class Runtime:
         await self._resume(run_id, agent, lease=lease, take_over=take_over)
         return True
 
-    async def _cancel_child(self, run_id: RunId, reason: str) -> None:
+    async def _cancel_child(self, run_id: RunId, reason: str, agent: Agent | None = None) -> None:
         with contextlib.suppress(RunNotFound):
-            await self.cancel(run_id, reason=reason, actor="runtime")
+            await self.cancel(run_id, reason=reason, actor="runtime", agent=agent)
 
     # -- leases ---------------------------------------------------------------------------
 
@@ -802,7 +803,16 @@ class Runtime:
     async def result(self, run_id: str) -> RunResult:
         return RunResult.from_state(await self.state(run_id))
 
-    async def runs(self, *, status: RunStatus | None = None, limit: int = 50) -> list[RunSummary]:
+    async def tree(self, run_id: str) -> RunTree:
+        """The run with what it started: a workflow's nodes and every child run below them."""
+        return await run_tree(self.store, RunId(run_id))
+
+    async def runs(
+        self, *, status: RunStatus | None = None, limit: int = 50, top_level: bool = False
+    ) -> list[RunSummary]:
+        """Most recently updated runs first; `top_level`: only runs no other run started."""
+        if top_level:
+            return await self.store.list_runs(status=status, limit=limit, top_level=True)
         return await self.store.list_runs(status=status, limit=limit)
 
 

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 from rich.text import Text
+from rich.tree import Tree
 
 from contextos import Agent, Workflow, timeline
 from contextos.agents import load_agent, load_ref
@@ -29,6 +30,7 @@ from contextos.cli.common import (
 )
 from contextos.errors import ConfigError, ContextOSError, RunNotFound
 from contextos.events import ModelResponded, RunCreated, encode
+from contextos.graph import RunTree
 from contextos.runs import RunStatus
 from contextos.runtime import RunResult, Runtime
 from contextos.triggers import started_by
@@ -120,10 +122,13 @@ def runs(
         RunStatus | None, typer.Option("--status", help="Only runs with this status.")
     ] = None,
     limit: Annotated[int, typer.Option(help="How many runs to list.")] = 50,
+    top_level: Annotated[
+        bool, typer.Option("--top-level", help="Only runs no other run started (no child runs).")
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """List runs, most recently updated first."""
-    rows = call(store, lambda rt: rt.runs(status=status, limit=limit))
+    rows = call(store, lambda rt: rt.runs(status=status, limit=limit, top_level=top_level))
     if as_json:
         print_json(rows)
         return
@@ -168,16 +173,17 @@ def show(
 ) -> None:
     """Show a run's timeline: every recorded event, in order."""
 
-    async def work(rt: Runtime) -> tuple[Any, Any]:
-        return await rt.result(run_id), await rt.events(run_id)
+    async def work(rt: Runtime) -> tuple[Any, Any, RunTree]:
+        return await rt.result(run_id), await rt.events(run_id), await rt.tree(run_id)
 
-    result, events = call(store, work)
+    result, events, tree = call(store, work)
     if as_json:
         sys.stdout.write(
             json.dumps(
                 {
                     "result": jsonable(result),
                     "events": [json.loads(encode(e)) for e in events],
+                    "tree": tree.to_dict(),
                 },
                 indent=2,
             )
@@ -204,10 +210,50 @@ def show(
     console.print(table)
     if context:
         _print_contexts(events)
+    if tree.children:
+        _print_tree(tree)
     origin = started_by(events[0].metadata) if isinstance(events[0], RunCreated) else None
     if origin:
         console.print(Text(origin, style="dim"))
     print_result(result, False)
+
+
+def _descendants(tree: RunTree) -> list[str]:
+    """The ids of the child runs below a tree, depth first."""
+    out: list[str] = []
+    for c in tree.children:
+        if c.kind == "child":
+            out.append(c.label)
+        out += _descendants(c)
+    return out
+
+
+def _print_tree(tree: RunTree) -> None:
+    """The workflow's nodes and the child runs below them, with status, time and spend."""
+
+    def add(branch: Tree, node: RunTree) -> None:
+        for child in node.children:
+            add(branch.add(_tree_line(child)), child)
+
+    root = Tree(_tree_line(tree))
+    add(root, tree)
+    console.print(root)
+
+
+def _tree_line(t: RunTree) -> Text:
+    line = Text()
+    line.append(t.label, style="bold" if t.kind != "child" else "")
+    line.append(f" {t.kind} ", style="dim")
+    line.append(t.status, style=STATUS_STYLE.get(t.status, ""))  # type: ignore[call-overload]
+    spent = [] if t.duration_s is None else [f"{t.duration_s:.2f}s"]
+    if t.turns or t.tokens:
+        turns = f"{t.turns} turn" + ("" if t.turns == 1 else "s")
+        spent += [turns, f"{t.tokens} tokens", f"${t.cost_usd:.4f}"]
+    if spent:
+        line.append(" · " + " · ".join(spent))
+    if t.detail:
+        line.append(f" · {t.detail}", style="dim")
+    return line
 
 
 def _print_contexts(events: list[Any]) -> None:
@@ -256,14 +302,20 @@ def trace(
     """Export a run's trace as OpenTelemetry spans (GenAI conventions): a tree, JSON, or OTLP."""
     from contextos import telemetry
 
-    events = call(store, lambda rt: rt.events(run_id))
+    async def logs(rt: Runtime) -> list[list[Any]]:
+        """The run's log and those of every run below it (one trace)."""
+        tree = await rt.tree(run_id)
+        return [await rt.events(r) for r in [run_id, *_descendants(tree)]]
+
+    spans = []
     try:
-        if otlp:
-            spans = telemetry.export_run(
-                events, otlp_endpoint=otlp, capture_content=capture_content
-            )
-        else:
-            spans = telemetry.spans_for(events, capture_content=capture_content)
+        for events in call(store, logs):
+            if otlp:
+                spans += telemetry.export_run(
+                    events, otlp_endpoint=otlp, capture_content=capture_content
+                )
+            else:
+                spans += telemetry.spans_for(events, capture_content=capture_content)
     except ContextOSError as exc:
         fail(exc)
     if not spans:

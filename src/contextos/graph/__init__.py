@@ -7,6 +7,7 @@ A workflow is declared with `Workflow` (see `contextos.graph.workflow`) and run 
 run as child runs under recorded delegation contracts (`contextos.graph.children`).
 """
 
+from contextos.graph.tree import RunTree
 from contextos.graph.workflow import ClaimCheck, Gated, Node, Rejected, Workflow
 
-__all__ = ["ClaimCheck", "Gated", "Node", "Rejected", "Workflow"]
+__all__ = ["ClaimCheck", "Gated", "Node", "Rejected", "RunTree", "Workflow"]

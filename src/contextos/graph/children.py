@@ -72,8 +72,8 @@ class ChildHost:
     """Create the child run, queued, with its contract bound (nothing if it exists)."""
     drive: Callable[[RunId, Agent], Awaitable[bool]]
     """Drive the child in this process if nobody holds it; False when another process does."""
-    cancel: Callable[[RunId, str], Awaitable[None]]
-    """Cancel a child run (and its own children)."""
+    cancel: Callable[[RunId, str, Agent | None], Awaitable[None]]
+    """Cancel a child run (and its own children); its agent settles what it started."""
     clock: Callable[[], datetime]
 
 
@@ -87,6 +87,8 @@ class Delegations:
         self.lock = asyncio.Lock()
         """Held while a batch is numbered and committed: children are awaited concurrently,
         and each records its steps in the one log."""
+        self.specs: dict[str, Subagent] = {}
+        """The declaration of each child this process created or drove, by delegation id."""
 
     @property
     def state(self) -> RunState:
@@ -157,6 +159,7 @@ class Delegations:
     async def ensure(self, contract: DelegationContract, spec: Subagent, input: str) -> None:
         """Create the child run if it does not exist yet (after a crash between the parent's
         record and the creation, the same contract creates it now)."""
+        self.specs[contract.delegation_id] = spec
         parent = parent_context(self.state)
         reach = tuple(t for t in passed_down(spec, parent) if t not in contract.allowed_tools)
         context = intersect_context(
@@ -218,9 +221,11 @@ class Delegations:
 
     async def cancel_running(self, reason: str) -> None:
         """Cancel every child still running (the parent is failing or being cancelled)."""
-        for child in self.state.children.values():
+        for key, child in self.state.children.items():
             if not child.finished:
-                await self.host.cancel(child.contract.child_run_id, reason)
+                spec = self.specs.get(key)
+                agent = spec.child_agent if spec is not None else None
+                await self.host.cancel(child.contract.child_run_id, reason, agent)
 
 
 # -- budgets --------------------------------------------------------------------------------

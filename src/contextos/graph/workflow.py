@@ -178,15 +178,15 @@ class Workflow:
         output: Any = None,
     ) -> Node[Any]:
         """A code node that folds a fan-out's list of outputs into one (deduplicate, merge)."""
-        node = self._code("reduce", name, fn, after, output)
-        source = self._build.nodes.get(node.after[0]) or self.start
+        upstream = self._after(name, after, 1)
+        source = self._build.nodes.get(upstream[0]) or self.start
         if get_origin(source.output) is not list:
             raise ConfigError(
                 f"node {name!r} reduces a list, but {source.name!r} gives "
                 f"{_name(source.output)}; read a map or a node that gives a list",
                 node=name,
             )
-        return node
+        return self._code("reduce", name, fn, after, output)
 
     def agent(
         self,
@@ -431,20 +431,21 @@ class Workflow:
         )
 
     def _add(self, node: Node[Any]) -> Node[Any]:
-        if not _NAME.fullmatch(node.name) or node.name == "input":
-            raise ConfigError(
-                f"node name {node.name!r}: start with a letter; use letters, digits, _ and - "
-                "(and not 'input')",
-                node=node.name,
-            )
-        if node.name in self._build.nodes:
-            raise ConfigError(f"workflow {self.name} has two nodes named {node.name!r}")
         self._build.nodes[node.name] = node
         return node
 
     def _after(
         self, name: str, after: Node[Any] | Sequence[Node[Any]] | None, count: int | None
     ) -> tuple[str, ...]:
+        """The names of the nodes a new node reads (checking the new node's name first)."""
+        if not _NAME.fullmatch(name) or name == "input":
+            raise ConfigError(
+                f"node name {name!r}: start with a letter; use letters, digits, _ and - "
+                "(and not 'input')",
+                node=name,
+            )
+        if name in self._build.nodes:
+            raise ConfigError(f"workflow {self.name} has two nodes named {name!r}")
         if after is None:
             nodes = self.nodes
             upstream: tuple[str, ...] = (nodes[-1].name if nodes else "input",)

@@ -29,7 +29,7 @@ from contextos.errors import (
 )
 from contextos.runs import TERMINAL, RunId, RunStatus
 from contextos.store import snapshots
-from contextos.store.base import RunSummary, check_batch, encode_batch, summarize
+from contextos.store.base import TOP_LEVEL, RunSummary, check_batch, encode_batch, summarize
 from contextos.store.migrations import POSTGRES_MIGRATIONS
 from contextos.store.postgres_queue import PostgresQueue
 
@@ -299,20 +299,17 @@ class PostgresStore(PostgresQueue, snapshots.Snapshotting):
         return _summary(row)
 
     async def list_runs(
-        self, *, status: RunStatus | None = None, limit: int = 50
+        self, *, status: RunStatus | None = None, limit: int = 50, top_level: bool = False
     ) -> list[RunSummary]:
+        where = " WHERE status = %s" if status is not None else ""
+        if top_level:
+            where += (" AND " if where else " WHERE ") + TOP_LEVEL
+        params = (RunStatus(status).value, limit) if status is not None else (limit,)
         async with self._conn() as conn:
-            if status is None:
-                cur = await conn.execute(
-                    f"SELECT {_SUMMARY_COLUMNS} FROM runs ORDER BY updated_at DESC LIMIT %s",
-                    (limit,),
-                )
-            else:
-                cur = await conn.execute(
-                    f"SELECT {_SUMMARY_COLUMNS} FROM runs WHERE status = %s"
-                    " ORDER BY updated_at DESC LIMIT %s",
-                    (RunStatus(status).value, limit),
-                )
+            cur = await conn.execute(
+                f"SELECT {_SUMMARY_COLUMNS} FROM runs{where} ORDER BY updated_at DESC LIMIT %s",
+                params,
+            )
             rows = await cur.fetchall()
         return [_summary(r) for r in rows]
 

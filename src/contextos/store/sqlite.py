@@ -31,6 +31,7 @@ from contextos.errors import (
 from contextos.runs import TERMINAL, RunId, RunStatus
 from contextos.store import snapshots
 from contextos.store.base import (
+    TOP_LEVEL,
     RunSummary,
     SummaryDelta,
     check_batch,
@@ -337,18 +338,17 @@ class SqliteStore(SqliteQueue, snapshots.Snapshotting):
         return _summary(row)
 
     async def list_runs(
-        self, *, status: RunStatus | None = None, limit: int = 50
+        self, *, status: RunStatus | None = None, limit: int = 50, top_level: bool = False
     ) -> list[RunSummary]:
+        where = " WHERE status = ?" if status is not None else ""
+        if top_level:
+            where += (" AND " if where else " WHERE ") + TOP_LEVEL
+        params = (status.value, limit) if status is not None else (limit,)
+
         def _list(conn: sqlite3.Connection) -> list[tuple[object, ...]]:
-            if status is None:
-                return conn.execute(
-                    f"SELECT {_SUMMARY_COLUMNS} FROM runs ORDER BY updated_at DESC LIMIT ?",
-                    (limit,),
-                ).fetchall()
             return conn.execute(
-                f"SELECT {_SUMMARY_COLUMNS} FROM runs WHERE status = ?"
-                " ORDER BY updated_at DESC LIMIT ?",
-                (status.value, limit),
+                f"SELECT {_SUMMARY_COLUMNS} FROM runs{where} ORDER BY updated_at DESC LIMIT ?",
+                params,
             ).fetchall()
 
         return [_summary(r) for r in await self._query(_list)]
