@@ -97,6 +97,11 @@ class RunResult:
         )
 
 
+HANDOFF_S = 0.05
+"""On a store whose queue wakes other processes (PostgreSQL), how long a parent leaves a new
+child run to idle workers before driving it itself: fan-outs spread across workers."""
+
+
 def new_run_id() -> RunId:
     return RunId(f"run_{uuid.uuid4().hex[:20]}")
 
@@ -500,19 +505,22 @@ class Runtime:
         """What a parent driven here uses to start and drive its children. `take_over`: the
         parent was resumed by hand, which takes over its children too (as `resume` takes a
         run's lease from whoever holds it); a worker's claim waits for other holders."""
+        remote = self.store.url.startswith(("postgresql://", "postgres://"))
         return ChildHost(
             store=self.store,
             create=self._create_child,
-            drive=functools.partial(self._drive_child, take_over=take_over),
+            drive=self._drive_child,
             cancel=self._cancel_child,
             clock=self.governance.clock,
+            take_over=take_over,
+            handoff_s=HANDOFF_S if remote else 0.0,
         )
 
-    async def _create_child(self, start: ChildStart) -> None:
+    async def _create_child(self, start: ChildStart) -> bool:
         contract = start.contract
         with contextlib.suppress(RunNotFound):
             await self.store.get_run(contract.child_run_id)
-            return  # created before (the parent crashed after creating it, or resumes)
+            return False  # created before (the parent crashed after creating it, or resumes)
         held = None
         # A child no worker could load (no reference) is held by this process from the start:
         # only its parent's driver can drive it. A conflict: another process created it.
@@ -532,8 +540,9 @@ class Runtime:
             )
         if held is not None:
             self._child_leases[contract.child_run_id] = held
+        return True
 
-    async def _drive_child(self, run_id: RunId, agent: Agent, *, take_over: bool) -> bool:
+    async def _drive_child(self, run_id: RunId, agent: Agent, take_over: bool) -> bool:
         """Drive a child run here unless another process holds it (False then)."""
         queue = queue_of(self.store)
         lease = self._child_leases.pop(run_id, None)

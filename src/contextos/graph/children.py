@@ -68,13 +68,19 @@ class ChildHost:
     imports the runtime that imports it)."""
 
     store: EventStore
-    create: Callable[[ChildStart], Awaitable[None]]
-    """Create the child run, queued, with its contract bound (nothing if it exists)."""
-    drive: Callable[[RunId, Agent], Awaitable[bool]]
-    """Drive the child in this process if nobody holds it; False when another process does."""
+    create: Callable[[ChildStart], Awaitable[bool]]
+    """Create the child run, queued, with its contract bound; False when it existed."""
+    drive: Callable[[RunId, Agent, bool], Awaitable[bool]]
+    """Drive the child in this process if nobody holds it (or, with the flag, whoever holds
+    it); False when another process does."""
     cancel: Callable[[RunId, str, Agent | None], Awaitable[None]]
     """Cancel a child run (and its own children); its agent settles what it started."""
     clock: Callable[[], datetime]
+    take_over: bool = False
+    """The parent was resumed by hand: it takes over the children it had started before."""
+    handoff_s: float = 0.0
+    """How long a new child is left to other workers before this process drives it itself
+    (0 when no other process could hear of it)."""
 
 
 class Delegations:
@@ -89,6 +95,8 @@ class Delegations:
         and each records its steps in the one log."""
         self.specs: dict[str, Subagent] = {}
         """The declaration of each child this process created or drove, by delegation id."""
+        self.created: set[str] = set()
+        """Delegations whose child run this process created."""
 
     @property
     def state(self) -> RunState:
@@ -158,7 +166,8 @@ class Delegations:
 
     async def ensure(self, contract: DelegationContract, spec: Subagent, input: str) -> None:
         """Create the child run if it does not exist yet (after a crash between the parent's
-        record and the creation, the same contract creates it now)."""
+        record and the creation, the same contract creates it now); a child that exists
+        already is one this process may take over (see ChildHost.take_over)."""
         self.specs[contract.delegation_id] = spec
         parent = parent_context(self.state)
         reach = tuple(t for t in passed_down(spec, parent) if t not in contract.allowed_tools)
@@ -171,29 +180,35 @@ class Delegations:
             containment=spec.containment,
         )
         metadata = {k: v for k, v in self.state.metadata.items() if k in INHERITED_METADATA}
-        await self.host.create(
-            ChildStart(
-                agent=spec.child_agent,
-                contract=contract,
-                input=input,
-                agent_ref=self.child_ref(spec),
-                context=context,
-                metadata=metadata,
-            )
+        start = ChildStart(
+            agent=spec.child_agent,
+            contract=contract,
+            input=input,
+            agent_ref=self.child_ref(spec),
+            context=context,
+            metadata=metadata,
         )
+        if await self.host.create(start):
+            self.created.add(contract.delegation_id)
 
     async def settle(self, contract: DelegationContract, spec: Subagent) -> RunState | None:
         """Drive the child here, or wait while another process does, until it ends; None when
         it waits for a person (or this process is stopping) and the parent must wait too."""
         child_id = contract.child_run_id
         pause = _POLL_S[0]
+        take_over = self.host.take_over and contract.delegation_id not in self.created
+        handoff = self.host.handoff_s if contract.delegation_id in self.created else 0.0
         while True:
             summary = await self.host.store.get_run(child_id)
             if summary.status.is_terminal:
                 return await load_state(self.host.store, child_id)
             if summary.status is RunStatus.INPUT_REQUIRED or self.j.stop_requested:
                 return None
-            if await self.host.drive(child_id, spec.child_agent):
+            if handoff:  # let an idle worker elsewhere claim it first
+                await asyncio.sleep(handoff)
+                handoff = 0.0
+                continue
+            if await self.host.drive(child_id, spec.child_agent, take_over):
                 after = await self.host.store.get_run(child_id)
                 if not after.status.is_terminal and after.status is not RunStatus.INPUT_REQUIRED:
                     return None  # it was handed back (this process is stopping)

@@ -577,10 +577,11 @@ def _schema(t: Any) -> Any:
 
 
 def _code(fn: Any) -> str | None:
-    """A function as the identity hash sees it: its qualified name and its source."""
+    """A function as the identity hash sees it: its qualified name and its source (not its
+    module's name, which depends on how the module was imported)."""
     if fn is None:
         return None
-    name = f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', repr(fn))}"
+    name = str(getattr(fn, "__qualname__", repr(fn)))
     try:
         source = inspect.getsource(fn)
     except (OSError, TypeError):  # no source at hand (a builtin, an interactive session)
