@@ -824,7 +824,7 @@ The profile table above says where ContextOS's time goes in this run.
 # -- entry ------------------------------------------------------------------------------------
 
 
-BENCHMARKS = ("turns", "storage", "recovery", "concurrency", "startup", "profile")
+BENCHMARKS = ("turns", "storage", "recovery", "concurrency", "startup", "profile", "fanout")
 
 
 def main(argv: Sequence[str]) -> None:
@@ -879,6 +879,10 @@ def main(argv: Sequence[str]) -> None:
                 bench_startup(plan, work, per_run_kb, report)
             if "profile" in only:
                 bench_profile(plan, work, fast, report)
+            if "fanout" in only:
+                from bench.fanout import bench_fanout
+
+                bench_fanout(plan, work, report)
         finally:
             if fast_dir:
                 shutil.rmtree(fast_dir, ignore_errors=True)

@@ -127,6 +127,11 @@ class Agent:
         }
 
     def identity_hash(self) -> str:
+        return self._identity_hash
+
+    @cached_property
+    def _identity_hash(self) -> str:
+        # An agent is frozen: what its identity covers cannot change once it is built.
         blob = json.dumps(self.identity(), sort_keys=True, separators=(",", ":"), default=str)
         return hashlib.sha256(blob.encode()).hexdigest()
 

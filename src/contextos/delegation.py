@@ -40,8 +40,6 @@ class DelegationContract:
     child_run_id: RunId
     """The run that does the work (its id is derived from the delegation: a restarted parent
     finds it again instead of starting another)."""
-    root_run_id: RunId
-    """The top of the tree of delegations (its trace holds every descendant's spans)."""
     agent_name: str
     """The agent the child runs."""
     objective: str
@@ -72,6 +70,14 @@ class DelegationContract:
     """Which item of a fan-out, or which round of a loop, the child is."""
     depth: int = 1
     """How many delegations down from the root the child is."""
+    root_run_id: RunId | None = None
+    """The top of the tree of delegations, when it is not the parent (its trace holds every
+    descendant's spans)."""
+
+    @property
+    def root(self) -> RunId:
+        """The run at the top of the tree of delegations."""
+        return self.root_run_id or self.parent_run_id
 
 
 class ChildStatus(StrEnum):

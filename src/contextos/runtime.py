@@ -52,7 +52,7 @@ from contextos.runs import FailureReason, RunId, RunStatus, check_priority
 from contextos.state import RunState, apply
 from contextos.store import EventStore, RunSummary, open_store, wakeup
 from contextos.store.base import load_state
-from contextos.store.queue import Lease, QueueEntry, queue_of
+from contextos.store.queue import Lease, QueueEntry, RunQueue, queue_of
 from contextos.telemetry import live_traces
 from contextos.tools.effects import needs_settling
 from contextos.tools.gateway import Gateway
@@ -228,6 +228,7 @@ class Runtime:
         hold: bool = False,
         context: RunContext | None = None,
         contract: DelegationContract | None = None,
+        started: bool = False,
     ) -> tuple[RunId, Lease | None]:
         """Queue the run, then record RunCreated; with `hold`, leased to this runtime.
 
@@ -235,12 +236,13 @@ class Runtime:
         queued, and a start that dies in between is finished by the next start with its key.
         A child run records its delegation contract, and its budget is the contract's; a run
         started with a parent's context and no contract gets at most what the parent has left.
-        A workflow run records its graph.
+        A workflow run records its graph. `started` (with `hold`): this runtime drives it
+        next, and records so in the same commit.
         """
         text = _input_text(agent, input)
         rid = RunId(run_id) if run_id else new_run_id()
         lease: Lease | None = None
-        queue = queue_of(self.store)
+        queue = self._queue
         if queue is not None:
             entry = QueueEntry(
                 run_id=rid,
@@ -295,6 +297,15 @@ class Runtime:
                     workflow=agent.name,
                     nodes=agent.structure(),
                     output_node=agent.output_node.name,
+                )
+            )
+        if started and lease is not None:
+            first.append(
+                ev.RunStarted(
+                    run_id=rid,
+                    seq=len(first) + 1,
+                    worker_id=self.worker_id,
+                    actor=f"worker:{self.worker_id}",
                 )
             )
         try:
@@ -353,13 +364,14 @@ class Runtime:
         its next heartbeat and stops; the expected-seq fence covers the moments in between).
         Resuming without a lease takes over the run's child runs the same way.
         """
-        return await self._resume(
+        state = await self._resume(
             run_id,
             agent,
             allow_changed_agent=allow_changed_agent,
             lease=lease,
             take_over=lease is None,
         )
+        return RunResult.from_state(state)
 
     async def _resume(
         self,
@@ -369,7 +381,7 @@ class Runtime:
         allow_changed_agent: bool = False,
         lease: Lease | None,
         take_over: bool,
-    ) -> RunResult:
+    ) -> RunState:
         state = await self.state(run_id)
         if state.status is RunStatus.INPUT_REQUIRED and await expire_overdue(
             self.store, state.run_id, now=self.governance.clock(), actor=f"worker:{self.worker_id}"
@@ -379,7 +391,7 @@ class Runtime:
         if state.is_terminal or waiting:
             if lease is not None:
                 await self._release(lease)
-            return RunResult.from_state(state)
+            return state
         if agent is None:
             if not state.agent_ref:
                 raise ConfigError(
@@ -403,7 +415,7 @@ class Runtime:
                 "change explicitly",
                 run_id=run_id,
             )
-        queue = queue_of(self.store)
+        queue = self._queue
         if lease is None and queue is not None:
             lease = await queue.acquire(state.run_id, self.worker_id, lease_s=self.lease_s)
             for event in await self.store.read(state.run_id, after_seq=state.seq):
@@ -417,7 +429,7 @@ class Runtime:
         lease: Lease | None = None,
         *,
         take_over: bool = False,
-    ) -> RunResult:
+    ) -> RunState:
         if isinstance(agent, Workflow):
             flow = WorkflowDriver(
                 store=self.store,
@@ -458,7 +470,7 @@ class Runtime:
 
     async def _supervise(
         self, driver: Driver | WorkflowDriver, state: RunState, lease: Lease | None
-    ) -> RunResult:
+    ) -> RunState:
         """Drive under the lease: renew it, watch for cancellation, hand back on a stop."""
         driver.stop_requested = self._draining
         if self._traces is not None:
@@ -497,7 +509,7 @@ class Runtime:
         # The driver's state is the log up to its seq; fold in whatever others added since.
         for event in await self.store.read(state.run_id, after_seq=driver.state.seq):
             apply(driver.state, event)
-        return RunResult.from_state(driver.state)
+        return driver.state
 
     # -- child runs -----------------------------------------------------------------------
 
@@ -505,7 +517,6 @@ class Runtime:
         """What a parent driven here uses to start and drive its children. `take_over`: the
         parent was resumed by hand, which takes over its children too (as `resume` takes a
         run's lease from whoever holds it); a worker's claim waits for other holders."""
-        remote = self.store.url.startswith(("postgresql://", "postgres://"))
         return ChildHost(
             store=self.store,
             create=self._create_child,
@@ -513,17 +524,19 @@ class Runtime:
             cancel=self._cancel_child,
             clock=self.governance.clock,
             take_over=take_over,
-            handoff_s=HANDOFF_S if remote else 0.0,
+            handoff_s=HANDOFF_S if self._queue_wakes_others else 0.0,
         )
 
     async def _create_child(self, start: ChildStart) -> bool:
         contract = start.contract
-        with contextlib.suppress(RunNotFound):
-            await self.store.get_run(contract.child_run_id)
-            return False  # created before (the parent crashed after creating it, or resumes)
+        if not start.fresh:
+            with contextlib.suppress(RunNotFound):
+                await self.store.get_run(contract.child_run_id)
+                return False  # created before (the parent crashed after creating it)
         held = None
-        # A child no worker could load (no reference) is held by this process from the start:
-        # only its parent's driver can drive it. A conflict: another process created it.
+        # Held by this process from the start: a child no worker could load (no reference),
+        # and any child when no other process would hear of it soon (SQLite: workers poll),
+        # since this process drives it at once. A conflict: another process created it.
         with contextlib.suppress(ConcurrencyConflict):
             _, held = await self._create(
                 start.agent,
@@ -532,19 +545,33 @@ class Runtime:
                 agent_ref=start.agent_ref,
                 metadata=start.metadata,
                 entry=QueueEntry(
-                    run_id=RunId(""), agent_name=start.agent.name, tenant=start.context.tenant
+                    run_id=RunId(""),
+                    agent_name=start.agent.name,
+                    tenant=start.context.tenant if start.context else "",
                 ),
-                hold=start.agent_ref is None,
+                hold=start.agent_ref is None or not self._queue_wakes_others,
                 context=start.context,
                 contract=contract,
+                started=True,
             )
         if held is not None:
             self._child_leases[contract.child_run_id] = held
         return True
 
-    async def _drive_child(self, run_id: RunId, agent: Agent, take_over: bool) -> bool:
-        """Drive a child run here unless another process holds it (False then)."""
-        queue = queue_of(self.store)
+    @functools.cached_property
+    def _queue(self) -> RunQueue | None:
+        """The store's queue (looked up once: a protocol check is not free)."""
+        return queue_of(self.store)
+
+    @property
+    def _queue_wakes_others(self) -> bool:
+        """Whether work queued here wakes idle workers of other processes (PostgreSQL)."""
+        return self.store.url.startswith(("postgresql://", "postgres://"))
+
+    async def _drive_child(self, run_id: RunId, agent: Agent, take_over: bool) -> RunState | None:
+        """Drive a child run here unless another process holds it (None then); where it
+        stands once this process stopped driving it."""
+        queue = self._queue
         lease = self._child_leases.pop(run_id, None)
         if lease is None and queue is not None:
             if take_over:
@@ -552,9 +579,8 @@ class Runtime:
             else:
                 lease = await queue.claim_run(run_id, self.worker_id, lease_s=self.lease_s)
             if lease is None:
-                return False
-        await self._resume(run_id, agent, lease=lease, take_over=take_over)
-        return True
+                return None
+        return await self._resume(run_id, agent, lease=lease, take_over=take_over)
 
     async def _cancel_child(self, run_id: RunId, reason: str, agent: Agent | None = None) -> None:
         with contextlib.suppress(RunNotFound):
@@ -569,7 +595,7 @@ class Runtime:
         off) or when it could not be renewed for a whole lease period. Either way someone else
         may be driving the run now, so this runtime stops appending to it.
         """
-        queue = queue_of(self.store)
+        queue = self._queue
         assert queue is not None
         while self._leases:
             await asyncio.sleep(self.lease_s / 3)
@@ -594,7 +620,7 @@ class Runtime:
                     inflight[1].cancel()
 
     async def _release(self, lease: Lease, **kwargs: Any) -> None:
-        queue = queue_of(self.store)
+        queue = self._queue
         if queue is not None:
             await queue.release(lease, **kwargs)
 

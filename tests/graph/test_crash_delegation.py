@@ -21,7 +21,7 @@ from contextos.store import SqliteStore
 ROOT = Path(__file__).resolve().parents[2]
 KILLER = ROOT / "tests" / "graph" / "kill_after.py"
 PLANNER = "tests/graph/crash_targets.py:planner"
-APPENDS_IN_A_CLEAN_RUN = 17
+APPENDS_IN_A_CLEAN_RUN = 14
 """The parent's and the child's, together."""
 
 

@@ -267,7 +267,7 @@ async def test_the_child_sees_only_its_task_and_the_parent_only_a_typed_result(
     assert answer["status"] == "completed"
     assert answer["result"] == {"carrier": "BA", "price": 420.0}
     assert answer["evidence"]["tool_calls"] == {"read_doc": 1}
-    assert answer["evidence"]["turns"] == 2
+    assert answer["spent"]["turns"] == 2
     # what the child read along the way never reaches the parent
     seen = " ".join(m.content for m in planner_model.requests[1].messages)
     assert "change fee" not in seen and "change fee" not in told.output

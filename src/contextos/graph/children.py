@@ -58,8 +58,12 @@ class ChildStart:
     contract: DelegationContract
     input: str
     agent_ref: str | None
-    context: RunContext
+    context: RunContext | None
+    """The authority it acts under; None when neither its parent nor its declaration bound
+    any (it is as ungoverned as its parent)."""
     metadata: dict[str, Any]
+    fresh: bool = False
+    """Started in this process just now: it cannot exist yet."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -70,9 +74,9 @@ class ChildHost:
     store: EventStore
     create: Callable[[ChildStart], Awaitable[bool]]
     """Create the child run, queued, with its contract bound; False when it existed."""
-    drive: Callable[[RunId, Agent, bool], Awaitable[bool]]
+    drive: Callable[[RunId, Agent, bool], Awaitable[RunState | None]]
     """Drive the child in this process if nobody holds it (or, with the flag, whoever holds
-    it); False when another process does."""
+    it) and say where it stands then; None when another process drives it."""
     cancel: Callable[[RunId, str, Agent | None], Awaitable[None]]
     """Cancel a child run (and its own children); its agent settles what it started."""
     clock: Callable[[], datetime]
@@ -83,6 +87,10 @@ class ChildHost:
     (0 when no other process could hear of it)."""
 
 
+_Item = tuple[type[Any], dict[str, Any]]
+"""An event to record: its class and its fields."""
+
+
 class Delegations:
     """One parent's side of its child runs: contracts, the recorded steps, the waiting."""
 
@@ -90,9 +98,10 @@ class Delegations:
         self.j = journal
         self.host = host
         self.parent_ref = parent_ref
-        self.lock = asyncio.Lock()
-        """Held while a batch is numbered and committed: children are awaited concurrently,
-        and each records its steps in the one log."""
+        self._queued: list[
+            tuple[list[tuple[type[Any], dict[str, Any]]], bool, asyncio.Future[None]]
+        ] = []
+        self._writing = False
         self.specs: dict[str, Subagent] = {}
         """The declaration of each child this process created or drove, by delegation id."""
         self.created: set[str] = set()
@@ -105,12 +114,45 @@ class Delegations:
     async def record(
         self, *items: tuple[type[Any], dict[str, Any]], synchronous: bool = True
     ) -> None:
-        """Append events (class and fields) in one commit, numbered under the lock."""
+        """Append events (class and fields) together, and return once they are committed.
+
+        Children run concurrently and each records its steps in the one log: what is asked
+        for while a commit is in flight goes into the next one, in the order asked, so a wide
+        fan-out costs a few commits, not one per child. `synchronous=False`: these events
+        need not wait for the disk (the next synchronous commit flushes them).
+        """
         if not items:
             return
-        async with self.lock:
-            events = [self.j.event(cls, offset=i, **f) for i, (cls, f) in enumerate(items, 1)]
-            await self.j.commit(*events, synchronous=synchronous)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queued.append((list(items), synchronous, done))
+        if not self._writing:
+            self._writing = True
+            try:
+                await asyncio.sleep(0)  # siblings asking in this same turn of the loop join in
+                await self._write()
+            finally:
+                self._writing = False
+        await done
+
+    async def _write(self) -> None:
+        while self._queued:
+            batch, self._queued = self._queued, []
+            fields = [item for items, _, _ in batch for item in items]
+            events = [self.j.event(cls, offset=i, **f) for i, (cls, f) in enumerate(fields, 1)]
+            try:
+                await self.j.commit(*events, synchronous=any(sync for _, sync, _ in batch))
+            except BaseException as exc:  # every caller hears of it, then it goes on up
+                for _, _, done in [*batch, *self._queued]:
+                    if isinstance(exc, Exception):
+                        done.set_exception(exc)
+                    else:
+                        done.cancel()
+                self._queued = []
+                if not isinstance(exc, Exception):
+                    raise
+                return
+            for _, _, done in batch:
+                done.set_result(None)
 
     # -- contracts --------------------------------------------------------------------------
 
@@ -143,7 +185,7 @@ class Delegations:
             delegation_id=key,
             parent_run_id=s.run_id,
             child_run_id=RunId(f"{s.run_id}.{key}"),
-            root_run_id=s.delegation.root_run_id if s.delegation is not None else s.run_id,
+            root_run_id=s.delegation.root if s.delegation is not None else None,
             agent_name=spec.agent.name,
             objective=objective,
             input_refs=input_refs,
@@ -164,21 +206,25 @@ class Delegations:
 
     # -- the child's life -------------------------------------------------------------------
 
-    async def ensure(self, contract: DelegationContract, spec: Subagent, input: str) -> None:
+    async def ensure(
+        self, contract: DelegationContract, spec: Subagent, input: str, *, fresh: bool = False
+    ) -> None:
         """Create the child run if it does not exist yet (after a crash between the parent's
         record and the creation, the same contract creates it now); a child that exists
         already is one this process may take over (see ChildHost.take_over)."""
         self.specs[contract.delegation_id] = spec
         parent = parent_context(self.state)
         reach = tuple(t for t in passed_down(spec, parent) if t not in contract.allowed_tools)
-        context = intersect_context(
-            parent,
-            parent_run_id=self.state.run_id,
-            tools=(*contract.allowed_tools, *reach),
-            scopes=spec.scopes,
-            clearance=spec.clearance,
-            containment=spec.containment,
-        )
+        context = None
+        if self.state.context is not None or _narrows(spec, contract):
+            context = intersect_context(
+                parent,
+                parent_run_id=self.state.run_id,
+                tools=(*contract.allowed_tools, *reach),
+                scopes=spec.scopes,
+                clearance=spec.clearance,
+                containment=spec.containment,
+            )
         metadata = {k: v for k, v in self.state.metadata.items() if k in INHERITED_METADATA}
         start = ChildStart(
             agent=spec.child_agent,
@@ -187,6 +233,7 @@ class Delegations:
             agent_ref=self.child_ref(spec),
             context=context,
             metadata=metadata,
+            fresh=fresh,
         )
         if await self.host.create(start):
             self.created.add(contract.delegation_id)
@@ -208,11 +255,10 @@ class Delegations:
                 await asyncio.sleep(handoff)
                 handoff = 0.0
                 continue
-            if await self.host.drive(child_id, spec.child_agent, take_over):
-                after = await self.host.store.get_run(child_id)
-                if not after.status.is_terminal and after.status is not RunStatus.INPUT_REQUIRED:
-                    return None  # it was handed back (this process is stopping)
-                continue
+            driven = await self.host.drive(child_id, spec.child_agent, take_over)
+            if driven is not None:
+                # ended, waiting for a person, or handed back (this process is stopping)
+                return driven if driven.is_terminal else None
             await asyncio.sleep(pause)
             pause = min(pause * 2, _POLL_S[1])
 
@@ -298,6 +344,14 @@ def _least(a: Any, b: Any) -> Any:
 # -- authority ------------------------------------------------------------------------------
 
 
+def _narrows(spec: Subagent, contract: DelegationContract) -> bool:
+    """Whether a delegation from an unbound parent narrows anything (then the child is bound
+    to the local operator's authority cut down to it)."""
+    declared = (spec.scopes, spec.clearance, spec.containment)
+    every_tool = {t.name for t in spec.child_agent.tool_list}
+    return any(d is not None for d in declared) or set(contract.allowed_tools) != every_tool
+
+
 def parent_context(state: RunState) -> RunContext:
     """The authority a run acts under (the local operator's for a run bound to none, which is
     what a child of it is checked against)."""
@@ -370,18 +424,13 @@ def merge(
 
 
 def evidence(child: RunState) -> dict[str, Any]:
-    """What a child did, from its folded log: never a message of its transcript."""
+    """What a child did, from its folded log: never a message of its transcript (its spend
+    and status are recorded beside it)."""
     calls: dict[str, int] = {}
     for m in child.messages:
         if m.role == "tool" and m.name:
             calls[m.name] = calls.get(m.name, 0) + 1
-    usage = child.usage + child.child_usage
     return {
-        "run_id": child.run_id,
-        "status": child.status.value,
-        "turns": child.turns + child.child_turns,
-        "tokens": usage.total_tokens,
-        "cost_usd": usage.cost_usd,
         "tool_calls": calls,
         "tool_errors": child.tool_errors,
         "denied": sum(1 for d in child.policy_by_call.values() if d.decision == "deny"),
@@ -408,6 +457,12 @@ def outcome_text(finished: dict[str, Any]) -> str:
     else:
         body["reason"] = finished["reason"]
         body["message"] = finished["message"]
+    usage = finished["usage"]
+    body["spent"] = {
+        "turns": finished["turns"],
+        "tokens": usage.total_tokens,
+        "cost_usd": usage.cost_usd,
+    }
     body["evidence"] = finished["evidence"]
     return json.dumps(body, ensure_ascii=False, sort_keys=True)
 

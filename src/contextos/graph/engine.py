@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from contextos import events as ev
 from contextos.agents import Subagent
-from contextos.delegation import ChildRun, ChildStatus, NodeStatus
+from contextos.delegation import ChildRun, ChildStatus, DelegationContract, NodeStatus
 from contextos.events import utcnow
 from contextos.graph.children import ChildHost, Delegations, child_input, remaining
 from contextos.graph.workflow import ClaimCheck, Node, Workflow
@@ -79,7 +79,9 @@ class WorkflowDriver:
         self.on_commit: Callable[[tuple[ev.Event, ...]], Awaitable[None]] | None = None
         self.children = Delegations(self, host, parent_ref=state.agent_ref)
         self._admit = asyncio.Condition()
-        """Taken to start a child: one at a time, and only once the budget allows it."""
+        """Taken to carve a child's budget: one at a time, and only once the budget allows."""
+        self._starting: list[DelegationContract] = []
+        """Contracts carved and not recorded yet: what they may spend is held already."""
 
     # -- recording --------------------------------------------------------------------------
 
@@ -282,11 +284,13 @@ class WorkflowDriver:
             contract = await self._start(node, spec, key, index, given, ref)
         else:
             contract = child.contract
-        await d.ensure(contract, spec, child_input(contract.objective, given))
+        text = child_input(contract.objective, given)
+        await d.ensure(contract, spec, text, fresh=child is None)
         ended = await d.settle(contract, spec)
         if ended is None:
             return None
-        await d.record((ev.ChildRunFinished, d.finished(contract, spec, ended)))
+        # Not waiting for the disk: lost, it is recorded again from the ended child.
+        await d.record((ev.ChildRunFinished, d.finished(contract, spec, ended)), synchronous=False)
         async with self._admit:
             self._admit.notify_all()  # what it did not spend is back
         return self.state.children[key]
@@ -298,7 +302,7 @@ class WorkflowDriver:
         hold part of the workflow's waits for one of them to give its unspent part back."""
         declared = spec.budget or spec.agent.budget
         async with self._admit:
-            while self._running() and _short(remaining(self.state), declared):
+            while self._running() and _short(remaining(self.state, self._starting), declared):
                 await self._admit.wait()
             contract = self.children.contract(
                 spec,
@@ -307,12 +311,20 @@ class WorkflowDriver:
                 input_refs=(ref,),
                 node=node.name,
                 index=index,
+                reserved=self._starting,
             )
-            await self.children.record((ev.ChildRunStarted, {"contract": contract}))
+            self._starting.append(contract)
+        try:
+            # The child's creation, a synchronous commit after this one, makes it durable.
+            await self.children.record(
+                (ev.ChildRunStarted, {"contract": contract}), synchronous=False
+            )
+        finally:
+            self._starting.remove(contract)
         return contract
 
     def _running(self) -> bool:
-        return any(not c.finished for c in self.state.children.values())
+        return bool(self._starting) or any(not c.finished for c in self.state.children.values())
 
     # -- fan-out, gates, loops --------------------------------------------------------------
 

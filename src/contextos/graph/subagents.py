@@ -52,7 +52,7 @@ class SubagentCalls:
         started = await self._start(d, cleared)
         ended = await asyncio.gather(*(self._settle(d, *item) for item in started))
         items: list[tuple[type[Any], dict[str, Any]]] = []
-        for (call, sub, contract, _), child in zip(started, ended, strict=True):
+        for (call, sub, contract, _, _), child in zip(started, ended, strict=True):
             if child is None:
                 continue
             fields = d.finished(contract, sub, child)
@@ -125,15 +125,16 @@ class SubagentCalls:
 
     async def _start(
         self, d: Delegations, cleared: list[tuple[ToolCall, Subagent, str]]
-    ) -> list[tuple[ToolCall, Subagent, DelegationContract, str]]:
+    ) -> list[tuple[ToolCall, Subagent, DelegationContract, str, bool]]:
         """Record child_run_started for the calls that have no child yet (budgets carved
         together), and return every cleared call with its contract and child input."""
         s = d.state
-        fresh: list[DelegationContract] = []
+        carved: list[DelegationContract] = []
         refusals: list[tuple[type[Any], dict[str, Any]]] = []
-        out: list[tuple[ToolCall, Subagent, DelegationContract, str]] = []
+        out: list[tuple[ToolCall, Subagent, DelegationContract, str, bool]] = []
         for call, sub, task in cleared:
-            if call.id in s.child_by_call:
+            fresh = call.id not in s.child_by_call
+            if not fresh:
                 contract = s.children[s.child_by_call[call.id]].contract
             else:
                 try:
@@ -143,15 +144,20 @@ class SubagentCalls:
                         objective=task,
                         input_refs=(f"{s.run_id}#{_seq_of_call(s, call)}",),
                         call_id=call.id,
-                        reserved=fresh,
+                        reserved=carved,
                     )
                 except ConfigError as exc:
                     outcome = error_outcome("delegation_refused", exc.message)
                     refusals.append((ev.ToolCompleted, ToolRunner.completed_fields(call, outcome)))
                     continue
-                fresh.append(contract)
-            out.append((call, sub, contract, child_input(task)))
-        await d.record(*[(ev.ChildRunStarted, {"contract": c}) for c in fresh], *refusals)
+                carved.append(contract)
+            out.append((call, sub, contract, child_input(task), fresh))
+        # Not waiting for the disk: each child's creation, a synchronous commit, comes next.
+        await d.record(
+            *[(ev.ChildRunStarted, {"contract": c}) for c in carved],
+            *refusals,
+            synchronous=not carved,
+        )
         return out
 
     async def _settle(
@@ -161,8 +167,9 @@ class SubagentCalls:
         sub: Subagent,
         contract: DelegationContract,
         input: str,
+        fresh: bool,
     ) -> RunState | None:
-        await d.ensure(contract, sub, input)
+        await d.ensure(contract, sub, input, fresh=fresh)
         return await d.settle(contract, sub)
 
 

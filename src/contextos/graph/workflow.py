@@ -20,6 +20,7 @@ workflow's identity: a run never resumes under a different graph.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import json
@@ -502,8 +503,15 @@ class Workflow:
 
 
 def _hints(fn: Any) -> dict[str, Any]:
+    """A function's annotations, resolved; names it closes over count too (a type defined in
+    the function that declares the workflow)."""
+    code, cells = getattr(fn, "__code__", None), getattr(fn, "__closure__", None) or ()
+    local: dict[str, Any] = {}
+    for name, cell in zip(code.co_freevars if code else (), cells, strict=False):
+        with contextlib.suppress(ValueError):  # a cell not filled yet
+            local[name] = cell.cell_contents
     try:
-        return get_type_hints(fn)
+        return get_type_hints(fn, localns=local)
     except Exception:  # unresolvable annotations only cost the declaration-time check
         return {}
 
