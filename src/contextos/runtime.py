@@ -533,11 +533,10 @@ class Runtime:
             with contextlib.suppress(RunNotFound):
                 await self.store.get_run(contract.child_run_id)
                 return False  # created before (the parent crashed after creating it)
-        held = None
         # Held by this process from the start: a child no worker could load (no reference),
         # and any child when no other process would hear of it soon (SQLite: workers poll),
-        # since this process drives it at once. A conflict: another process created it.
-        with contextlib.suppress(ConcurrencyConflict):
+        # since this process drives it at once.
+        try:
             _, held = await self._create(
                 start.agent,
                 start.input,
@@ -554,6 +553,8 @@ class Runtime:
                 contract=contract,
                 started=True,
             )
+        except ConcurrencyConflict:
+            return False  # another process created it meanwhile
         if held is not None:
             self._child_leases[contract.child_run_id] = held
         return True

@@ -317,3 +317,36 @@ async def test_delegation_stops_at_the_depth_limit(rt: Runtime) -> None:
     assert not last.children
     (told,) = [e for e in await rt.events(run_id) if isinstance(e, ev.ToolCompleted)]
     assert told.error_code == "delegation_refused"
+
+
+async def test_a_parent_waits_without_a_worker_while_its_child_waits_for_a_person(
+    tmp_path: Path,
+) -> None:
+    sent: list[str] = []
+
+    @tool(effect="write")
+    def send(text: str) -> str:
+        """Send a message."""
+        sent.append(text)
+        return "sent"
+
+    helper = Agent(
+        name="helper",
+        model=ScriptedModel([call_tool("send", {"text": "hi"}), reply("sent it")]),
+        tools=[send],
+    )
+    p = planner(delegate("say hi"), reply("done"), sub=Subagent(agent=helper))
+    rule = Rule(id="ask", tools=("send",), decision=Decision.REQUIRE_APPROVAL, approver_role="ops")
+    policy = Policy(rules=(rule,), roles={"ops": ("olga",)})
+    async with Runtime(str(tmp_path / "runs.db"), policy=policy) as rt:
+        first = await rt.run(p, "go", principal=Principal.user("bob", scopes=("*",)))
+        assert first.status is RunStatus.QUEUED  # handed back: no worker held while it waits
+        events = await rt.events(first.run_id)
+        assert isinstance(events[-1], ev.RunReleased)
+        assert "child run" in events[-1].reason
+        (pending,) = await rt.inbox()
+        assert pending.run_id == f"{first.run_id}.call_1_0"
+        await rt.approve(pending.id, approver="olga")
+        done = await rt.resume(first.run_id, p)
+    assert done.status is RunStatus.COMPLETED and done.output == "done"
+    assert sent == ["hi"]

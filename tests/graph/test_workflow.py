@@ -439,3 +439,39 @@ async def test_show_draws_the_tree_runs_lists_top_level_and_traces_join(tmp_path
     assert (
         child_root.parent_id == nodes["node double"].span_id == span_id_for(run_id, "node/double")
     )
+
+
+async def test_a_failed_child_fails_its_node_and_stops_its_siblings(rt: Runtime) -> None:
+    never = asyncio.Event()
+
+    @tool(timeout_s=30)
+    async def wait(q: str) -> str:
+        """Wait for something that never comes."""
+        await never.wait()
+        return "late"
+
+    def step(request: ModelRequest) -> ModelResponse:
+        if given(request) == 0:
+            raise RuntimeError("the provider is down")
+        return call_tool("wait", {"q": "x"})
+
+    worker = Agent(name="worker", model=ScriptedModel([step], by_turn=True), tools=[wait])
+    flow = Workflow("fails", input=Numbers)
+    flow.map("work", worker, over="values", concurrency=4)
+    result = await rt.run(flow, Numbers(values=[0, 1, 2, 3]))
+    assert result.status is RunStatus.FAILED
+    assert result.failure_reason is FailureReason.CHILD_FAILED
+    assert "item 0" in (result.failure_message or "") and "model_error" in (
+        result.failure_message or ""
+    )
+    state = await rt.state(result.run_id)
+    assert {k: c.status.value for k, c in state.children.items()} == {
+        "work.0": "failed",
+        "work.1": "cancelled",
+        "work.2": "cancelled",
+        "work.3": "cancelled",
+    }
+    for i in (1, 2, 3):
+        assert (await rt.state(f"{result.run_id}.work.{i}")).status is RunStatus.CANCELLED
+    (failed,) = [e for e in await rt.events(result.run_id) if isinstance(e, ev.NodeFailed)]
+    assert failed.node == "work" and failed.reason is FailureReason.CHILD_FAILED

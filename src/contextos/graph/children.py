@@ -35,6 +35,9 @@ from contextos.tools.contract import Tool
 INHERITED_METADATA = ("principal", "tenant_id", "user_id")
 """Labels a child run takes from its parent: who pays for it (daily budgets)."""
 
+WAIT_S = 5.0
+"""While a child waits for a person, its parent is handed back and looks again this often."""
+
 _POLL_S = (0.02, 1.0)
 """How often a parent looks at a child another process drives: from, to (doubling)."""
 
@@ -98,10 +101,8 @@ class Delegations:
         self.j = journal
         self.host = host
         self.parent_ref = parent_ref
-        self._queued: list[
-            tuple[list[tuple[type[Any], dict[str, Any]]], bool, asyncio.Future[None]]
-        ] = []
-        self._writing = False
+        self._queued: list[tuple[list[_Item], bool, asyncio.Future[None]]] = []
+        self._writer: asyncio.Future[None] | None = None
         self.specs: dict[str, Subagent] = {}
         """The declaration of each child this process created or drove, by delegation id."""
         self.created: set[str] = set()
@@ -111,38 +112,39 @@ class Delegations:
     def state(self) -> RunState:
         return self.j.state
 
-    async def record(
-        self, *items: tuple[type[Any], dict[str, Any]], synchronous: bool = True
-    ) -> None:
+    async def record(self, *items: _Item, synchronous: bool = True) -> None:
         """Append events (class and fields) together, and return once they are committed.
 
         Children run concurrently and each records its steps in the one log: what is asked
         for while a commit is in flight goes into the next one, in the order asked, so a wide
         fan-out costs a few commits, not one per child. `synchronous=False`: these events
-        need not wait for the disk (the next synchronous commit flushes them).
+        need not wait for the disk (the next synchronous commit flushes them). The commits are
+        made by a task of their own, so a caller cancelled meanwhile leaves the others waiting
+        on nothing; what it asked for is dropped if not written yet.
         """
         if not items:
             return
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._queued.append((list(items), synchronous, done))
-        if not self._writing:
-            self._writing = True
-            try:
-                await asyncio.sleep(0)  # siblings asking in this same turn of the loop join in
-                await self._write()
-            finally:
-                self._writing = False
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.ensure_future(self._write())
         await done
 
     async def _write(self) -> None:
+        await asyncio.sleep(0)  # siblings asking in this same turn of the loop join in
         while self._queued:
-            batch, self._queued = self._queued, []
+            batch = [b for b in self._queued if not b[2].done()]
+            self._queued = []
             fields = [item for items, _, _ in batch for item in items]
+            if not fields:
+                continue
             events = [self.j.event(cls, offset=i, **f) for i, (cls, f) in enumerate(fields, 1)]
             try:
                 await self.j.commit(*events, synchronous=any(sync for _, sync, _ in batch))
-            except BaseException as exc:  # every caller hears of it, then it goes on up
+            except BaseException as exc:  # every caller hears of it
                 for _, _, done in [*batch, *self._queued]:
+                    if done.done():
+                        continue
                     if isinstance(exc, Exception):
                         done.set_exception(exc)
                     else:
@@ -152,7 +154,8 @@ class Delegations:
                     raise
                 return
             for _, _, done in batch:
-                done.set_result(None)
+                if not done.done():
+                    done.set_result(None)
 
     # -- contracts --------------------------------------------------------------------------
 
@@ -469,6 +472,7 @@ def outcome_text(finished: dict[str, Any]) -> str:
 
 __all__ = [
     "INHERITED_METADATA",
+    "WAIT_S",
     "ChildHost",
     "ChildStart",
     "Delegations",

@@ -22,15 +22,12 @@ from contextos import events as ev
 from contextos.agents import Subagent
 from contextos.delegation import ChildRun, ChildStatus, DelegationContract, NodeStatus
 from contextos.events import utcnow
-from contextos.graph.children import ChildHost, Delegations, child_input, remaining
+from contextos.graph.children import WAIT_S, ChildHost, Delegations, child_input, remaining
 from contextos.graph.workflow import ClaimCheck, Node, Workflow
 from contextos.runs import FailureReason, RunStatus
 from contextos.state import RunState, apply
 from contextos.store.base import EventStore, load_state
 from contextos.tools._invoke import describe
-
-WAIT_S = 5.0
-"""While a child waits for a person, the workflow is handed back and looks again this often."""
 
 
 class _Failed(Exception):
@@ -480,4 +477,4 @@ def _name(t: Any) -> str:
     return getattr(t, "__name__", None) or str(t).replace("typing.", "")
 
 
-__all__ = ["WAIT_S", "WorkflowDriver"]
+__all__ = ["WorkflowDriver"]

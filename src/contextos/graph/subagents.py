@@ -15,16 +15,19 @@ from contextos import events as ev
 from contextos.agents import Agent, Subagent
 from contextos.delegation import ChildStatus, DelegationContract
 from contextos.errors import ConfigError
-from contextos.graph.children import ChildHost, Delegations, child_input, outcome_text
+from contextos.graph.children import (
+    WAIT_S,
+    ChildHost,
+    Delegations,
+    child_input,
+    outcome_text,
+)
 from contextos.loop import Driver
 from contextos.messages import ToolCall
 from contextos.policy.decision import Decision
 from contextos.state import RunState
 from contextos.tools.effects import ToolRunner, refused
 from contextos.tools.gateway import ToolOutcome, error_outcome
-
-WAIT_S = 5.0
-"""While a child waits for a person, its parent is handed back and looks again this often."""
 
 
 class SubagentCalls:
@@ -181,4 +184,4 @@ def _seq_of_call(state: RunState, call: ToolCall) -> int:
     return state.seq
 
 
-__all__ = ["WAIT_S", "SubagentCalls"]
+__all__ = ["SubagentCalls"]
