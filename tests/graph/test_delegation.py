@@ -28,7 +28,10 @@ from contextos import (
 from contextos import events as ev
 from contextos.agents import Subagent
 from contextos.delegation import MAX_DEPTH, ChildStatus
+from contextos.graph.children import merge
 from contextos.policy import Decision
+from contextos.runs import RunId
+from contextos.state import RunState, fold
 from contextos.testing import ScriptedModel, call_tool, call_tools, reply
 
 
@@ -350,3 +353,19 @@ async def test_a_parent_waits_without_a_worker_while_its_child_waits_for_a_perso
         done = await rt.resume(first.run_id, p)
     assert done.status is RunStatus.COMPLETED and done.output == "done"
     assert sent == ["hi"]
+
+
+def test_the_parent_validates_what_a_child_gives_back() -> None:
+    def ended(structured: object) -> RunState:
+        rid = RunId("run_parent.call_1_0")
+        created = ev.RunCreated(
+            run_id=rid, seq=1, agent_name="helper", agent_version="1", agent_hash="h", input="-"
+        )
+        done = ev.RunCompleted(run_id=rid, seq=2, output="-", structured_output=structured)
+        return fold([created, done])
+
+    ok = merge(ended({"carrier": "BA", "price": "420"}), Fare)
+    assert ok == (ChildStatus.COMPLETED, {"carrier": "BA", "price": 420.0}, None, "")
+    status, result, reason, message = merge(ended({"carrier": "BA"}), Fare)
+    assert (status, result, reason) == (ChildStatus.REJECTED, None, "output_invalid")
+    assert message == "the result is not a valid Fare: price: Field required"
