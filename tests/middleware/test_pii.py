@@ -2,81 +2,50 @@
 
 from __future__ import annotations
 
-import json
-from collections import Counter
 from pathlib import Path
 
 import pytest
+from guard_corpora import pii_scores, pii_table, presidio_faker_pii, project_pii
 
 from contextos import Agent, FailureReason, Runtime
 from contextos import events as ev
-from contextos.middleware import PiiRedaction, custom, detect
+from contextos.middleware import PiiRedaction, custom
 from contextos.middleware.pii import iban_ok, luhn_ok
+from contextos.state import fold
+from contextos.store.snapshots import FORMAT, encode, restore
 from contextos.testing import ScriptedModel, call_tool, reply
 
-DATA = Path(__file__).parent.parent / "data" / "pii_labelled.jsonl"
 
-
-def evaluate() -> dict[str, tuple[int, int, int]]:
-    """Entity-level (true positives, false positives, false negatives) per type.
-
-    A detection counts when its type matches a labelled entity and their spans overlap.
-    """
-    tp: Counter[str] = Counter()
-    fp: Counter[str] = Counter()
-    fn: Counter[str] = Counter()
-    for line in DATA.read_text().splitlines():
-        row = json.loads(line)
-        text = row["text"]
-        gold = []
-        for e in row["entities"]:
-            start = text.index(e["value"])
-            gold.append((e["type"], start, start + len(e["value"])))
-        used: set[int] = set()
-        for d in detect(text):
-            match = next(
-                (
-                    i
-                    for i, (t, s, e) in enumerate(gold)
-                    if i not in used and t == d.type and d.start < e and s < d.end
-                ),
-                None,
-            )
-            if match is None:
-                fp[d.type] += 1
-            else:
-                used.add(match)
-                tp[d.type] += 1
-        for i, (t, _, _) in enumerate(gold):
-            if i not in used:
-                fn[t] += 1
-    kinds = sorted(set(tp) | set(fp) | set(fn))
-    return {k: (tp[k], fp[k], fn[k]) for k in kinds}
+def print_table(name: str, scores: dict[str, tuple[int, int, int]]) -> tuple[float, float]:
+    print(f"\n{name}\n{pii_table(scores)}")
+    tp, fp, fn = (sum(v[i] for v in scores.values()) for i in range(3))
+    return tp / (tp + fp), tp / (tp + fn)
 
 
 def test_the_labelled_set_has_at_least_200_strings() -> None:
-    rows = [json.loads(line) for line in DATA.read_text().splitlines()]
+    rows = project_pii()
     assert len(rows) >= 200
     assert sum(1 for r in rows if not r["entities"]) >= 80  # hard negatives too
 
 
-def test_precision_and_recall_on_the_labelled_set() -> None:
-    table = evaluate()
-    tp = sum(t for t, _, _ in table.values())
-    fp = sum(f for _, f, _ in table.values())
-    fn = sum(n for _, _, n in table.values())
-    print("\ntype          precision  recall   tp  fp  fn")
-    for kind, (t, f, n) in table.items():
-        print(f"{kind:12}  {t / max(t + f, 1):9.3f}  {t / max(t + n, 1):6.3f}  {t:3} {f:3} {n:3}")
-    print(f"{'all':12}  {tp / (tp + fp):9.3f}  {tp / (tp + fn):6.3f}  {tp:3} {fp:3} {fn:3}")
-    # Thresholds: see docs/context.md. Checksummed types (cards, IBANs) and IPs are exact; the
-    # set deliberately holds obfuscated e-mails, spelled-out phones and prose passwords that no
-    # offline pattern catches, which bounds recall below 1.
-    assert tp / (tp + fp) >= 0.97
-    assert tp / (tp + fn) >= 0.93
-    for kind in ("credit_card", "iban", "ip"):
-        t, f, n = table[kind]
-        assert t / (t + f) >= 0.99 and t / (t + n) >= 0.99, kind
+def test_precision_and_recall_on_the_projects_labelled_set() -> None:
+    scores = pii_scores(project_pii())
+    precision, recall = print_table("tests/data/pii_labelled.jsonl", scores)
+    # Thresholds: see docs/context.md. The set holds a spelled-out phone number on purpose,
+    # which no offline pattern catches; every other type is exact today.
+    assert precision >= 0.98 and recall >= 0.98
+    for kind, (t, f, n) in scores.items():
+        assert t / (t + f) >= 0.98 and t / (t + n) >= 0.95, kind
+
+
+def test_precision_and_recall_on_a_public_generated_set() -> None:
+    rows = presidio_faker_pii()
+    scores = pii_scores(rows)
+    print_table(f"presidio-evaluator templates x Faker ({len(rows)} strings)", scores)
+    assert set(scores) == {"credit_card", "email", "iban", "ip", "phone", "secret"}
+    for kind, (t, f, n) in scores.items():
+        assert t >= 150, kind
+        assert t / (t + f) >= 0.98 and t / (t + n) >= 0.98, kind
 
 
 def test_checksums() -> None:
@@ -169,3 +138,82 @@ async def test_block_withholds_a_read_tools_output(tmp_path: Path) -> None:
     completed = next(e for e in events if isinstance(e, ev.ToolCompleted))
     assert completed.is_error and "AKIA" not in completed.output
     assert "PII policy blocks" in completed.output
+
+
+# One value of each type, as a tool might return it; the look-alikes must survive.
+VALUES = {
+    "EMAIL": "dana.ross@example.org",
+    "PHONE": "+44 20 7946 0958",
+    "CREDIT_CARD": "4111 1111 1111 1111",
+    "IBAN": "DE03 9589 6935 0492 5899 13",  # its digits also pass Luhn: an IBAN, not a card
+    "IP": "2001:db8:85a3:8d3:1319:8a2e:370:7348",  # unbracketed, followed by a port below
+    "SECRET": "8f14e45fceea167a5a36dedd4bea2543",
+}
+JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9Pl"
+AWS = "AKIAY34FZKBOKMUTVV7A"
+KEY = "-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA7bq\n-----END RSA PRIVATE KEY-----"
+ISBN = "ISBN 978-7-9789-1024-1"  # Luhn-valid, not a card
+
+
+async def test_every_type_is_redacted_before_the_model_sees_it(tmp_path: Path) -> None:
+    def customer(customer_id: str) -> str:
+        """Look a customer up."""
+        return (
+            f"mail {VALUES['EMAIL']}, phone {VALUES['PHONE']}, card {VALUES['CREDIT_CARD']}, "
+            f"IBAN {VALUES['IBAN']}, last login from {VALUES['IP']}:443, "
+            f"token: {VALUES['SECRET']}, session {JWT}, key id {AWS}\n{KEY}\nbought {ISBN}"
+        )
+
+    model = ScriptedModel([call_tool("customer", {"customer_id": "c1"}), reply("done")])
+    agent = Agent(name="a", model=model, tools=[customer], middleware=[PiiRedaction()])
+    async with Runtime(str(tmp_path / "r.db")) as rt:
+        await rt.run(agent, "Who is customer c1?")
+    seen = next(m.content for m in model.requests[1].messages if m.role == "tool")
+    for kind, raw in VALUES.items():
+        assert raw not in seen, kind
+        assert f"[REDACTED:{kind}]" in seen, kind
+    for raw in (JWT, AWS, "MIIEpAIBAAKCAQEA7bq"):
+        assert raw not in seen
+    assert ISBN in seen  # a look-alike is left alone
+
+
+async def test_tool_call_arguments_are_redacted_before_the_model_sees_them(tmp_path: Path) -> None:
+    def notify(email: str) -> str:
+        """Notify someone."""
+        return "sent"
+
+    model = ScriptedModel([call_tool("notify", {"email": "jo.park@example.com"}), reply("done")])
+    agent = Agent(name="a", model=model, tools=[notify], middleware=[PiiRedaction()])
+    async with Runtime(str(tmp_path / "r.db")) as rt:
+        await rt.run(agent, "Tell Jo.")
+    call = next(m for m in model.requests[1].messages if m.tool_calls).tool_calls[0]
+    assert "jo.park@example.com" not in call.arguments
+    assert "[REDACTED:EMAIL]" in call.arguments
+
+
+async def test_model_output_is_redacted_before_it_is_stored_by_default(tmp_path: Path) -> None:
+    model = ScriptedModel([reply("Your card 4111 1111 1111 1111 is on file.")])
+    agent = Agent(name="a", model=model, middleware=[PiiRedaction()])
+    async with Runtime(str(tmp_path / "r.db")) as rt:
+        result = await rt.run(agent, "Which card do you have?")
+        events = await rt.events(result.run_id)
+    answer = next(e for e in events if isinstance(e, ev.ModelResponded)).message.content
+    assert answer == "Your card [REDACTED:CREDIT_CARD] is on file."
+    assert result.output == answer
+
+
+async def test_a_snapshot_holds_the_runs_input_no_more_often_than_its_events(
+    tmp_path: Path,
+) -> None:
+    raw = "I am jo@example.com, card 4111 1111 1111 1111"
+    model = ScriptedModel([reply("ok")])
+    agent = Agent(name="a", model=model, middleware=[PiiRedaction()])
+    async with Runtime(str(tmp_path / "r.db")) as rt:
+        result = await rt.run(agent, raw)
+        events = await rt.events(result.run_id)
+    in_events = sum(ev.encode(e).count(raw.encode()) for e in events)
+    state = fold(events)
+    blob = encode(state)  # what the store writes as the run's snapshot
+    assert blob.count(raw.encode()) <= in_events == 1
+    restored = restore(state.run_id, state.seq, FORMAT, blob)
+    assert restored is not None and restored.input == raw and restored == state

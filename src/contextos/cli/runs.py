@@ -5,15 +5,24 @@ from __future__ import annotations
 import json
 import sys
 from contextlib import nullcontext
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from contextos import Agent, Workflow, timeline
-from contextos.agents import load_agent, load_ref
+from contextos import (
+    ContextOSError,
+    RunNotFound,
+    RunResult,
+    RunStatus,
+    Runtime,
+    RunTree,
+    TimelineEntry,
+    load_agent,
+    load_runnable,
+)
 from contextos.cli.common import (
     STATUS_STYLE,
     JsonOption,
@@ -28,12 +37,7 @@ from contextos.cli.common import (
     print_json,
     print_result,
 )
-from contextos.errors import ConfigError, ContextOSError, RunNotFound
-from contextos.events import ModelResponded, RunCreated, encode
-from contextos.graph import RunTree
-from contextos.runs import RunStatus
-from contextos.runtime import RunResult, Runtime
-from contextos.triggers import started_by
+from contextos.workers import started_by
 
 
 @app.command()
@@ -49,12 +53,7 @@ def run(
 ) -> None:
     """Start a run and drive it until it finishes or waits for a person."""
     try:
-        agent = load_ref(agent_ref)
-        if not isinstance(agent, Agent | Workflow):
-            raise ConfigError(
-                f"bad agent reference {agent_ref!r}: it names a {type(agent).__name__}, not an "
-                "Agent or a Workflow"
-            )
+        agent = load_runnable(agent_ref)
     except ContextOSError as exc:
         fail(exc)
 
@@ -81,7 +80,7 @@ def resume(
     """Continue a run from its last recorded step (after a crash, a stop, or an answer)."""
 
     async def work(rt: Runtime) -> RunResult:
-        agent = load_agent(agent_ref) if agent_ref else None
+        agent = load_runnable(agent_ref) if agent_ref else None
         return await rt.resume(run_id, agent, allow_changed_agent=allow_changed_agent)
 
     finish(call(store, work), as_json)
@@ -173,16 +172,16 @@ def show(
 ) -> None:
     """Show a run's timeline: every recorded event, in order."""
 
-    async def work(rt: Runtime) -> tuple[Any, Any, RunTree]:
-        return await rt.result(run_id), await rt.events(run_id), await rt.tree(run_id)
+    async def work(rt: Runtime) -> tuple[RunResult, list[TimelineEntry], RunTree]:
+        return await rt.result(run_id), await rt.timeline(run_id), await rt.tree(run_id)
 
-    result, events, tree = call(store, work)
+    result, entries, tree = call(store, work)
     if as_json:
         sys.stdout.write(
             json.dumps(
                 {
                     "result": jsonable(result),
-                    "events": [json.loads(encode(e)) for e in events],
+                    "events": [e.data for e in entries],
                     "tree": tree.to_dict(),
                 },
                 indent=2,
@@ -199,33 +198,23 @@ def show(
     table.add_column("event")
     table.add_column("actor")
     table.add_column("detail", overflow="fold")
-    for e in events:
+    for e in entries:
         table.add_row(
             str(e.seq),
             e.occurred_at.strftime("%H:%M:%S.%f")[:-3],
             e.type,
             e.actor,
-            Text(timeline.describe(e)),  # event text is data, never Rich markup
+            Text(e.line),  # event text is data, never Rich markup
         )
     console.print(table)
     if context:
-        _print_contexts(events)
+        _print_contexts(entries)
     if tree.children:
         _print_tree(tree)
-    origin = started_by(events[0].metadata) if isinstance(events[0], RunCreated) else None
+    origin = started_by(entries[0].data.get("metadata") or {})
     if origin:
         console.print(Text(origin, style="dim"))
     print_result(result, False)
-
-
-def _descendants(tree: RunTree) -> list[str]:
-    """The ids of the child runs below a tree, depth first."""
-    out: list[str] = []
-    for c in tree.children:
-        if c.kind == "child":
-            out.append(c.label)
-        out += _descendants(c)
-    return out
 
 
 def _print_tree(tree: RunTree) -> None:
@@ -256,26 +245,29 @@ def _tree_line(t: RunTree) -> Text:
     return line
 
 
-def _print_contexts(events: list[Any]) -> None:
-    """One table per model call: each item that went in, where from, and why."""
-    from contextos.context import manifest_table
+_MANIFEST = ("type", "id", "source", "version", "trust", "tokens", "why")
+"""The columns of a context manifest, as each item of a model call's lineage names them."""
 
-    calls = [e for e in events if isinstance(e, ModelResponded)]
+
+def _print_contexts(entries: list[TimelineEntry]) -> None:
+    """One table per model call: each item that went in, where from, and why."""
+    calls = [e for e in entries if e.type == "model_responded"]
     if not calls:
         console.print("[dim]no model calls recorded[/]")
     for turn, e in enumerate(calls, start=1):
-        stack = ", ".join(str(layer) for layer in e.context.get("stack", ())) or "none"
+        context = e.data.get("context") or {}
+        stack = ", ".join(str(layer) for layer in context.get("stack", ())) or "none"
         table = Table(
-            title=f"turn {turn} (event #{e.seq}) context {(e.context_hash or '')[:12]} "
+            title=f"turn {turn} (event #{e.seq}) context {(e.data.get('context_hash') or '')[:12]} "
             f"· middleware: {stack}",
             title_justify="left",
         )
-        for col in ("type", "id", "source", "version", "trust", "tokens", "why"):
+        for col in _MANIFEST:
             table.add_column(col, overflow="fold")
-        for row in manifest_table(e.context.get("manifest", ())):
-            table.add_row(*(Text(cell) for cell in row))
+        for item in context.get("manifest", ()):
+            table.add_row(*(Text(str(item.get(col, ""))) for col in _MANIFEST))
         console.print(table)
-        telemetry = e.context.get("telemetry")
+        telemetry = context.get("telemetry")
         if telemetry:
             console.print(Text(f"  telemetry: {json.dumps(telemetry, sort_keys=True)}"))
 
@@ -300,29 +292,15 @@ def trace(
     as_json: JsonOption = False,
 ) -> None:
     """Export a run's trace as OpenTelemetry spans (GenAI conventions): a tree, JSON, or OTLP."""
-    from contextos import telemetry
-
-    async def logs(rt: Runtime) -> list[list[Any]]:
-        """The run's log and those of every run below it (one trace)."""
-        tree = await rt.tree(run_id)
-        return [await rt.events(r) for r in [run_id, *_descendants(tree)]]
-
-    spans = []
-    try:
-        for events in call(store, logs):
-            if otlp:
-                spans += telemetry.export_run(
-                    events, otlp_endpoint=otlp, capture_content=capture_content
-                )
-            else:
-                spans += telemetry.spans_for(events, capture_content=capture_content)
-    except ContextOSError as exc:
-        fail(exc)
-    if not spans:
+    traced = call(
+        store,
+        lambda rt: rt.trace(run_id, capture_content=capture_content, otlp_endpoint=otlp),
+    )
+    if not traced.spans:
         fail(RunNotFound(run_id))
     if as_json:
-        print_json([telemetry.span_json(s) for s in spans])
+        print_json(traced.to_json())
     else:
-        console.print(telemetry.span_tree(spans))
+        console.print(traced.tree())
         if otlp:
-            console.print(f"[dim]sent {len(spans)} spans to {otlp}[/]")
+            console.print(f"[dim]sent {len(traced.spans)} spans to {otlp}[/]")

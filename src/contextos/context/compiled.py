@@ -60,6 +60,9 @@ class TrustClass(StrEnum):
     """Tool output and retrieved documents."""
 
 
+TRUSTED = frozenset({TrustClass.PLATFORM, TrustClass.DEVELOPER})
+"""Trust classes whose text may sit in a `system` message: the runtime's and the author's."""
+
 GUARD_PII = "pii"
 GUARD_SPOTLIGHT = "spotlight"
 
@@ -356,23 +359,28 @@ class CompiledContext:
     # -- rendering --------------------------------------------------------------------------
 
     def render(self) -> tuple[Message, ...]:
-        """The messages a model receives: stable system prefix, summary, history, volatile tail."""
-        stable = [
-            i for i in self.items if not i.volatile and i.type is not ItemType.HISTORY_SUMMARY
-        ]
-        volatile = [i for i in self.items if i.volatile and i.type is not ItemType.HISTORY_SUMMARY]
-        out: list[Message] = []
-        if stable:
-            out.append(Message(role="system", content="\n\n".join(i.content for i in stable)))
+        """The messages a model receives: stable system prefix, summary, history, volatile tail.
+
+        Only the runtime's and the author's text (`TRUSTED`) goes in the `system` message; the
+        summary and every other item (memory facts, retrieved passages) reach the model as
+        `user` messages, so text the author did not write never speaks with system authority.
+        """
         summary = self.summary
+        system = [
+            i for i in self.items if not i.volatile and i.trust in TRUSTED and i is not summary
+        ]
+        tail = [i for i in self.items if i is not summary and i not in system]
+        out: list[Message] = []
+        if system:
+            out.append(Message(role="system", content="\n\n".join(i.content for i in system)))
         if summary is not None:
-            out.append(Message(role="system", content=SUMMARY_PREFIX + summary.content))
+            out.append(Message(role="user", content=SUMMARY_PREFIX + summary.content))
         if isinstance(self.history, History):
             out.extend(self.history.messages())
         else:
             out.extend(e.message for e in self.history)
-        if volatile:
-            out.append(Message(role="system", content="\n\n".join(i.content for i in volatile)))
+        if tail:
+            out.append(Message(role="user", content="\n\n".join(i.content for i in tail)))
         return tuple(out)
 
     def manifest(self) -> list[dict[str, Any]]:

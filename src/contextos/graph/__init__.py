@@ -8,6 +8,13 @@ run as child runs under recorded delegation contracts (`contextos.graph.children
 """
 
 from contextos.graph.tree import RunTree
-from contextos.graph.workflow import ClaimCheck, Gated, Node, Rejected, Workflow
+from contextos.graph.workflow import (
+    ClaimCheck,
+    Gated,
+    Node,
+    Rejected,
+    Workflow,
+    load_runnable,
+)
 
-__all__ = ["ClaimCheck", "Gated", "Node", "Rejected", "RunTree", "Workflow"]
+__all__ = ["ClaimCheck", "Gated", "Node", "Rejected", "RunTree", "Workflow", "load_runnable"]

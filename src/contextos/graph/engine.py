@@ -27,7 +27,7 @@ from contextos.graph.workflow import ClaimCheck, Node, Workflow
 from contextos.runs import FailureReason, RunStatus
 from contextos.state import RunState, apply
 from contextos.store.base import EventStore, load_state
-from contextos.tools._invoke import describe
+from contextos.tools._invoke import error_text
 
 
 class _Failed(Exception):
@@ -256,7 +256,7 @@ class WorkflowDriver:
             return await result if inspect.isawaitable(result) else result
         except Exception as exc:
             raise _Failed(
-                node.name, FailureReason.NODE_FAILED, f"node {node.name} raised {describe(exc)}"
+                node.name, FailureReason.NODE_FAILED, f"node {node.name} raised {error_text(exc)}"
             ) from exc
 
     def _ref(self, node: str) -> str:

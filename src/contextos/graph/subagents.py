@@ -24,7 +24,7 @@ from contextos.graph.children import (
 )
 from contextos.loop import Driver
 from contextos.messages import ToolCall
-from contextos.policy.decision import Decision
+from contextos.records.decisions import Decision
 from contextos.state import RunState
 from contextos.tools.effects import ToolRunner, refused
 from contextos.tools.gateway import ToolOutcome, error_outcome

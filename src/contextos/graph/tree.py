@@ -48,6 +48,15 @@ class RunTree:
             return None
         return (self.finished_at - self.started_at).total_seconds()
 
+    def child_run_ids(self) -> list[str]:
+        """The ids of the child runs below this line, depth first."""
+        out: list[str] = []
+        for c in self.children:
+            if c.kind == "child":
+                out.append(c.label)
+            out += c.child_run_ids()
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "label": self.label,

@@ -32,7 +32,7 @@ from typing import Any, Generic, Literal, TypeVar, get_args, get_origin, get_typ
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from contextos.agents import Agent, Subagent
+from contextos.agents import Agent, Subagent, load_ref
 from contextos.errors import ConfigError
 from contextos.runs import Budget
 
@@ -500,6 +500,18 @@ class Workflow:
 
 
 # -- checking types when the workflow is declared --------------------------------------------
+
+
+def load_runnable(ref: str) -> Agent | Workflow:
+    """Import an agent or a workflow from `path/to/file.py:attr` or `package.module:attr`."""
+    obj = load_ref(ref)
+    if not isinstance(obj, Agent | Workflow):
+        raise ConfigError(
+            f"bad agent reference {ref!r}: it names a {type(obj).__name__}, not an Agent or a "
+            "Workflow",
+            ref=ref,
+        )
+    return obj
 
 
 def _hints(fn: Any) -> dict[str, Any]:

@@ -5,9 +5,14 @@ the `ipaddress` parser for IPs); custom ones take a regex or a callable. Each ty
 strategy: `redact` (a typed placeholder), `mask` (keep the last four characters), `hash` (a
 stable pseudonym, so the model can still tell two values apart) or `block`.
 
+Structured detectors (secrets, e-mails, IBANs, IPs) run before the generic card rule, and a
+Luhn-valid number is a card only where its context does not say otherwise (an ISBN, an EAN, an
+IMEI); a bare run of digits is a phone number only where a word says so.
+
 The layer sits second in the stack: everything inside it, compaction included, only ever sees
-redacted text. It rewrites the conversation for the model (transient), tool results before
-they are recorded (persistent), and anything inner layers persist (summaries, memory writes).
+redacted text. It rewrites the conversation for the model (transient), tool results and the
+model's answers before they are recorded (persistent), and anything inner layers persist
+(summaries, memory writes).
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from contextos.middleware.base import (
     ToolHandler,
 )
 from contextos.runs import FailureReason
-from contextos.tools.contract import Effect
+from contextos.tools.contract import EffectKind as Effect
 from contextos.tools.gateway import render_output
 
 
@@ -101,7 +106,7 @@ def custom(name: str, pattern: str | re.Pattern[str] | Finder) -> Detector:
 
 def luhn_ok(number: str) -> bool:
     digits = [int(c) for c in number if c.isdigit()]
-    if not 13 <= len(digits) <= 19:
+    if not 12 <= len(digits) <= 19:
         return False
     total = 0
     for i, d in enumerate(reversed(digits)):
@@ -113,12 +118,38 @@ def luhn_ok(number: str) -> bool:
     return total % 10 == 0
 
 
-def _card_ok(candidate: str) -> bool:
+_CARD_CANDIDATE = re.compile(r"(?<![\w-])\d(?:[ -]?\d){11,18}(?![\w-])")
+# Luhn-valid numbers that are not cards, told apart by a word just before them …
+_NOT_A_CARD = re.compile(
+    r"(?i)\b(?:isbn(?:-1[03])?|issn|ean(?:-13)?|gtin|upc|imei|meid|iccid|sim|serial|s/n|sku"
+    r"|tracking|barcode)\b[^\n\d]{0,12}$"
+)
+# … and cards that look like other numbers (12-digit Maestro, a leading 0), by the word "card".
+_CARD_CONTEXT = re.compile(
+    r"(?i)\b(?:card|cc|maestro|visa|mastercard|amex|debit|credit)\b[^\n\d]{0,25}$"
+)
+
+
+def _card_ok(candidate: str, context: bool) -> bool:
     separators = set(re.sub(r"\d", "", candidate))
     if len(separators) > 1:  # "1234-5678 9012" mixes separators: not how cards are written
         return False
     digits = re.sub(r"\D", "", candidate)
+    # Payment cards start with 1 to 6 (ISO/IEC 7812's industry digit: airlines, banks, trade);
+    # 978/979 … is an ISBN-13 or EAN, 89 … a SIM's ICCID. Shorter 12-digit (Maestro) numbers
+    # and the rare other first digit count only where the text says it is a card.
+    if not context and (len(digits) < 13 or digits[0] not in "123456"):
+        return False
     return luhn_ok(digits) and len(set(digits)) > 1
+
+
+def _card_spans(text: str) -> Iterable[tuple[int, int]]:
+    for m in _CARD_CANDIDATE.finditer(text):
+        before = max(0, m.start() - 40)
+        if _NOT_A_CARD.search(text, before, m.start()):
+            continue
+        if _card_ok(m.group(0), bool(_CARD_CONTEXT.search(text, before, m.start()))):
+            yield m.span()
 
 
 _IBAN_LENGTHS = {
@@ -161,38 +192,86 @@ def _iban_spans(text: str) -> Iterable[tuple[int, int]]:
             value = value.rsplit(" ", 1)[0]
 
 
-def _phone_ok(candidate: str) -> bool:
-    if re.fullmatch(r"\d+\.\d+", candidate):  # a decimal number
+_PHONE_CANDIDATE = re.compile(
+    r"(?<![\w+#/.-])(?:(?:\+|00)\d{1,3}[ .-]?)?(?:\(0\)[ .-]?)?(?:\(\d{1,5}\)[ .-]?)?"
+    r"\d{1,12}(?:[ .-]\d{1,8}){0,5}(?:[ ]?(?:x|ext\.?)[ ]?\d{1,5})?(?![\w:]|[.-]\d)"
+)
+_PHONE_CONTEXT = re.compile(
+    r"(?i)\b(?:phone|tel|telephone|mobile|cell|call|fax|desk|office|whatsapp|sms|text|reach"
+    r"|ring|dial|registered|number|messages?\s+to)\b[^\n\d]{0,12}\n?[^\n\d]{0,5}$"
+)
+_PHONE_LABEL_AFTER = re.compile(
+    r"(?i)[ \t]*[-(,]?[ \t]*(?:office|mobile|cell|fax|home|work|desk)\b"
+)
+_NOT_A_PHONE = re.compile(
+    r"(?i)\b(?:ssn|social\s+security|passport|licen[cs]e|account|order|invoice|tax|postal"
+    r"|post\s*code|zip)\b[^\n\d]{0,20}$"
+)
+
+
+def _phone_spans(text: str) -> Iterable[tuple[int, int]]:
+    for m in _PHONE_CANDIDATE.finditer(text):
+        before = max(0, m.start() - 40)
+        if _NOT_A_PHONE.search(text, before, m.start()):
+            continue
+        context = bool(
+            _PHONE_CONTEXT.search(text, before, m.start())
+            or _PHONE_LABEL_AFTER.match(text, m.end())
+        )
+        if _phone_ok(m.group(0), context):
+            yield m.span()
+
+
+def _phone_ok(candidate: str, context: bool) -> bool:
+    number = re.split(r" ?(?:x|ext)", candidate)[0]
+    if re.fullmatch(r"\d+\.\d+", number):  # a decimal number
         return False
-    digits = re.sub(r"\D", "", candidate)
-    if candidate.startswith(("+", "00")):
+    if re.match(r"(19|20)\d\d[-./ ]\d\d[-./ ]\d\d(?!\d)", number):  # a date
+        return False
+    if re.fullmatch(r"\d{3}-\d{2}-\d{4}", number):  # a US social security number's shape
+        return False
+    digits = re.sub(r"\D", "", number)
+    grouped = number != digits
+    if number.startswith("+") or (number.startswith("00") and grouped):
         return 8 <= len(digits) <= 15
-    if re.fullmatch(r"(19|20)\d\d[-./ ]\d\d[-./ ]\d\d", candidate):  # a date, not a number
+    if len(set(digits)) <= 2 or not (grouped or context):  # a bare run of digits needs a word
         return False
-    return 9 <= len(digits) <= 12 and len(set(digits)) > 2
+    return 9 <= len(digits) <= 12 or (context and 7 <= len(digits) <= 15)
 
 
 def _ip_finder(text: str) -> Iterable[tuple[int, int]]:
-    for m in _IPV4.finditer(text):
-        yield m.span()
     for m in _IPV6_CANDIDATE.finditer(text):
         value = m.group(0)
         if value.count(":") < 2 or not re.search(r"[0-9a-fA-F]", value):
             continue
-        try:
-            ipaddress.IPv6Address(value)
-        except ValueError:
-            continue
+        if _ipv6_ok(value):
+            yield m.span()
+        elif (
+            ":" in value and value.rsplit(":", 1)[1].isdigit() and _ipv6_ok(value.rsplit(":", 1)[0])
+        ):
+            yield m.start(), m.end() - len(value.rsplit(":", 1)[1]) - 1  # unbracketed, with a port
+    for m in _IPV4.finditer(text):  # after IPv6, which may end in one (::ffff:192.0.2.1)
         yield m.span()
+
+
+def _ipv6_ok(value: str) -> bool:
+    try:
+        ipaddress.IPv6Address(value)
+    except ValueError:
+        return False
+    return True
 
 
 _OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
 _IPV4 = re.compile(rf"(?<![\w.]){_OCTET}(?:\.{_OCTET}){{3}}(?!\.?\d)(?![\w])")
-_IPV6_CANDIDATE = re.compile(r"(?<![\w:])(?:[0-9A-Fa-f]{0,4}:){2,7}[0-9A-Fa-f]{0,4}(?![\w:])")
+_IPV6_CANDIDATE = re.compile(
+    r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,8}(?:\d{1,3}(?:\.\d{1,3}){3}|[0-9A-Fa-f]{0,5})(?!\.?[\w:])"
+)
 
 _SECRET_PATTERNS = [
-    r"-----BEGIN (?:[A-Z]+ )*PRIVATE KEY-----[\s\S]+?-----END (?:[A-Z]+ )*PRIVATE KEY-----",
-    r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
+    r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----[\s\S]+?-----END (?:[A-Z0-9]+ )*PRIVATE"
+    r" KEY(?: BLOCK)?-----",
+    r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[0-9A-Z]{16}\b",  # AWS access key ids
     r"\bgh[pousr]_[A-Za-z0-9]{36,}\b",
     r"\bgithub_pat_[A-Za-z0-9_]{40,}\b",
     r"\bglpat-[A-Za-z0-9_-]{20,}\b",
@@ -201,48 +280,76 @@ _SECRET_PATTERNS = [
     r"\bsk-(?:ant-|proj-)?[A-Za-z0-9_-]{20,}",
     r"\bAIza[0-9A-Za-z_-]{35}\b",
     r"\bSG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}\b",
-    r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
+    r"\bnpm_[A-Za-z0-9]{36}\b",
+    r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",  # JWT
     r"(?i)\bbearer\s+([A-Za-z0-9._~+/-]{16,}=*)",
-    # key = value assignments: only the value is secret
-    r"(?i)\b[\w.-]*(?:password|passwd|pwd|secret|api[_-]?key|apikey|access[_-]?key|auth[_-]?token"
-    r"|access[_-]?token|client[_-]?secret)\w*\b[\"']?\s*[:=]\s*[\"']?([^\s\"',;]{6,})",
-    r"(?i)\b(?:postgres(?:ql)?|mysql|mongodb(?:\+srv)?|redis|amqp)://[^:\s/]+:([^@\s/]+)@",
+    r"(?i)\bauthorization\s*[:=]\s*basic\s+([A-Za-z0-9+/]{12,}={0,2})",
+    r"(?i)\b(?:postgres(?:ql)?|mysql|mongodb(?:\+srv)?|redis|amqps?|https?|ftp)://[^:\s/@]+"
+    r":([^@\s/]+)@",
 ]
+# `name = value`, `name: value`, `"name": "value"`: only the value is secret.
+_SECRET_ASSIGNMENT = re.compile(
+    r"(?i)\b(?:[\w.-]*[_.-])?(?P<name>pass(?:word|wd|phrase)?|pwd|secret|api[_-]?key|apikey"
+    r"|access[_-]?key|private[_-]?key|(?:auth|access|refresh|session|id|api|bearer|csrf)?[_-]?token"
+    r"|credentials?|client[_-]?secret)(?:[_.-]\w+)*[\"']?"
+    r"(?P<sep>[ \t]*[:=][ \t]*|[ \t]+is[ \t]+)[\"']?"
+    r"(?P<value>(?!\[REDACTED)[^\s\"',;]{6,})"
+)
+
+
+def _assignment_ok(m: re.Match[str]) -> bool:
+    """A password may be a plain word; a token or key value has a digit or is long; in prose
+    (`the password is …`) the value must not read as a word (`… is incorrect`)."""
+    name, value = m.group("name").lower(), m.group("value")
+    looks_random = any(c.isdigit() for c in value) and any(c.isalpha() for c in value)
+    if m.group("sep").strip() == "is":
+        return name.startswith("pass") and (looks_random or len(value) >= 16)
+    if name.startswith(("pass", "pwd", "secret")):
+        return True
+    return len(value) >= 8 and (looks_random or len(value) >= 20)
+
 
 DEFAULT_DETECTORS: tuple[Detector, ...] = (
     Detector(name="secret", finder=lambda text: _secret_spans(text)),
-    Detector(
-        name="email",
-        pattern=re.compile(
-            r"(?<![\w.%+-])[A-Za-z0-9][A-Za-z0-9._%+-]*@(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?\.)+"
-            r"[A-Za-z]{2,24}(?![\w-])"
-        ),
-    ),
-    Detector(
-        name="credit_card",
-        pattern=re.compile(r"(?<![\w-])\d(?:[ -]?\d){12,18}(?![\w-])"),
-        validate=_card_ok,
-    ),
+    Detector(name="email", finder=lambda text: _email_spans(text)),
+    # Structured, checksummed types before the generic card rule, which would otherwise take
+    # the digits of an IBAN or an IP address for a card number.
     Detector(name="iban", finder=lambda text: _iban_spans(text)),
     Detector(name="ip", finder=_ip_finder),
-    Detector(
-        name="phone",
-        pattern=re.compile(
-            r"(?<![\w+#/.-])(?:\+\d{1,3}[ .-]?)?(?:\(\d{1,5}\)[ .-]?)?\d{1,8}(?:[ .-]\d{1,8}){1,5}"
-            r"(?![\w-])|(?<![\w+])\+\d{8,15}(?!\w)"
-        ),
-        validate=_phone_ok,
-    ),
+    Detector(name="credit_card", finder=lambda text: _card_spans(text)),
+    Detector(name="phone", finder=lambda text: _phone_spans(text)),
 )
 """Checked in this order; a later detector skips text an earlier one already claimed."""
 
 _SECRETS = [re.compile(p) for p in _SECRET_PATTERNS]
+
+_EMAIL = re.compile(
+    r"(?<![\w.%+-])[A-Za-z0-9][A-Za-z0-9._%+-]*@(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?\.)+"
+    r"[A-Za-z]{2,24}(?![\w-])"
+)
+# Spelled out to dodge scrapers: `jane at example dot com`, `jane[at]example[dot]org`; the
+# last label must be a common top-level domain, so `look at this dot matrix` stays text.
+_AT, _DOT = r"\s*[\[({]at[\])}]\s*|\s+at\s+", r"\s*[\[({]dot[\])}]\s*|\s+dot\s+"
+_SPELLED_EMAIL = re.compile(
+    rf"(?i)(?<![\w.])[a-z0-9][\w.+-]*(?:{_AT})[a-z0-9-]+(?:(?:{_DOT})[a-z0-9-]+)*(?:{_DOT})"
+    r"(?:com|org|net|edu|gov|io|co|uk|de|fr|nl|es|it|eu|ch|be|at|se|no|dk|fi|pl|pt|info|biz"
+    r"|me|us|ca|au|jp|in|br)\b"
+)
+
+
+def _email_spans(text: str) -> Iterable[tuple[int, int]]:
+    for pattern in (_EMAIL, _SPELLED_EMAIL):
+        for m in pattern.finditer(text):
+            yield m.span()
 
 
 def _secret_spans(text: str) -> Iterable[tuple[int, int]]:
     for pattern in _SECRETS:
         for m in pattern.finditer(text):
             yield m.span(1) if pattern.groups else m.span()
+    for m in _SECRET_ASSIGNMENT.finditer(text):
+        if _assignment_ok(m):
+            yield m.span("value")
 
 
 def detect(text: str, detectors: Sequence[Detector] = DEFAULT_DETECTORS) -> list[Detection]:
@@ -298,8 +405,11 @@ class PiiRedaction(ContentGuard):
         strategies: Mapping[str, Strategy | str] | None = None,
         hash_key: str = "",
         tool_results: bool = True,
-        model_output: bool = False,
+        model_output: bool = True,
     ) -> None:
+        """`tool_results`: redact a tool's result before it is recorded. `model_output`: redact
+        the model's answer text before it is recorded (its tool-call arguments are kept as the
+        tool needs them, and redacted in what the model is shown later)."""
         self.detectors = (*detectors, *extra)
         self.strategy = Strategy(strategy)
         self.strategies = {k: Strategy(v) for k, v in (strategies or {}).items()}

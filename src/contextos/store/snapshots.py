@@ -44,7 +44,7 @@ CAPACITY = 4096
 """Runs a store keeps track of at most (the least recently appended go first); only the long
 ones it drives now keep their folded state."""
 
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
 """Bump when the encoding changes in a way the format's fingerprint cannot see."""
 
 _STATE: TypeAdapter[RunState] = TypeAdapter(RunState)
@@ -56,6 +56,7 @@ _SOURCES = (
     "contextos.events",
     "contextos.messages",
     "contextos.ledger",
+    "contextos.records.interrupts",
     "contextos.runs",
     "contextos.delegation",
 )
@@ -83,11 +84,16 @@ FORMAT = _format()
 """The format this code writes, and the only one it reads."""
 
 
+# Held once already: a state's input is its first message, restored from it on decode. A
+# snapshot holds nothing its run's events do not, and each of the run's texts once.
+_DERIVED = {"input"}
+
+
 def encode(state: RunState, memo: MessageMemo | None = None) -> bytes:
     """The state as JSON; `memo` keeps each message's JSON from one call to the next."""
     if memo is None:
-        return _STATE.dump_json(state)
-    rest = _STATE.dump_json(state, exclude={"messages"})
+        return _STATE.dump_json(state, exclude=_DERIVED)
+    rest = _STATE.dump_json(state, exclude={"messages", *_DERIVED})
     parts = [b'{"messages":[', *memo.encoded(state.messages), b"],", rest[1:]]
     return b"".join(parts)
 
@@ -129,6 +135,8 @@ def restore(run_id: RunId, seq: int, fmt: str, blob: bytes) -> RunState | None:
     except ValidationError as exc:
         log.warning("ignoring the snapshot of run %s at #%d: %s", run_id, seq, exc)
         return None
+    if state.messages:
+        state.input = state.messages[0].content
     if state.run_id != run_id or state.seq != seq:
         log.warning(
             "ignoring the snapshot of run %s at #%d: it holds run %s at #%d",

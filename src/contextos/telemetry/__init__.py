@@ -8,13 +8,18 @@ after it crashed and resumed in another process) give one trace with the same id
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from contextos.errors import ConfigError
 from contextos.telemetry._ids import trace_id_for
 from contextos.telemetry._render import span_json, span_tree
+from contextos.telemetry.timeline import TimelineEntry, timeline
 
 if TYPE_CHECKING:
+    from rich.tree import Tree
+
     from contextos import events as ev
     from contextos.telemetry._export import LiveTraces
     from contextos.telemetry._spans import SpanRecord
@@ -28,6 +33,38 @@ def _require() -> None:
         import opentelemetry.semconv._incubating.attributes.gen_ai_attributes  # noqa: F401
     except ImportError as exc:
         raise ConfigError(INSTALL_HINT) from exc
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    """A run's trace: its spans, children first and the run's `invoke_agent` span last."""
+
+    spans: tuple[SpanRecord, ...]
+    """The spans, as OpenTelemetry records them."""
+
+    def tree(self) -> Tree:
+        """The run's span with its children in start order, for a terminal."""
+        return span_tree(list(self.spans))
+
+    def to_json(self) -> list[dict[str, Any]]:
+        """The spans as JSON data, ids in hex as OTLP shows them."""
+        return [span_json(s) for s in self.spans]
+
+
+def trace_of(
+    events: Sequence[ev.Event],
+    *,
+    capture_content: bool | None = None,
+    otlp_endpoint: str | None = None,
+) -> Trace:
+    """A recorded run's trace; sent over OTLP/HTTP too when `otlp_endpoint` is given."""
+    if otlp_endpoint is not None:
+        spans = export_run(
+            list(events), otlp_endpoint=otlp_endpoint, capture_content=capture_content
+        )
+    else:
+        spans = spans_for(list(events), capture_content=capture_content)
+    return Trace(tuple(spans))
 
 
 def spans_for(events: list[ev.Event], *, capture_content: bool | None = None) -> list[SpanRecord]:
@@ -84,10 +121,14 @@ def live_traces(
 
 __all__ = [
     "INSTALL_HINT",
+    "TimelineEntry",
+    "Trace",
     "export_run",
     "live_traces",
     "span_json",
     "span_tree",
     "spans_for",
+    "timeline",
     "trace_id_for",
+    "trace_of",
 ]

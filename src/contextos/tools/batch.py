@@ -19,7 +19,7 @@ from typing import Any
 
 from contextos import events as ev
 from contextos.messages import ToolCall
-from contextos.policy.decision import Decision
+from contextos.records.decisions import Decision
 from contextos.tools.effects import ToolRunner, refused
 from contextos.tools.gateway import ToolOutcome
 
@@ -39,7 +39,7 @@ def _independent(runner: ToolRunner, call: ToolCall) -> bool:
     s = runner.state
     if tool is None or tool.has_effect:
         return False
-    if call.id in s.policy_by_call or call.id in s.interrupt_by_call:
+    if call.id in s.policy_by_call or s.latest_interrupt(call.id) is not None:
         return False  # under way on the one-at-a-time path (an approval, a person's answer)
     hook = runner.gw.policy
     if hook is None:
