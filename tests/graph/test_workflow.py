@@ -440,6 +440,11 @@ async def test_show_draws_the_tree_runs_lists_top_level_and_traces_join(tmp_path
         child_root.parent_id == nodes["node double"].span_id == span_id_for(run_id, "node/double")
     )
 
+    traced = await asyncio.to_thread(cli, "trace", run_id, "--json", "--store", str(db))
+    names = [s["name"] for s in json.loads(traced.stdout)]
+    assert names.count("invoke_agent doubler") == 2  # one trace: the children's spans too
+    assert "invoke_workflow sum-doubles" in names
+
 
 async def test_a_failed_child_fails_its_node_and_stops_its_siblings(rt: Runtime) -> None:
     never = asyncio.Event()
