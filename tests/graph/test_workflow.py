@@ -219,6 +219,34 @@ async def test_an_output_that_fails_its_type_is_a_recorded_failure(rt: Runtime) 
     assert after == []  # nothing after it ran
 
 
+async def test_a_child_whose_answer_never_fits_the_node_type_fails_it_as_output_invalid(
+    rt: Runtime,
+) -> None:
+    """The child is asked for the node's type and corrected until its verification rounds run
+    out; the parent records why it failed, and the node fails output_invalid, nothing after it
+    running."""
+    after: list[object] = []
+
+    def next_step(d: Doubled) -> Doubled:
+        after.append(d)
+        return d
+
+    vague = Agent(name="vague", model=ScriptedModel([reply('{"value": "two"}')] * 10))
+    flow = Workflow("strict", input=Numbers)
+    flow.agent("guess", vague, output=Doubled)
+    flow.code("next", next_step)
+    result = await rt.run(flow, Numbers(values=[1]))
+    assert result.status is RunStatus.FAILED
+    assert result.failure_reason is FailureReason.OUTPUT_INVALID
+    events = await rt.events(result.run_id)
+    (finished,) = [e for e in events if isinstance(e, ev.ChildRunFinished)]
+    assert finished.status == "failed" and finished.reason == "output_invalid"
+    assert "value" in finished.message
+    (failed,) = [e for e in events if isinstance(e, ev.NodeFailed)]
+    assert failed.node == "guess" and failed.reason is FailureReason.OUTPUT_INVALID
+    assert after == []
+
+
 async def test_code_that_raises_fails_the_workflow_with_its_own_reason(rt: Runtime) -> None:
     def explode(n: Numbers) -> Total:
         raise RuntimeError("the disk is full")
