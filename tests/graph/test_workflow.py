@@ -29,7 +29,7 @@ from contextos import (
     tool,
 )
 from contextos import events as ev
-from contextos.graph import ClaimCheck
+from contextos.graph import ClaimCheck, load_runnable
 from contextos.models.base import ModelRequest, ModelResponse
 from contextos.policy import Decision
 from contextos.telemetry import spans_for
@@ -96,6 +96,14 @@ def test_edges_are_typed_when_the_workflow_is_declared() -> None:
         flow.reduce("has.dot", add_up)
     total = flow.reduce("sum", add_up)
     assert total.output is Total and flow.output_node is total
+
+
+def test_a_reference_to_a_class_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "flows.py").write_text(
+        "from pydantic import BaseModel\n\nclass Scan(BaseModel):\n    folders: list[str]\n"
+    )
+    with pytest.raises(ConfigError, match="it names the class Scan; name an agent, a workflow"):
+        load_runnable(f"{tmp_path / 'flows.py'}:Scan")
 
 
 def test_the_structure_is_part_of_the_identity() -> None:
