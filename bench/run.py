@@ -885,6 +885,7 @@ BENCHMARKS = (
     "governed",
     "scaleout",
     "memory",
+    "fanout",
 )
 
 
@@ -955,6 +956,10 @@ def main(argv: Sequence[str]) -> None:
                 longrun.bench(size, fast or work, report)
             if "profile" in only:
                 bench_profile(plan, work, fast, report)
+            if "fanout" in only:
+                from bench.fanout import bench_fanout
+
+                bench_fanout(plan, work, report)
         finally:
             if fast_dir:
                 shutil.rmtree(fast_dir, ignore_errors=True)

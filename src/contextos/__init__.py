@@ -1,6 +1,7 @@
 """ContextOS: a governed, durable agent runtime."""
 
-from contextos.agents import Agent, load_agent
+from contextos.agents import Agent, Subagent, load_agent
+from contextos.delegation import DelegationContract
 from contextos.errors import (
     AgentChanged,
     ConcurrencyConflict,
@@ -13,6 +14,7 @@ from contextos.errors import (
     RunNotFound,
     Unauthenticated,
 )
+from contextos.graph import RunTree, Workflow, load_runnable
 from contextos.messages import FinishReason, Message, ToolCall, Usage
 from contextos.models import ModelAdapter, ModelRequest, ModelResponse, resolve_model
 from contextos.policy import (
@@ -64,6 +66,7 @@ __all__ = [
     "ConfigError",
     "Containment",
     "ContextOSError",
+    "DelegationContract",
     "EffectKind",
     "EffectState",
     "EventDecodeError",
@@ -96,7 +99,9 @@ __all__ = [
     "RunState",
     "RunStatus",
     "RunSummary",
+    "RunTree",
     "Runtime",
+    "Subagent",
     "TimelineEntry",
     "Tool",
     "ToolCall",
@@ -107,11 +112,13 @@ __all__ = [
     "Usage",
     "Verdict",
     "Verifier",
+    "Workflow",
     "authenticate",
     "fold",
     "issue_token",
     "list_tokens",
     "load_agent",
+    "load_runnable",
     "open_store",
     "resolve_model",
     "revoke_token",

@@ -20,6 +20,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, TypeAdapter, ValidationError
 
+from contextos.delegation import ChildStatus, DelegationContract
 from contextos.errors import EventDecodeError
 from contextos.ledger import EffectState
 from contextos.messages import FinishReason, Message, Usage
@@ -520,6 +521,121 @@ class ContextCompacted(_Event):
     """Estimated tokens of what was summarized."""
 
 
+# --- runs that start runs: delegation contracts, child runs, workflow nodes -----------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DelegationBound(_Event):
+    """The contract a child run works under, bound at its start (in the child's log)."""
+
+    type: Literal["delegation_bound"] = "delegation_bound"
+    contract: DelegationContract
+    """What the parent handed it: objective, inputs, tools, budget, expected output."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ChildRunStarted(_Event):
+    """The run started a child run under a contract (in the parent's log, before the child
+    exists: a parent resumed after a crash finds the same child instead of starting one)."""
+
+    type: Literal["child_run_started"] = "child_run_started"
+    contract: DelegationContract
+    """The contract, budget already carved out of this run's."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ChildRunFinished(_Event):
+    """A child run ended and the parent took in what it gave back: a validated result and an
+    evidence summary, never its transcript. What it did not spend returns to the parent."""
+
+    type: Literal["child_run_finished"] = "child_run_finished"
+    delegation_id: str
+    """The delegation."""
+    child_run_id: RunId
+    """The child run."""
+    status: ChildStatus
+    """completed, failed, rejected (its result failed validation), cancelled or expired."""
+    result: Any = None
+    """The result, validated against the contract's expected output (JSON data)."""
+    evidence: dict[str, Any] = field(default_factory=dict)
+    """What the child did, derived from its log: tools called, effects, denials, spend."""
+    usage: Usage = field(default_factory=Usage)
+    """What it spent, its own children included."""
+    turns: int = 0
+    """Model calls it made, its own children's included."""
+    reason: str | None = None
+    """Why it did not complete: its failure reason, or `output_invalid`."""
+    message: str = ""
+    """Human-readable detail."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WorkflowBound(_Event):
+    """The run is a workflow: its graph as declared, bound at start."""
+
+    type: Literal["workflow_bound"] = "workflow_bound"
+    workflow: str
+    """The workflow's name."""
+    nodes: tuple[dict[str, Any], ...]
+    """Each node: `name`, `kind`, `after` (the nodes it reads), `output` (its type's name)."""
+    output_node: str
+    """The node whose output is the workflow's."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NodeStarted(_Event):
+    """A workflow node began; a fan-out or a gate records the items it runs over."""
+
+    type: Literal["node_started"] = "node_started"
+    node: str
+    """The node."""
+    kind: str
+    """agent, code, map, reduce, gate or loop."""
+    items: list[Any] | None = None
+    """For a fan-out or a gate: its items (JSON data), fixed here for every later resume."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NodeRoundCompleted(_Event):
+    """One round of a convergence loop finished; the next round starts from `output`."""
+
+    type: Literal["node_round_completed"] = "node_round_completed"
+    node: str
+    """The loop node."""
+    round: int
+    """Which round, from 1."""
+    output: Any = None
+    """The state after the round, validated (JSON data)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NodeCompleted(_Event):
+    """A workflow node finished; its output passed its declared type before anything read it."""
+
+    type: Literal["node_completed"] = "node_completed"
+    node: str
+    """The node."""
+    output: Any = None
+    """The validated output (JSON data): what the nodes after it receive."""
+    converged: bool | None = None
+    """For a loop: whether its stop condition held (False: it stopped at its round limit)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NodeFailed(_Event):
+    """A workflow node failed; the workflow fails with the same reason."""
+
+    type: Literal["node_failed"] = "node_failed"
+    node: str
+    """The node."""
+    reason: FailureReason
+    """output_invalid, node_failed, child_failed, not_converged, budget_exhausted, …"""
+    message: str
+    """Human-readable detail."""
+    errors: tuple[str, ...] = ()
+    """For output_invalid: each problem with the output, by field."""
+
+
 Event = Annotated[
     RunCreated
     | RunStarted
@@ -545,7 +661,15 @@ Event = Annotated[
     | ApprovalRevoked
     | InterruptAnswered
     | InterruptExpired
-    | ContextCompacted,
+    | ContextCompacted
+    | DelegationBound
+    | ChildRunStarted
+    | ChildRunFinished
+    | WorkflowBound
+    | NodeStarted
+    | NodeRoundCompleted
+    | NodeCompleted
+    | NodeFailed,
     Field(discriminator="type"),
 ]
 
@@ -633,8 +757,11 @@ __all__ = [
     "ApprovalDenied",
     "ApprovalGranted",
     "ApprovalRevoked",
+    "ChildRunFinished",
+    "ChildRunStarted",
     "ContextBound",
     "ContextCompacted",
+    "DelegationBound",
     "InterruptAnswered",
     "InterruptExpired",
     "Event",
@@ -642,6 +769,10 @@ __all__ = [
     "EffectProposed",
     "InterruptRaised",
     "ModelResponded",
+    "NodeCompleted",
+    "NodeFailed",
+    "NodeRoundCompleted",
+    "NodeStarted",
     "PolicyDecided",
     "RunCancelled",
     "RunCompleted",
@@ -656,6 +787,7 @@ __all__ = [
     "ToolCompleted",
     "UserMessageAdded",
     "VerificationFailed",
+    "WorkflowBound",
     "decode",
     "encode",
     "status_after",

@@ -17,7 +17,8 @@ import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from itertools import takewhile
+from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel
 
@@ -41,10 +42,12 @@ from contextos.models.base import ModelAdapter, ModelRequest, ModelResponse, che
 from contextos.policy.authority import Authority
 from contextos.policy.gate import Gate
 from contextos.policy.hook import PolicyHook
+from contextos.policy.identity import RunContext
 from contextos.runs import FailureReason, RunStatus
 from contextos.state import RunState, apply
 from contextos.store.base import EventStore
 from contextos.tools.ask import HumanTool
+from contextos.tools.batch import independent_reads, run_together
 from contextos.tools.contract import Tool, ToolContext
 from contextos.tools.effects import ToolRunner
 from contextos.tools.gateway import Gateway
@@ -56,6 +59,19 @@ T = TypeVar("T")
 
 class DeadlinePassed(Exception):
     """Internal: the run's deadline passed while a step was in flight."""
+
+
+class Delegator(Protocol):
+    """Runs the calls a model makes to delegate work to its agent's subagents."""
+
+    def handles(self, tool: str) -> bool:
+        """Whether calls to `tool` are delegations."""
+        ...
+
+    async def run(self, driver: Driver, calls: list[ToolCall]) -> None:
+        """Take these pending calls (consecutive delegations) to their recorded results, or
+        stop the driver (`stop_requested`) while a child waits for a person."""
+        ...
 
 
 class Driver:
@@ -83,6 +99,7 @@ class Driver:
             model=model,
             services=Services(model=model, spend=daily_spend_of(store)),
             metadata=state.metadata,
+            shown=_shown(agent, state),
         )
         self.chain: Chain = self.gateway.chain
         """The agent's middleware stack bound to this run."""
@@ -98,6 +115,13 @@ class Driver:
         """The run's conversation as context entries, extended call by call."""
         self.on_commit: Callable[[tuple[ev.Event, ...]], Awaitable[None]] | None = None
         """Told of every batch of events once committed (live trace export)."""
+        self.delegations: Delegator | None = None
+        """Runs the model's calls to `delegate_to_<subagent>` tools (set by the runtime)."""
+        self.stop_reason: str | None = None
+        """Why the driver stopped a running run, when it was not asked to (see wake_after_s)."""
+        self.wake_after_s: float | None = None
+        """When it stopped to wait (for a child run that waits for a person): look again after
+        this long."""
 
     def _gate(self, authority: Authority | None, hook: PolicyHook | None) -> PolicyHook | None:
         """Governed runs (a real policy, a context bound, or tools that ask a person) pass the
@@ -167,7 +191,7 @@ class Driver:
             elif self.deadline_passed():
                 await self.fail(FailureReason.TIMEOUT, "the run's deadline passed")
             elif s.pending_tool_calls:
-                await self.run_tool(s.pending_tool_calls[0])
+                await self.run_tools()
             elif s.last_message is not None and s.last_message.role == "assistant":
                 await self.finish()
             else:
@@ -204,13 +228,18 @@ class Driver:
     # -- steps ----------------------------------------------------------------------------
 
     def budget_exceeded(self) -> str | None:
+        """Why the run may not call its model again, if it may not; what its child runs
+        spent counts too (their budgets were carved out of this one)."""
         s, b = self.state, self.state.budget
-        if s.turns >= b.max_turns:
+        turns, usage = s.turns + s.child_turns, s.usage + s.child_usage
+        if turns >= b.max_turns:
+            if not b.max_turns:  # a child whose parent had nothing left to give
+                return "the run's budget allows no model turn"
             return f"the run used all {b.max_turns} model turns"
-        if b.max_tokens is not None and s.usage.total_tokens >= b.max_tokens:
-            return f"the run used {s.usage.total_tokens} of {b.max_tokens} tokens"
-        if b.max_cost_usd is not None and s.usage.cost_usd >= b.max_cost_usd:
-            return f"the run spent ${s.usage.cost_usd:.4f} of ${b.max_cost_usd:.4f}"
+        if b.max_tokens is not None and usage.total_tokens >= b.max_tokens:
+            return f"the run used {usage.total_tokens} of {b.max_tokens} tokens"
+        if b.max_cost_usd is not None and usage.cost_usd >= b.max_cost_usd:
+            return f"the run spent ${usage.cost_usd:.4f} of ${b.max_cost_usd:.4f}"
         return None
 
     # -- context compilation ------------------------------------------------------------
@@ -360,6 +389,27 @@ class Driver:
             self._tool_runner = runner
         return runner
 
+    async def run_tools(self) -> None:
+        """Take the next pending call to its recorded result, or several at once: consecutive
+        calls to subagents (each a child run), or consecutive independent read calls."""
+        pending = self.state.pending_tool_calls
+        d = self.delegations
+        if d is not None and d.handles(pending[0].name):
+            calls = list(takewhile(lambda c: d.handles(c.name), pending))
+            await d.run(self, calls)
+            await self.record_tool(calls[-1])
+            return
+        together = independent_reads(self.tools, pending)
+        if not together:
+            await self.run_tool(pending[0])
+            return
+        try:
+            await run_together(self.tools, together)
+        except ToolManifestChanged as exc:
+            await self.manifest_changed(exc)
+            return
+        await self.record_tool(together[-1])
+
     async def run_tool(self, call: ToolCall) -> None:
         """Take one pending tool call to its recorded result; the runner journals each step.
 
@@ -369,17 +419,20 @@ class Driver:
         try:
             await self.tools.run(call)
         except ToolManifestChanged as exc:
-            # Not through fail(): settling would call tools whose contracts changed.
-            await self.commit(
-                self.event(
-                    ev.RunFailed,
-                    reason=FailureReason.TOOL_FAILED,
-                    message=exc.message,
-                    error=exc.to_dict(),
-                )
-            )
+            await self.manifest_changed(exc)
             return
         await self.record_tool(call)
+
+    async def manifest_changed(self, exc: ToolManifestChanged) -> None:
+        # Not through fail(): settling would call tools whose contracts changed.
+        await self.commit(
+            self.event(
+                ev.RunFailed,
+                reason=FailureReason.TOOL_FAILED,
+                message=exc.message,
+                error=exc.to_dict(),
+            )
+        )
 
     async def record_tool(self, call: ToolCall) -> None:
         """After a call settled: end the run when tools keep failing (`tool_crashed` when the
@@ -466,6 +519,15 @@ class _ChainGateway(Gateway):
         return await Gateway.dispatch(
             self, call.tool, call.arguments, call.ctx, timeout_s=call.timeout_s
         )
+
+
+def _shown(agent: Agent, state: RunState) -> set[str] | None:
+    """The tools the model is told about: only those the run's bound context lets it call
+    (None: all of them). The others stay in the manifest, where policy refuses a call."""
+    bound = RunContext.from_dict(state.context.context) if state.context else None
+    if bound is None or bound.tools is None:
+        return None
+    return {t.name for t in agent.tool_list if bound.allows_tool(t.name)}
 
 
 def _ending_failure(state: RunState) -> tuple[FailureReason, str, dict[str, Any]]:

@@ -16,8 +16,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from pydantic import BaseModel
+
 from contextos import events as ev
-from contextos.agents import Agent, load_agent
+from contextos.agents import Agent, load_ref
+from contextos.delegation import DelegationContract
 from contextos.errors import (
     AgentChanged,
     ConcurrencyConflict,
@@ -27,6 +30,11 @@ from contextos.errors import (
     RunNotFound,
 )
 from contextos.events import utcnow
+from contextos.graph.children import ChildHost, ChildStart, carve
+from contextos.graph.engine import WorkflowDriver
+from contextos.graph.subagents import SubagentCalls
+from contextos.graph.tree import RunTree, run_tree
+from contextos.graph.workflow import Workflow
 from contextos.loop import Driver
 from contextos.messages import Usage
 from contextos.models import resolve_model
@@ -45,6 +53,7 @@ from contextos.store.queue import (
     Lease,
     QueueEntry,
     RunOwner,
+    RunQueue,
     WorkerInfo,
     WorkerStatus,
     queue_of,
@@ -70,9 +79,9 @@ class RunResult:
     failure_message: str | None = None
     """Human-readable detail."""
     turns: int = 0
-    """Model calls answered."""
+    """Model calls answered (its child runs' included)."""
     usage: Usage = field(default_factory=Usage)
-    """Tokens and cost."""
+    """Tokens and cost (its child runs' included)."""
 
     @property
     def ok(self) -> bool:
@@ -87,9 +96,14 @@ class RunResult:
             structured_output=s.structured_output,
             failure_reason=s.failure_reason,
             failure_message=s.failure_message,
-            turns=s.turns,
-            usage=s.usage,
+            turns=s.turns + s.child_turns,
+            usage=s.usage + s.child_usage if s.children else s.usage,
         )
+
+
+HANDOFF_S = 0.05
+"""On a store whose queue wakes other processes (PostgreSQL), how long a parent leaves a new
+child run to idle workers before driving it itself: fan-outs spread across workers."""
 
 
 def new_run_id() -> RunId:
@@ -128,7 +142,7 @@ class Runtime:
         self.worker_id = worker_id or default_worker_id()
         self.cancel_poll_s = cancel_poll_s
         self._models: dict[str, ModelAdapter] = {}
-        self._inflight: dict[RunId, tuple[Driver, asyncio.Task[RunState]]] = {}
+        self._inflight: dict[RunId, tuple[Driver | WorkflowDriver, asyncio.Task[RunState]]] = {}
         self._cancelled: set[RunId] = set()
         self._watcher: asyncio.Task[None] | None = None
         self.lease_s = lease_s
@@ -136,6 +150,8 @@ class Runtime:
         self._leases: dict[RunId, Lease] = {}
         self._renewed_at: dict[RunId, float] = {}
         self._keeper: asyncio.Task[None] | None = None
+        self._child_leases: dict[RunId, Lease] = {}
+        """Leases on child runs this runtime created held, until it drives them."""
         self._draining = False
         self._drain_reason = "the worker is shutting down"
         self._register = register
@@ -166,8 +182,8 @@ class Runtime:
 
     async def start(
         self,
-        agent: Agent,
-        input: str,
+        agent: Agent | Workflow,
+        input: str | BaseModel | dict[str, Any],
         *,
         run_id: str | None = None,
         agent_ref: str | None = None,
@@ -188,6 +204,8 @@ class Runtime:
         `principal` (or a whole `context`: scopes, tool allowlist, clearance, containment) is
         the authority the run acts under, bound and recorded now; a child run's context must
         be within its parent's.
+
+        A workflow runs like an agent; its `input` is validated against its input type.
         """
         check_priority(priority)
         bound = await self._context_for(principal, context)
@@ -211,8 +229,8 @@ class Runtime:
 
     async def _create(
         self,
-        agent: Agent,
-        input: str,
+        agent: Agent | Workflow,
+        input: str | BaseModel | dict[str, Any],
         *,
         run_id: str | None,
         agent_ref: str | None,
@@ -221,15 +239,22 @@ class Runtime:
         hold: bool = False,
         context: RunContext | None = None,
         announce: bool = False,
+        contract: DelegationContract | None = None,
+        started: bool = False,
     ) -> tuple[RunId, Lease | None]:
         """Queue the run, then record RunCreated; with `hold`, leased to this runtime.
 
         The queue row comes first so that no worker can see a created run before it is
         queued, and a start that dies in between is finished by the next start with its key.
+        A child run records its delegation contract, and its budget is the contract's; a run
+        started with a parent's context and no contract gets at most what the parent has left.
+        A workflow run records its graph. `started` (with `hold`): this runtime drives it
+        next, and records so in the same commit.
         """
+        text = _input_text(agent, input)
         rid = RunId(run_id) if run_id else new_run_id()
         lease: Lease | None = None
-        queue = queue_of(self.store)
+        queue = self._queue
         if queue is not None:
             if announce:  # before the lease exists: its holder is always known
                 await self._announce()
@@ -251,7 +276,13 @@ class Runtime:
                 except RunNotFound:
                     rid = owner  # that start died before recording its run: record it now
         now = utcnow()
-        deadline_s = agent.budget.deadline_s
+        budget = agent.budget
+        deadline_s = budget.deadline_s
+        deadline_at = now + timedelta(seconds=deadline_s) if deadline_s is not None else None
+        if contract is not None:
+            budget, deadline_at = contract.budget, contract.deadline_at
+        elif context is not None and context.parent_run_id is not None:
+            budget, deadline_at = carve(await self.state(context.parent_run_id), budget, now)
         created = ev.RunCreated(
             run_id=rid,
             seq=1,
@@ -261,14 +292,38 @@ class Runtime:
             agent_version=agent.version,
             agent_hash=agent.identity_hash(),
             agent_ref=agent_ref,
-            input=input,
-            budget=agent.budget,
-            deadline_at=now + timedelta(seconds=deadline_s) if deadline_s is not None else None,
-            tool_manifest_hash=Gateway(agent.tool_list).manifest_hash,
+            input=text,
+            budget=budget,
+            deadline_at=deadline_at,
+            tool_manifest_hash=(
+                Gateway(agent.tool_list).manifest_hash if isinstance(agent, Agent) else ""
+            ),
             metadata=metadata or {},
         )
+        first: list[ev.Event] = [created, *self._bind(rid, context)]
+        if contract is not None:
+            first.append(ev.DelegationBound(run_id=rid, seq=len(first) + 1, contract=contract))
+        if isinstance(agent, Workflow):
+            first.append(
+                ev.WorkflowBound(
+                    run_id=rid,
+                    seq=len(first) + 1,
+                    workflow=agent.name,
+                    nodes=agent.structure(),
+                    output_node=agent.output_node.name,
+                )
+            )
+        if started and lease is not None:
+            first.append(
+                ev.RunStarted(
+                    run_id=rid,
+                    seq=len(first) + 1,
+                    worker_id=self.worker_id,
+                    actor=f"worker:{self.worker_id}",
+                )
+            )
         try:
-            await self.store.append(rid, [created, *self._bind(rid, context)], expected_seq=0)
+            await self.store.append(rid, first, expected_seq=0)
         except ConcurrencyConflict:
             if entry.idempotency_key is None:
                 raise ConfigError(
@@ -283,8 +338,8 @@ class Runtime:
 
     async def run(
         self,
-        agent: Agent,
-        input: str,
+        agent: Agent | Workflow,
+        input: str | BaseModel | dict[str, Any],
         *,
         run_id: str | None = None,
         agent_ref: str | None = None,
@@ -312,7 +367,7 @@ class Runtime:
     async def resume(
         self,
         run_id: str,
-        agent: Agent | None = None,
+        agent: Agent | Workflow | None = None,
         *,
         allow_changed_agent: bool = False,
         lease: Lease | None = None,
@@ -326,7 +381,26 @@ class Runtime:
         The runtime drives under a lease on the run: `lease` is a worker's claim; without one
         it takes the lease from whoever holds it (a worker still driving the run notices at
         its next heartbeat and stops; the expected-seq fence covers the moments in between).
+        Resuming without a lease takes over the run's child runs the same way.
         """
+        state = await self._resume(
+            run_id,
+            agent,
+            allow_changed_agent=allow_changed_agent,
+            lease=lease,
+            take_over=lease is None,
+        )
+        return RunResult.from_state(state)
+
+    async def _resume(
+        self,
+        run_id: str,
+        agent: Agent | Workflow | None,
+        *,
+        allow_changed_agent: bool = False,
+        lease: Lease | None,
+        take_over: bool,
+    ) -> RunState:
         state = await self.state(run_id)
         if state.status is RunStatus.INPUT_REQUIRED and await expire_overdue(
             self.store, state.run_id, now=self.governance.clock(), actor=f"worker:{self.worker_id}"
@@ -336,14 +410,22 @@ class Runtime:
         if state.is_terminal or waiting:
             if lease is not None:
                 await self._release(lease)
-            return RunResult.from_state(state)
+            return state
         if agent is None:
             if not state.agent_ref:
                 raise ConfigError(
                     f"run {run_id} was started without an agent reference; pass the agent",
                     run_id=run_id,
                 )
-            agent = load_agent(state.agent_ref)
+            agent = load_ref(state.agent_ref)
+        wanted = Workflow if state.workflow is not None else Agent
+        if not isinstance(agent, wanted):
+            raise ConfigError(
+                f"run {run_id} is {'a workflow' if wanted is Workflow else 'an agent'} run; "
+                f"resume it with {'the workflow' if wanted is Workflow else 'its agent'}, not a "
+                f"{type(agent).__name__}",
+                run_id=run_id,
+            )
         if agent.identity_hash() != state.agent_hash and not allow_changed_agent:
             raise AgentChanged(
                 f"run {run_id} was started by {state.agent_name} v{state.agent_version} "
@@ -352,13 +434,30 @@ class Runtime:
                 "change explicitly",
                 run_id=run_id,
             )
-        if lease is None and queue_of(self.store) is not None:
+        if lease is None and self._queue is not None:
             lease = await self._take(state.run_id)
             for event in await self.store.read(state.run_id, after_seq=state.seq):
                 apply(state, event)
-        return await self._drive(state, agent, lease)
+        return await self._drive(state, agent, lease, take_over=take_over)
 
-    async def _drive(self, state: RunState, agent: Agent, lease: Lease | None = None) -> RunResult:
+    async def _drive(
+        self,
+        state: RunState,
+        agent: Agent | Workflow,
+        lease: Lease | None = None,
+        *,
+        take_over: bool = False,
+    ) -> RunState:
+        if isinstance(agent, Workflow):
+            flow = WorkflowDriver(
+                store=self.store,
+                workflow=agent,
+                state=state,
+                worker_id=self.worker_id,
+                host=self._child_host(take_over=take_over),
+                clock=self.governance.clock,
+            )
+            return await self._supervise(flow, state, lease)
         driver = Driver(
             store=self.store,
             agent=agent,
@@ -368,6 +467,16 @@ class Runtime:
             authority=self.governance,
             hook=self.policy,
         )
+        if agent.subagents:
+            driver.delegations = SubagentCalls(
+                agent, self._child_host(take_over=take_over), parent_ref=state.agent_ref
+            )
+        return await self._supervise(driver, state, lease)
+
+    async def _supervise(
+        self, driver: Driver | WorkflowDriver, state: RunState, lease: Lease | None
+    ) -> RunState:
+        """Drive under the lease: renew it, watch for cancellation, hand back on a stop."""
         driver.stop_requested = self._draining
         if self._traces is not None:
             driver.on_commit = functools.partial(self._traces.committed, self.store, state.run_id)
@@ -402,12 +511,17 @@ class Runtime:
             held = self._leases.pop(state.run_id, None)
             self._renewed_at.pop(state.run_id, None)
         if held is not None:  # still ours (a lost lease is not ours to give back)
+            wake: datetime | None = None
             if driver.state.status is RunStatus.RUNNING and (
                 driver.stop_requested or cut_from_outside
             ):
-                reason = self._drain_reason if driver.stop_requested else "interrupted"
+                reason = "interrupted"
+                if driver.stop_requested:
+                    reason = driver.stop_reason or self._drain_reason
                 await self._hand_back(driver.state, reason)
-            await self._release(held)
+                if driver.stop_requested and driver.wake_after_s is not None:
+                    wake = utcnow() + timedelta(seconds=driver.wake_after_s)
+            await self._release(held, not_before=wake)
         if not self._leases:
             await self._withdraw()
         if cut_from_outside:
@@ -415,7 +529,83 @@ class Runtime:
         # The driver's state is the log up to its seq; fold in whatever others added since.
         for event in await self.store.read(state.run_id, after_seq=driver.state.seq):
             apply(driver.state, event)
-        return RunResult.from_state(driver.state)
+        return driver.state
+
+    # -- child runs -----------------------------------------------------------------------
+
+    def _child_host(self, *, take_over: bool) -> ChildHost:
+        """What a parent driven here uses to start and drive its children. `take_over`: the
+        parent was resumed by hand, which takes over its children too (as `resume` takes a
+        run's lease from whoever holds it); a worker's claim waits for other holders."""
+        return ChildHost(
+            store=self.store,
+            create=self._create_child,
+            drive=self._drive_child,
+            cancel=self._cancel_child,
+            clock=self.governance.clock,
+            take_over=take_over,
+            handoff_s=HANDOFF_S if self._queue_wakes_others else 0.0,
+        )
+
+    async def _create_child(self, start: ChildStart) -> bool:
+        contract = start.contract
+        if not start.fresh:
+            with contextlib.suppress(RunNotFound):
+                await self.store.get_run(contract.child_run_id)
+                return False  # created before (the parent crashed after creating it)
+        # Held by this process from the start: a child no worker could load (no reference),
+        # and any child when no other process would hear of it soon (SQLite: workers poll),
+        # since this process drives it at once.
+        try:
+            _, held = await self._create(
+                start.agent,
+                start.input,
+                run_id=contract.child_run_id,
+                agent_ref=start.agent_ref,
+                metadata=start.metadata,
+                entry=QueueEntry(
+                    run_id=RunId(""),
+                    agent_name=start.agent.name,
+                    tenant=start.context.tenant if start.context else "",
+                ),
+                hold=start.agent_ref is None or not self._queue_wakes_others,
+                context=start.context,
+                contract=contract,
+                started=True,
+            )
+        except ConcurrencyConflict:
+            return False  # another process created it meanwhile
+        if held is not None:
+            self._child_leases[contract.child_run_id] = held
+        return True
+
+    @functools.cached_property
+    def _queue(self) -> RunQueue | None:
+        """The store's queue (looked up once: a protocol check is not free)."""
+        return queue_of(self.store)
+
+    @property
+    def _queue_wakes_others(self) -> bool:
+        """Whether work queued here wakes idle workers of other processes (PostgreSQL)."""
+        return self.store.url.startswith(("postgresql://", "postgres://"))
+
+    async def _drive_child(self, run_id: RunId, agent: Agent, take_over: bool) -> RunState | None:
+        """Drive a child run here unless another process holds it (None then); where it
+        stands once this process stopped driving it."""
+        queue = self._queue
+        lease = self._child_leases.pop(run_id, None)
+        if lease is None and queue is not None:
+            if take_over:
+                lease = await queue.acquire(run_id, self.worker_id, lease_s=self.lease_s)
+            else:
+                lease = await queue.take(run_id, self.worker_id, lease_s=self.lease_s)
+            if lease is None:
+                return None
+        return await self._resume(run_id, agent, lease=lease, take_over=take_over)
+
+    async def _cancel_child(self, run_id: RunId, reason: str, agent: Agent | None = None) -> None:
+        with contextlib.suppress(RunNotFound):
+            await self.cancel(run_id, reason=reason, actor="runtime", agent=agent)
 
     # -- leases ---------------------------------------------------------------------------
 
@@ -426,7 +616,7 @@ class Runtime:
         off) or when it could not be renewed for a whole lease period. Either way someone else
         may be driving the run now, so this runtime stops appending to it.
         """
-        queue = queue_of(self.store)
+        queue = self._queue
         assert queue is not None
         while self._leases:
             await asyncio.sleep(self.lease_s / 3)
@@ -459,7 +649,7 @@ class Runtime:
         A holder is gone when its lease expired, or when it ran on this machine and its
         process no longer exists (a `kill -9` seen from the same host needs no waiting).
         """
-        queue = queue_of(self.store)
+        queue = self._queue
         assert queue is not None
         await self._announce()
         lease = await queue.take(run_id, self.worker_id, lease_s=self.lease_s)
@@ -473,7 +663,7 @@ class Runtime:
 
     async def owner(self, run_id: str) -> RunOwner | None:
         """Who drives the run now (the holder of its live lease), or None: nobody does."""
-        queue = queue_of(self.store)
+        queue = self._queue
         if queue is None:
             return None
         entry = await queue.queue_entry(RunId(run_id))
@@ -500,7 +690,7 @@ class Runtime:
 
     async def _announce(self) -> None:
         """Enter this runtime in the worker registry (once), as a driver of one run at a time."""
-        queue = queue_of(self.store)
+        queue = self._queue
         if not self._register or self._announced or queue is None:
             return
         await queue.register_worker(
@@ -512,7 +702,7 @@ class Runtime:
 
     async def _withdraw(self) -> None:
         """Mark this runtime stopped in the registry, if it entered itself."""
-        queue = queue_of(self.store)
+        queue = self._queue
         if not self._announced or queue is None:
             return
         self._announced = False
@@ -520,7 +710,7 @@ class Runtime:
             await queue.worker_heartbeat(self.worker_id, WorkerStatus.STOPPED)
 
     async def _release(self, lease: Lease, **kwargs: Any) -> None:
-        queue = queue_of(self.store)
+        queue = self._queue
         if queue is not None:
             await queue.release(lease, **kwargs)
 
@@ -636,7 +826,13 @@ class Runtime:
                 continue  # the worker appended meanwhile; try again on the new tail
             except RunIsTerminal:
                 break
-        return RunResult.from_state(await self.state(rid))
+        state = await self.state(rid)
+        for child in state.children.values():  # a cancelled parent's children stop too
+            if not child.finished:
+                await self._cancel_child(
+                    child.contract.child_run_id, f"its parent run {rid} was cancelled"
+                )
+        return RunResult.from_state(state)
 
     # -- authority: contexts, the policy gate, people answering interrupts ---------------
 
@@ -733,11 +929,16 @@ class Runtime:
         capture_content: bool | None = None,
         otlp_endpoint: str | None = None,
     ) -> Trace:
-        """The run's trace as OpenTelemetry GenAI spans, sent over OTLP/HTTP to
-        `otlp_endpoint` when given; message content only with `capture_content` (default:
-        CONTEXTOS_OTEL_CAPTURE_CONTENT). Needs the `otel` extra."""
-        events = await self.store.read(RunId(run_id))
-        return trace_of(events, capture_content=capture_content, otlp_endpoint=otlp_endpoint)
+        """The run's trace, its child runs' spans included, as OpenTelemetry GenAI spans, sent
+        over OTLP/HTTP to `otlp_endpoint` when given; message content only with
+        `capture_content` (default: CONTEXTOS_OTEL_CAPTURE_CONTENT). Needs the `otel` extra."""
+        runs = [run_id, *(await self.tree(run_id)).child_run_ids()]  # one trace for all
+        spans: list[Any] = []
+        for rid in runs:
+            events = await self.store.read(RunId(rid))
+            traced = trace_of(events, capture_content=capture_content, otlp_endpoint=otlp_endpoint)
+            spans += traced.spans
+        return Trace(tuple(spans))
 
     async def state(self, run_id: str) -> RunState:
         return await load_state(self.store, RunId(run_id))
@@ -745,10 +946,24 @@ class Runtime:
     async def result(self, run_id: str) -> RunResult:
         return RunResult.from_state(await self.state(run_id))
 
+    async def tree(self, run_id: str) -> RunTree:
+        """The run with what it started: a workflow's nodes and every child run below them."""
+        return await run_tree(self.store, RunId(run_id))
+
     async def runs(
-        self, *, status: RunStatus | None = None, limit: int = 50, tenant: str | None = None
+        self,
+        *,
+        status: RunStatus | None = None,
+        limit: int = 50,
+        tenant: str | None = None,
+        top_level: bool = False,
     ) -> list[RunSummary]:
-        """Most recently updated runs first; only one status's, only one tenant's when named."""
+        """Most recently updated runs first; only one status's, only one tenant's when named;
+        `top_level`: only runs no other run started."""
+        if top_level:
+            return await self.store.list_runs(
+                status=status, limit=limit, tenant=tenant, top_level=True
+            )
         return await self.store.list_runs(status=status, limit=limit, tenant=tenant)
 
 
@@ -777,8 +992,23 @@ def _process_gone(owner: RunOwner) -> bool:
     return False
 
 
-def run(agent: Agent, input: str, *, store: EventStore | str | None = None) -> RunResult:
-    """Run an agent to the end from synchronous code (a script, a notebook)."""
+def _input_text(agent: Agent | Workflow, input: str | BaseModel | dict[str, Any]) -> str:
+    if isinstance(agent, Workflow):
+        return agent.input_text(input)
+    if not isinstance(input, str):
+        raise ConfigError(
+            f"agent {agent.name} takes its input as text, not a {type(input).__name__}"
+        )
+    return input
+
+
+def run(
+    agent: Agent | Workflow,
+    input: str | BaseModel | dict[str, Any],
+    *,
+    store: EventStore | str | None = None,
+) -> RunResult:
+    """Run an agent or a workflow to the end from synchronous code (a script, a notebook)."""
 
     async def _main() -> RunResult:
         async with Runtime(store) as runtime:

@@ -31,7 +31,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("state",),
     ("records",),
     ("events",),
-    ("errors", "runs", "messages", "ledger", "numbers"),
+    ("errors", "runs", "messages", "ledger", "delegation", "numbers"),
 )
 """The rooms from the top down: the faces; the public API (`contextos` and the face of
 `contextos.workers`); the harness; the loop and the graph; the rooms that do the work (policy

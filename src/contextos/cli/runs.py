@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
+from rich.tree import Tree
 
 from contextos import (
     ContextOSError,
@@ -24,8 +25,10 @@ from contextos import (
     RunStatus,
     RunSummary,
     Runtime,
+    RunTree,
     TimelineEntry,
     load_agent,
+    load_runnable,
 )
 from contextos.cli.common import (
     STATUS_STYLE,
@@ -108,9 +111,10 @@ async def following(
 @app.command()
 def run(
     agent_ref: Annotated[
-        str, typer.Argument(help="The agent: path/to/file.py:attr or package.module:attr.")
+        str,
+        typer.Argument(help="The agent or workflow: path/to/file.py:attr or package.module:attr."),
     ],
-    input: Annotated[str, typer.Argument(help="The task for the agent.")],
+    input: Annotated[str, typer.Argument(help="The task for the agent (JSON for a workflow).")],
     store: StoreOption = None,
     run_id: Annotated[str | None, typer.Option(help="Choose the run id.")] = None,
     follow_events: FollowOption = False,
@@ -121,7 +125,7 @@ def run(
     Example: contextos run examples/quickstart.py:agent "Where is order A-1001?" --follow
     """
     try:
-        agent = load_agent(agent_ref)
+        agent = load_runnable(agent_ref)
     except ContextOSError as exc:
         fail(exc)
 
@@ -155,7 +159,7 @@ def resume(
     """
 
     async def work(rt: Runtime) -> RunResult:
-        agent = load_agent(agent_ref) if agent_ref else None
+        agent = load_runnable(agent_ref) if agent_ref else None
         seen = (await rt.state(run_id)).seq if follow_events else 0
         driving = rt.resume(run_id, agent, allow_changed_agent=allow_changed_agent)
         return await following(
@@ -205,10 +209,13 @@ def runs(
         RunStatus | None, typer.Option("--status", help="Only runs with this status.")
     ] = None,
     limit: Annotated[int, typer.Option(help="How many runs to list.")] = 50,
+    top_level: Annotated[
+        bool, typer.Option("--top-level", help="Only runs no other run started (no child runs).")
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """List runs, most recently updated first."""
-    rows = call(store, lambda rt: rt.runs(status=status, limit=limit))
+    rows = call(store, lambda rt: rt.runs(status=status, limit=limit, top_level=top_level))
     if as_json:
         print_json(rows)
         return
@@ -263,14 +270,24 @@ def show(
 ) -> None:
     """Show a run's timeline: every recorded event, in order."""
 
-    async def work(rt: Runtime) -> tuple[RunResult, list[TimelineEntry], RunOwner | None]:
-        return await rt.result(run_id), await rt.timeline(run_id), await rt.owner(run_id)
+    async def work(
+        rt: Runtime,
+    ) -> tuple[RunResult, list[TimelineEntry], RunOwner | None, RunTree]:
+        return (
+            await rt.result(run_id),
+            await rt.timeline(run_id),
+            await rt.owner(run_id),
+            await rt.tree(run_id),
+        )
 
-    result, entries, owner = call(store, work)
+    result, entries, owner, tree = call(store, work)
     if as_json:
         shown = {"result": jsonable(result), "owner": jsonable(owner)}
         sys.stdout.write(
-            json.dumps({**shown, "events": [e.data for e in entries]}, indent=2) + "\n"
+            json.dumps(
+                {**shown, "events": [e.data for e in entries], "tree": tree.to_dict()}, indent=2
+            )
+            + "\n"
         )
         return
     style = STATUS_STYLE.get(result.status, "")
@@ -293,6 +310,8 @@ def show(
     console.print(table)
     if context:
         _print_contexts(entries)
+    if tree.children:
+        _print_tree(tree)
     origin = started_by(entries[0].data.get("metadata") or {})
     if origin:
         console.print(Text(origin, style="dim"))
@@ -301,6 +320,34 @@ def show(
     print_result(result, False, owner=owner)
     if follow_events and not result.status.is_terminal:
         call(store, lambda rt: follow(rt, run_id, after_seq=entries[-1].seq))
+
+
+def _print_tree(tree: RunTree) -> None:
+    """The workflow's nodes and the child runs below them, with status, time and spend."""
+
+    def add(branch: Tree, node: RunTree) -> None:
+        for child in node.children:
+            add(branch.add(_tree_line(child)), child)
+
+    root = Tree(_tree_line(tree))
+    add(root, tree)
+    console.print(root)
+
+
+def _tree_line(t: RunTree) -> Text:
+    line = Text()
+    line.append(t.label, style="bold" if t.kind != "child" else "")
+    line.append(f" {t.kind} ", style="dim")
+    line.append(t.status, style=STATUS_STYLE.get(t.status, ""))  # type: ignore[call-overload]
+    spent = [] if t.duration_s is None else [f"{t.duration_s:.2f}s"]
+    if t.turns or t.tokens:
+        turns = f"{t.turns} turn" + ("" if t.turns == 1 else "s")
+        spent += [turns, f"{t.tokens} tokens", f"${t.cost_usd:.4f}"]
+    if spent:
+        line.append(" · " + " · ".join(spent))
+    if t.detail:
+        line.append(f" · {t.detail}", style="dim")
+    return line
 
 
 _MANIFEST = ("type", "id", "source", "version", "trust", "tokens", "why")

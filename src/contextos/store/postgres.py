@@ -337,9 +337,14 @@ class PostgresStore(PostgresQueue, SqlTokens, snapshots.Snapshotting):
         return _summary(row)
 
     async def list_runs(
-        self, *, status: RunStatus | None = None, limit: int = 50, tenant: str | None = None
+        self,
+        *,
+        status: RunStatus | None = None,
+        limit: int = 50,
+        tenant: str | None = None,
+        top_level: bool = False,
     ) -> list[RunSummary]:
-        where, params = run_filter(status, tenant, "%s")
+        where, params = run_filter(status, tenant, "%s", top_level=top_level)
         async with self._conn() as conn:
             cur = await conn.execute(
                 f"SELECT {_SUMMARY_COLUMNS} FROM runs{where} ORDER BY updated_at DESC LIMIT %s",

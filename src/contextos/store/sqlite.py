@@ -365,9 +365,14 @@ class SqliteStore(SqliteQueue, SqlTokens, snapshots.Snapshotting):
         return _summary(row)
 
     async def list_runs(
-        self, *, status: RunStatus | None = None, limit: int = 50, tenant: str | None = None
+        self,
+        *,
+        status: RunStatus | None = None,
+        limit: int = 50,
+        tenant: str | None = None,
+        top_level: bool = False,
     ) -> list[RunSummary]:
-        where, params = run_filter(status, tenant, "?")
+        where, params = run_filter(status, tenant, "?", top_level=top_level)
 
         def _list(conn: sqlite3.Connection) -> list[tuple[object, ...]]:
             return conn.execute(

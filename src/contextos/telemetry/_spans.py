@@ -15,6 +15,7 @@ from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as ge
 from opentelemetry.semconv.attributes.error_attributes import ERROR_TYPE
 
 from contextos import events as ev
+from contextos.delegation import DelegationContract
 from contextos.messages import Message
 from contextos.runs import RunStatus
 from contextos.telemetry._ids import span_id_for, trace_id_for
@@ -77,14 +78,42 @@ class _Tool:
     done: SpanRecord | None = None
 
 
+@dataclass(kw_only=True, slots=True)
+class _Node:
+    name: str
+    kind: str
+    start: datetime
+    attributes: dict[str, AttrValue] = field(default_factory=dict)
+    events: list[SpanEvent] = field(default_factory=list)
+
+
+def parent_of_delegation(contract: DelegationContract) -> int | None:
+    """The span a child run's root span hangs from: its workflow node's, or the tool call's
+    (`delegate_to_<name>`) of its parent."""
+    if contract.node is not None:
+        return span_id_for(contract.parent_run_id, f"node/{contract.node}")
+    if contract.call_id is not None:
+        return span_id_for(contract.parent_run_id, f"tool/{contract.call_id}")
+    return None
+
+
 def build(events: list[ev.Event], *, capture_content: bool = False) -> list[SpanRecord]:
-    """Every span of the run the events describe, children first, the root last."""
+    """Every span of the run the events describe, children first, the root last.
+
+    A child run's spans join its root run's trace, under the span of the node or tool call
+    that started it; a workflow's root span is `invoke_workflow`, with a span per node.
+    """
     if not events or not isinstance(events[0], ev.RunCreated):
         return []
     created = events[0]
     run_id = created.run_id
-    trace_id = trace_id_for(run_id)
-    root_id = span_id_for(run_id, "invoke_agent")
+    head = events[1:4]
+    bound = next((e.contract for e in head if isinstance(e, ev.DelegationBound)), None)
+    flow = next((e for e in head if isinstance(e, ev.WorkflowBound)), None)
+    trace_id = trace_id_for(bound.root if bound is not None else run_id)
+    root_id = span_id_for(run_id, "invoke_workflow" if flow is not None else "invoke_agent")
+    nodes: dict[str, _Node] = {}
+    node_of: dict[str, str] = {}  # delegation id -> the node that started it
     spans: list[SpanRecord] = []
     root_events: list[SpanEvent] = []
     tools: dict[str, _Tool] = {}
@@ -196,6 +225,35 @@ def build(events: list[ev.Event], *, capture_content: bool = False) -> list[Span
                 end_status, end_text = "error", e.message
                 end_attrs[ERROR_TYPE] = str(e.reason)
                 end_attrs["contextos.run.failure_reason"] = str(e.reason)
+            case ev.NodeStarted():
+                nodes[e.node] = _Node(name=e.node, kind=e.kind, start=e.occurred_at)
+                if e.items is not None:
+                    nodes[e.node].attributes["contextos.node.items"] = len(e.items)
+            case ev.NodeRoundCompleted() if e.node in nodes:
+                nodes[e.node].events.append(
+                    SpanEvent(
+                        name=_name(e), at=e.occurred_at, attributes={**seq_attr, "round": e.round}
+                    )
+                )
+            case ev.NodeCompleted() | ev.NodeFailed() if e.node in nodes:
+                spans.append(_node_span(nodes.pop(e.node), e, trace_id, root_id, run_id, flow))
+            case ev.ChildRunStarted() | ev.ChildRunFinished():
+                if isinstance(e, ev.ChildRunStarted):
+                    delegation, child_run = e.contract.delegation_id, e.contract.child_run_id
+                    if e.contract.node is not None:
+                        node_of[delegation] = e.contract.node
+                else:
+                    delegation, child_run = e.delegation_id, e.child_run_id
+                    input_tokens += e.usage.input_tokens
+                    output_tokens += e.usage.output_tokens
+                    cost += e.usage.cost_usd
+                child_attrs: dict[str, AttrValue] = {
+                    **seq_attr,
+                    "contextos.child_run.id": child_run,
+                }
+                node = node_of.get(delegation, "")
+                target = nodes[node].events if node in nodes else root_events
+                target.append(SpanEvent(name=_name(e), at=e.occurred_at, attributes=child_attrs))
             case ev.RunCancelled() | ev.RunExpired():
                 terminal = e
                 end_attrs["contextos.run.failure_reason"] = e.reason or e.type
@@ -211,11 +269,14 @@ def build(events: list[ev.Event], *, capture_content: bool = False) -> list[Span
             break
 
     last = terminal or events[-1]
+    closed = terminal.seq if terminal is not None else None
     for t in tools.values():  # calls the run never finished: they end with the run
         if t.done is None:
             pending = _tool_span(t, None, trace_id, root_id, run_id, capture_content)
-            closed = terminal.seq if terminal is not None else None
             spans.append(_replace_end(pending, last.occurred_at, closed, terminal is not None))
+    for n in nodes.values():  # nodes still running: they end with the run
+        pending = _node_span(n, None, trace_id, root_id, run_id, flow)
+        spans.append(_replace_end(pending, last.occurred_at, closed, terminal is not None))
 
     attrs: dict[str, AttrValue] = {
         gen_ai.GEN_AI_OPERATION_NAME: gen_ai.GenAiOperationNameValues.INVOKE_AGENT.value,
@@ -235,13 +296,25 @@ def build(events: list[ev.Event], *, capture_content: bool = False) -> list[Span
         attrs["contextos.agent.ref"] = created.agent_ref
     if capture_content:
         attrs[gen_ai.GEN_AI_INPUT_MESSAGES] = json.dumps([_message("user", created.input)])
+    name = f"invoke_agent {created.agent_name}"
+    if flow is not None:
+        name = f"invoke_workflow {flow.workflow}"
+        attrs[gen_ai.GEN_AI_OPERATION_NAME] = gen_ai.GenAiOperationNameValues.INVOKE_WORKFLOW.value
+        attrs[gen_ai.GEN_AI_WORKFLOW_NAME] = flow.workflow
+        for key in (gen_ai.GEN_AI_AGENT_NAME, gen_ai.GEN_AI_AGENT_VERSION, gen_ai.GEN_AI_AGENT_ID):
+            del attrs[key]
+        attrs["contextos.workflow.version"] = created.agent_version
+        attrs["contextos.workflow.hash"] = created.agent_hash
+    if bound is not None:
+        attrs["contextos.parent_run.id"] = bound.parent_run_id
+        attrs["contextos.delegation.id"] = bound.delegation_id
     spans.append(
         SpanRecord(
-            name=f"invoke_agent {created.agent_name}",
+            name=name,
             kind="internal",
             trace_id=trace_id,
             span_id=root_id,
-            parent_id=None,
+            parent_id=parent_of_delegation(bound) if bound is not None else None,
             start=created.occurred_at,
             end=last.occurred_at,
             attributes=attrs,
@@ -335,6 +408,47 @@ def _tool_span(
         end=max(t.start, e.occurred_at) if e is not None else t.start,
         attributes=attrs,
         events=tuple(t.events),
+        status=status,
+        status_description=text,
+        closed_by=e.seq if e is not None else None,
+    )
+
+
+def _node_span(
+    n: _Node,
+    e: ev.NodeCompleted | ev.NodeFailed | None,
+    trace_id: int,
+    root_id: int,
+    run_id: str,
+    flow: ev.WorkflowBound | None,
+) -> SpanRecord:
+    attrs: dict[str, AttrValue] = {
+        "contextos.node.name": n.name,
+        "contextos.node.kind": n.kind,
+        "contextos.run.id": run_id,
+        **n.attributes,
+    }
+    if flow is not None:
+        attrs[gen_ai.GEN_AI_WORKFLOW_NAME] = flow.workflow
+    status: Status = "unset"
+    text = ""
+    if isinstance(e, ev.NodeFailed):
+        status, text = "error", e.message[:200]
+        attrs[ERROR_TYPE] = str(e.reason)
+    elif e is not None:
+        status = "ok"
+        if e.converged is not None:
+            attrs["contextos.node.converged"] = e.converged
+    return SpanRecord(
+        name=f"node {n.name}",
+        kind="internal",
+        trace_id=trace_id,
+        span_id=span_id_for(run_id, f"node/{n.name}"),
+        parent_id=root_id,
+        start=n.start,
+        end=max(n.start, e.occurred_at) if e is not None else n.start,
+        attributes=attrs,
+        events=tuple(n.events),
         status=status,
         status_description=text,
         closed_by=e.seq if e is not None else None,
