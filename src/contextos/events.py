@@ -9,6 +9,8 @@ old shape under tests/fixtures/events/):
 - every type: v1, the first shape.
 - run_completed v2: `answer_seq` names the model answer that holds the output, which is then
   not repeated in `output` (v1 always repeated it; it reads as v2 without `answer_seq`).
+- every type: the optional `correlation_id` (rows written before it read with none), and on
+  run_created the optional `caused_by`; no version bump, since no older reader is misled.
 """
 
 from __future__ import annotations
@@ -47,7 +49,11 @@ class _Event:
     actor: str = "runtime"
     """Who caused it: `runtime`, `worker:<id>`, `user:<id>`, `model`, `tool:<name>`."""
     causation_id: int | None = None
-    """Seq of the event that caused this one, when there is one."""
+    """Seq of the event that caused this one, when there is one (set by the runtime before
+    every append, see `contextos.causality`)."""
+    correlation_id: str | None = None
+    """The run tree it belongs to: the id of the tree's root run (the run itself, unless a
+    trigger or a parent run started it)."""
 
 
 # --- lifecycle ------------------------------------------------------------------------------
@@ -77,6 +83,9 @@ class RunCreated(_Event):
     """Hash of the tools visible to the run."""
     metadata: dict[str, Any] = field(default_factory=dict)
     """Free-form labels given at start."""
+    caused_by: str | None = None
+    """`RUN_ID#SEQ` of the event in another run that started this one: the source run's end
+    for a triggered run, the parent's step for a child run."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

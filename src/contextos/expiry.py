@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from contextos import events as ev
+from contextos.causality import stamp
 from contextos.deadlines import Deadline, Expiry, on_expiry
 from contextos.errors import AnswerInvalid, ConcurrencyConflict, RunIsTerminal, RunNotFound
 from contextos.events import utcnow
@@ -260,7 +261,7 @@ async def expire_overdue(
             return []
         batch = expiry_events(book, events, due, now=now, actor=actor)
         try:
-            await store.append(RunId(run_id), batch, expected_seq=book.seq)
+            await store.append(RunId(run_id), stamp(fold(events), batch), expected_seq=book.seq)
         except ConcurrencyConflict:
             continue
         except RunIsTerminal:

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from contextos import events as ev
 from contextos.agents import Agent
+from contextos.causality import stamp
 from contextos.context.compiled import HistoryIndex, compile_context
 from contextos.errors import ConcurrencyConflict, ModelError, ToolManifestChanged
 from contextos.events import utcnow
@@ -82,6 +83,7 @@ class Driver:
         the next step flushes it.
         """
         while True:
+            events = tuple(stamp(self.state, events))
             try:
                 await self.store.append(
                     self.state.run_id, events, expected_seq=self.state.seq, synchronous=synchronous

@@ -19,6 +19,7 @@ from typing import Any
 
 from contextos import events as ev
 from contextos.agents import Agent, load_agent
+from contextos.causality import stamp
 from contextos.errors import (
     AgentChanged,
     ConcurrencyConflict,
@@ -168,6 +169,7 @@ class Runtime:
         not_before: datetime | None = None,
         principal: Principal | None = None,
         context: RunContext | None = None,
+        caused_by: str | None = None,
     ) -> RunId:
         """Create a queued run and return its id (nothing is executed yet).
 
@@ -178,6 +180,10 @@ class Runtime:
         `principal` (or a whole `context`: scopes, tool allowlist, clearance, containment) is
         the authority the run acts under, bound and recorded now; a child run's context must
         be within its parent's.
+
+        `caused_by` (`RUN_ID#SEQ`) names the event of another run that starts this one; the
+        new run joins that run's tree (its correlation id). A child run's context names its
+        parent, which does the same.
         """
         check_priority(priority)
         bound = await self._context_for(principal, context)
@@ -196,6 +202,7 @@ class Runtime:
                 not_before=not_before,
             ),
             context=bound,
+            caused_by=caused_by,
         )
         return rid
 
@@ -210,6 +217,7 @@ class Runtime:
         entry: QueueEntry,
         hold: bool = False,
         context: RunContext | None = None,
+        caused_by: str | None = None,
     ) -> tuple[RunId, Lease | None]:
         """Queue the run, then record RunCreated; with `hold`, leased to this runtime.
 
@@ -239,6 +247,7 @@ class Runtime:
                     rid = owner  # that start died before recording its run: record it now
         now = utcnow()
         deadline_s = agent.budget.deadline_s
+        caused_by, correlation = await self._lineage(caused_by, context)
         created = ev.RunCreated(
             run_id=rid,
             seq=1,
@@ -253,9 +262,12 @@ class Runtime:
             deadline_at=now + timedelta(seconds=deadline_s) if deadline_s is not None else None,
             tool_manifest_hash=Gateway(agent.tool_list).manifest_hash,
             metadata=metadata or {},
+            correlation_id=correlation or rid,
+            caused_by=caused_by,
         )
+        first = stamp(RunState(run_id=rid), [created, *self._bind(rid, context)])
         try:
-            await self.store.append(rid, [created, *self._bind(rid, context)], expected_seq=0)
+            await self.store.append(rid, first, expected_seq=0)
         except ConcurrencyConflict:
             if entry.idempotency_key is None:
                 raise
@@ -263,6 +275,19 @@ class Runtime:
         if lease is None:  # a worker in this process need not wait for its next poll
             wakeup.wake_local(self.store)
         return rid, lease
+
+    async def _lineage(
+        self, caused_by: str | None, context: RunContext | None
+    ) -> tuple[str | None, str | None]:
+        """The event of another run that starts a new one (`RUN_ID#SEQ`), and the run tree
+        it joins: given, or the parent's when the context names one; (None, None) for a root."""
+        parent = caused_by.partition("#")[0] if caused_by else None
+        if parent is None and context is not None:
+            parent = context.parent_run_id
+        if not parent:
+            return None, None
+        source = await self.state(parent)
+        return caused_by or f"{parent}#{source.seq}", source.correlation_id or parent
 
     async def run(
         self,
@@ -440,7 +465,7 @@ class Runtime:
             actor=f"worker:{self.worker_id}",
         )
         with contextlib.suppress(ConcurrencyConflict, RunIsTerminal):
-            await self.store.append(state.run_id, [event], expected_seq=state.seq)
+            await self.store.append(state.run_id, stamp(state, [event]), expected_seq=state.seq)
 
     async def release(
         self,
@@ -520,6 +545,7 @@ class Runtime:
                 )
             else:
                 event = ev.RunCancelled(run_id=rid, seq=state.seq + 1, reason=reason, actor=actor)
+            [event] = stamp(state, [event])
             try:
                 await self.store.append(rid, [event], expected_seq=state.seq)
                 if self._traces is not None:

@@ -78,6 +78,11 @@ class RunState:
     """Tool calls that ended in an error the model had to handle, over the whole run."""
     last_tool_error: str | None = None
     """Error code of the last tool result when it was an error (`tool_crashed`, ...)."""
+    correlation_id: str = ""
+    """The run tree the run belongs to: its root run's id (see `RunCreated.correlation_id`)."""
+    causes: dict[str, int] = field(default_factory=dict)
+    """The latest event about each tool call, effect and interrupt (`call:ID`, `effect:ID`,
+    `interrupt:ID`) by seq: what the next event about it follows from (`contextos.causality`)."""
 
     @property
     def is_terminal(self) -> bool:
@@ -113,8 +118,11 @@ def apply(state: RunState, event: ev.Event) -> RunState:
             event.seq,
             f"{event.type} moves a {state.status} run to {new_status}, which is not allowed",
         )
+    for key in threads(state, event):
+        state.causes[key] = event.seq
     match event:
         case ev.RunCreated():
+            state.correlation_id = event.correlation_id or event.run_id
             state.agent_name = event.agent_name
             state.agent_version = event.agent_version
             state.agent_hash = event.agent_hash
@@ -222,6 +230,30 @@ def apply(state: RunState, event: ev.Event) -> RunState:
     state.seq = event.seq
     state.updated_at = event.occurred_at
     return state
+
+
+def threads(state: RunState, event: ev.Event) -> list[str]:
+    """The tool calls, effects and interrupts an event is about, as `causes` keys.
+
+    An answer to an interrupt is also about the call and effect the interrupt asked about, so
+    the decision taken after an approval follows from the approval.
+    """
+    keys: list[str] = []
+    call_id = getattr(event, "call_id", None)
+    effect_id = getattr(event, "effect_id", None)
+    interrupt_id = getattr(event, "interrupt_id", None)
+    if interrupt_id is not None:
+        keys.append(f"interrupt:{interrupt_id}")
+        asked = state.pending_interrupts.get(interrupt_id)
+        if asked is not None and not isinstance(event, ev.InterruptRaised):
+            call_id, effect_id = call_id or asked.call_id, effect_id or asked.effect_id
+    if call_id is not None:
+        keys.append(f"call:{call_id}")
+    if effect_id is not None:
+        keys.append(f"effect:{effect_id}")
+    if isinstance(event, ev.ModelResponded):
+        keys.extend(f"call:{c.id}" for c in event.message.tool_calls)
+    return keys
 
 
 def _answer(state: RunState, event: ev.RunCompleted) -> str:

@@ -183,6 +183,7 @@ def show(
         title=f"run {run_id} [{style}]{result.status}[/]", title_justify="left", show_lines=False
     )
     table.add_column("#", justify="right")
+    table.add_column("cause", justify="right")
     table.add_column("time")
     table.add_column("event")
     table.add_column("actor")
@@ -190,6 +191,7 @@ def show(
     for e in events:
         table.add_row(
             str(e.seq),
+            f"#{e.causation_id}" if e.causation_id is not None else "",
             e.occurred_at.strftime("%H:%M:%S.%f")[:-3],
             e.type,
             e.actor,
@@ -201,6 +203,10 @@ def show(
     origin = started_by(events[0].metadata) if isinstance(events[0], RunCreated) else None
     if origin:
         console.print(Text(origin, style="dim"))
+    first = events[0]
+    if isinstance(first, RunCreated) and first.caused_by:
+        tree = first.correlation_id or run_id
+        console.print(Text(f"caused by {first.caused_by}; run tree {tree}", style="dim"))
     print_result(result, False)
 
 

@@ -20,6 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic import ValidationError
 
 from contextos import events as ev
+from contextos.causality import stamp
 from contextos.deadlines import Expiry
 from contextos.errors import (
     AnswerTooLate,
@@ -55,7 +56,7 @@ from contextos.policy.identity import Principal, RunContext
 from contextos.policy.rules import Policy, check_constraints, constraints_problem
 from contextos.runs import RunId, RunStatus
 from contextos.state import fold
-from contextos.store.base import EventStore
+from contextos.store.base import EventStore, load_state
 from contextos.tools.contract import Tool
 from contextos.tools.effects import confirmation
 
@@ -478,8 +479,11 @@ class Authority:
 
     async def _append(self, store: EventStore, book: Book, *events: ev.Event) -> bool:
         """Append at the book's tail; False when the log moved on (the caller re-reads)."""
+        state = await load_state(store, RunId(book.run_id))
+        if state.seq != book.seq:
+            return False
         try:
-            await store.append(RunId(book.run_id), list(events), expected_seq=book.seq)
+            await store.append(RunId(book.run_id), stamp(state, events), expected_seq=book.seq)
         except ConcurrencyConflict:
             return False
         except RunIsTerminal as exc:

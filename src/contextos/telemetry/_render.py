@@ -47,11 +47,13 @@ def span_json(span: SpanRecord) -> dict[str, Any]:
 
 def span_tree(spans: list[SpanRecord]) -> Tree:
     """The root span with its children in start order, each with its key attributes."""
-    root = next(s for s in spans if s.parent_id is None)
+    ids = {s.span_id for s in spans}
+    # The run's span; its parent, for a run another run started, is in that run's spans.
+    root = next(s for s in spans if s.parent_id not in ids)
     tree = Tree(_line(root, root))
     for event in root.events:
         tree.add(Text(f"· {event.name}", style="dim"))
-    for child in sorted((s for s in spans if s.parent_id is not None), key=lambda s: s.start):
+    for child in sorted((s for s in spans if s is not root), key=lambda s: s.start):
         node = tree.add(_line(child, root))
         for event in child.events:
             node.add(Text(f"· {event.name}", style="dim"))

@@ -83,8 +83,12 @@ def build(events: list[ev.Event], *, capture_content: bool = False) -> list[Span
         return []
     created = events[0]
     run_id = created.run_id
-    trace_id = trace_id_for(run_id)
+    # One trace per run tree: a run a trigger or a parent started is a child of that run's span.
+    tree = created.correlation_id or run_id
+    trace_id = trace_id_for(tree)
     root_id = span_id_for(run_id, "invoke_agent")
+    source = created.caused_by.partition("#")[0] if created.caused_by else None
+    root_parent = span_id_for(source, "invoke_agent") if source else None
     spans: list[SpanRecord] = []
     root_events: list[SpanEvent] = []
     tools: dict[str, _Tool] = {}
@@ -108,6 +112,8 @@ def build(events: list[ev.Event], *, capture_content: bool = False) -> list[Span
     for e in events:
         status = ev.status_after(e) or status
         seq_attr: dict[str, AttrValue] = {"contextos.event.seq": e.seq}
+        if e.causation_id is not None:
+            seq_attr["contextos.event.causation_id"] = e.causation_id
         match e:
             case ev.ModelResponded():
                 turns += 1
@@ -226,6 +232,7 @@ def build(events: list[ev.Event], *, capture_content: bool = False) -> list[Span
         gen_ai.GEN_AI_USAGE_INPUT_TOKENS: input_tokens,
         gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS: output_tokens,
         "contextos.run.id": run_id,
+        "contextos.run.correlation_id": tree,
         "contextos.run.status": str(status),
         "contextos.run.turns": turns,
         "contextos.usage.cost_usd": cost,
@@ -233,6 +240,8 @@ def build(events: list[ev.Event], *, capture_content: bool = False) -> list[Span
     }
     if created.agent_ref:
         attrs["contextos.agent.ref"] = created.agent_ref
+    if created.caused_by:
+        attrs["contextos.run.caused_by"] = created.caused_by
     if capture_content:
         attrs[gen_ai.GEN_AI_INPUT_MESSAGES] = json.dumps([_message("user", created.input)])
     spans.append(
@@ -241,7 +250,7 @@ def build(events: list[ev.Event], *, capture_content: bool = False) -> list[Span
             kind="internal",
             trace_id=trace_id,
             span_id=root_id,
-            parent_id=None,
+            parent_id=root_parent,
             start=created.occurred_at,
             end=last.occurred_at,
             attributes=attrs,
@@ -273,6 +282,7 @@ def _chat(
         gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS: e.usage.output_tokens,
         "contextos.event.seq": e.seq,
         "contextos.turn": turn,
+        **({"contextos.event.causation_id": e.causation_id} if e.causation_id is not None else {}),
         "contextos.usage.cost_usd": e.usage.cost_usd,
     }
     if e.request_id:
@@ -316,6 +326,8 @@ def _tool_span(
     text = ""
     if e is not None:
         attrs["contextos.event.seq"] = e.seq
+        if e.causation_id is not None:
+            attrs["contextos.event.causation_id"] = e.causation_id
         if e.effect_id:
             attrs["contextos.effect.id"] = e.effect_id
         if e.is_error:
@@ -364,12 +376,24 @@ def _name(e: ev.Event) -> str:
     return f"contextos.{e.type}"
 
 
-_SKIP = {"run_id", "seq", "occurred_at", "type", "causation_id", "payload", "value", "context"}
+_SKIP = {
+    "run_id",
+    "seq",
+    "occurred_at",
+    "type",
+    "causation_id",
+    "correlation_id",
+    "payload",
+    "value",
+    "context",
+}
 
 
 def _event_attrs(e: ev.Event) -> dict[str, AttrValue]:
     """Scalar fields of an event as span-event attributes (payloads stay in the store)."""
     attrs: dict[str, AttrValue] = {"contextos.event.seq": e.seq}
+    if e.causation_id is not None:
+        attrs["contextos.event.causation_id"] = e.causation_id
     for name in type(e).__dataclass_fields__:
         value = getattr(e, name)
         if name in _SKIP or value is None or value == "":
