@@ -27,6 +27,7 @@ from contextos.runs import Budget, FailureReason, RunId, RunStatus
 from contextos.runtime import RunResult, Runtime, run
 from contextos.state import RunState, fold
 from contextos.store import EventStore, RunSummary, open_store
+from contextos.store.artifacts import Artifact
 from contextos.tools import (
     BaseTool,
     Effect,
@@ -46,6 +47,7 @@ __all__ = [
     "Agent",
     "AgentChanged",
     "Approval",
+    "Artifact",
     "BaseTool",
     "Budget",
     "ConcurrencyConflict",

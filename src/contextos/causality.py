@@ -6,6 +6,7 @@ The causation id is the seq of the event, in the same run, that this one follows
   call, effect or interrupt (a decision follows the model's proposal or a person's approval, a
   dispatch its authorisation, a result its commit, an approval the question it answers);
 - a model answer, a verdict and a compaction follow the message they answer (the last one);
+- an artifact follows the events it was made from;
 - the completion follows the answer it names, and an end after `run_ending` that request;
 - a run's first event, a person's message and a person's request to end a run have no cause
   in the run (their actor says who);
@@ -23,7 +24,7 @@ from collections.abc import Sequence
 from contextos import events as ev
 from contextos.state import RunState, threads
 
-_ANSWERING = (ev.ModelResponded, ev.ContextCompacted, ev.VerificationFailed)
+_ANSWERING = (ev.ModelResponded, ev.ContextCompacted, ev.VerificationFailed, ev.EvaluationRecorded)
 _EXTERNAL = (ev.UserMessageAdded, ev.RunEnding, ev.RunCancelled)
 
 
@@ -54,6 +55,8 @@ def _cause(state: RunState, event: ev.Event, about: list[int | None]) -> int | N
         return None
     if isinstance(event, ev.RunCompleted) and event.answer_seq is not None:
         return event.answer_seq
+    if isinstance(event, ev.ArtifactRecorded) and event.source_events:
+        return max(event.source_events)
     if isinstance(event, _ANSWERING):
         return state.message_seqs[-1] if state.message_seqs else None
     if isinstance(event, ev.RunFailed | ev.RunCancelled) and state.ending is not None:

@@ -529,6 +529,55 @@ class ContextCompacted(_Event):
     """Estimated tokens of what was summarized."""
 
 
+# --- evidence -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EvaluationRecorded(_Event):
+    """An evaluator judged the run's answer (a pass as well as a failure)."""
+
+    type: Literal["evaluation_recorded"] = "evaluation_recorded"
+    evaluator: str
+    """The evaluator's name (a verifier's `name`)."""
+    evaluator_kind: str = ""
+    """What it is: `function`, `output_type`, or the class of a custom verifier."""
+    evaluator_version: str = ""
+    """Which version judged: its declared `version`, or a hash of its code."""
+    subject_seq: int
+    """Seq of the answer it judged."""
+    passed: bool
+    """Its verdict."""
+    gaps: tuple[str, ...] = ()
+    """What it found missing or wrong."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ArtifactRecorded(_Event):
+    """The run produced an artifact; its content is a blob in the artifact store, by hash."""
+
+    type: Literal["artifact_recorded"] = "artifact_recorded"
+    artifact_id: str
+    """Stable id of the artifact."""
+    artifact_type: str
+    """What it is: `run_output`, `child_result`, `report`, …"""
+    schema_version: str = "1"
+    """Version of its content's shape."""
+    content_hash: str
+    """sha256 of its content (hex)."""
+    media_type: str
+    """Media type of the content."""
+    size: int
+    """Bytes of content."""
+    source_events: tuple[int, ...] = ()
+    """Seqs of this run's events it was made from."""
+    input_artifacts: tuple[str, ...] = ()
+    """Artifacts it was made from."""
+    policy_snapshot: str = ""
+    """The policy snapshot the run was bound to."""
+    classification: str = "internal"
+    """Most sensitive data classification of what went into it."""
+
+
 Event = Annotated[
     RunCreated
     | RunStarted
@@ -554,7 +603,9 @@ Event = Annotated[
     | ApprovalRevoked
     | InterruptAnswered
     | InterruptExpired
-    | ContextCompacted,
+    | ContextCompacted
+    | EvaluationRecorded
+    | ArtifactRecorded,
     Field(discriminator="type"),
 ]
 
@@ -633,6 +684,7 @@ __all__ = [
     "ApprovalDenied",
     "ApprovalGranted",
     "ApprovalRevoked",
+    "ArtifactRecorded",
     "ContextBound",
     "ContextCompacted",
     "InterruptAnswered",
@@ -640,6 +692,7 @@ __all__ = [
     "Event",
     "EffectChanged",
     "EffectProposed",
+    "EvaluationRecorded",
     "InterruptRaised",
     "ModelResponded",
     "PolicyDecided",

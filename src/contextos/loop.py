@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
+import json
 import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime
@@ -24,12 +26,15 @@ from contextos.events import utcnow
 from contextos.messages import FinishReason, Message, ToolCall
 from contextos.middleware.base import Chain, ModelCall, RunEnd, RunView
 from contextos.models.base import ModelAdapter, ModelRequest, ModelResponse, check_response
+from contextos.policy.identity import classification_rank
 from contextos.runs import FailureReason, RunStatus
 from contextos.state import RunState, apply
+from contextos.store.artifacts import record_artifact
 from contextos.store.base import EventStore
 from contextos.tools.effects import ToolRunner, ending_failure
 from contextos.tools.gateway import Gateway
-from contextos.verify import feedback, verify_all
+from contextos.verify import feedback, verify_each
+from contextos.verify import identity as verifier_identity
 
 T = TypeVar("T")
 
@@ -385,17 +390,46 @@ class Driver:
     async def finish(self) -> None:
         s = self.state
         answer = s.last_message.content if s.last_message else ""
-        verdict, verifier = await verify_all(self.agent.verifiers, answer)
-        if verdict.passed:
-            # The answer is the last model answer's text: named, not stored a second time.
-            await self.commit(
+        answer_seq = s.message_seqs[-1]
+        verdicts = await verify_each(self.agent.verifiers, answer)
+        events: list[ev.Event] = []
+        for v, verdict in verdicts:  # every verdict is evidence, passes included
+            kind, version = verifier_identity(v)
+            events.append(
                 self.event(
-                    ev.RunCompleted,
-                    answer_seq=s.message_seqs[-1],
-                    structured_output=verdict.structured_output,
+                    ev.EvaluationRecorded,
+                    offset=len(events) + 1,
+                    evaluator=v.name,
+                    evaluator_kind=kind,
+                    evaluator_version=version,
+                    subject_seq=answer_seq,
+                    passed=verdict.passed,
+                    gaps=verdict.gaps,
                 )
             )
-        elif s.verification_attempts >= s.budget.max_verification_attempts:
+        failed = next(((v, d) for v, d in verdicts if not d.passed), None)
+        if failed is None:
+            structured = None
+            for _, verdict in verdicts:
+                if verdict.structured_output is not None:
+                    structured = verdict.structured_output
+            output = await self.output_artifact(answer, structured, answer_seq)
+            if output is not None:
+                events.append(self.event(ev.ArtifactRecorded, offset=len(events) + 1, **output))
+            # The answer is the last model answer's text: named, not stored a second time.
+            events.append(
+                self.event(
+                    ev.RunCompleted,
+                    offset=len(events) + 1,
+                    answer_seq=answer_seq,
+                    structured_output=structured,
+                )
+            )
+            await self.commit(*events)
+            return
+        verifier, verdict = failed[0].name, failed[1]
+        if s.verification_attempts >= s.budget.max_verification_attempts:
+            await self.commit(*events)
             await self.fail(
                 FailureReason.VERIFICATION_FAILED,
                 f"{verifier} still rejected the answer after "
@@ -403,14 +437,53 @@ class Driver:
                 verifier=verifier,
             )
         else:
-            await self.commit(
+            events.append(
                 self.event(
                     ev.VerificationFailed,
+                    offset=len(events) + 1,
                     verifier=verifier,
                     gaps=verdict.gaps,
                     feedback=feedback(verdict.gaps),
                 )
             )
+            await self.commit(*events)
+
+    async def output_artifact(
+        self, answer: str, structured: Any, answer_seq: int
+    ) -> dict[str, Any] | None:
+        """Store the run's final output as an artifact; the event fields that name it.
+
+        Its lineage is the answer and every tool result the model had seen; its
+        classification the most sensitive of what those tools return.
+        """
+        s = self.state
+        tools_seen = [
+            (m.name or "", seq)
+            for m, seq in zip(s.messages, s.message_seqs, strict=True)
+            if m.role == "tool"
+        ]
+        levels = ["internal"]
+        for name, _ in tools_seen:
+            t = self.gateway.tools.get(name)
+            if t is not None:
+                levels.append(t.output_classification or t.data_classification)
+        output_type = self.agent.output_type
+        schema = "text"
+        if structured is not None and output_type is not None:
+            digest = hashlib.sha256(
+                json.dumps(output_type.model_json_schema(), sort_keys=True).encode()
+            ).hexdigest()
+            schema = f"{output_type.__name__}@{digest[:12]}"
+        return await record_artifact(
+            self.store,
+            s,
+            structured if structured is not None else answer,
+            type="run_output",
+            source_events=[answer_seq, *(seq for _, seq in tools_seen)],
+            input_artifacts=s.artifacts,
+            schema_version=schema,
+            classification=max(levels, key=classification_rank),
+        )
 
 
 def _with_unique_call_ids(response: ModelResponse, turn: int) -> Message:

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import contextvars
 import functools
+import logging
 import os
 import socket
 import time
@@ -28,6 +29,8 @@ from contextos.errors import (
     RunNotFound,
 )
 from contextos.events import utcnow
+from contextos.evidence.canonical import DecisionRecord
+from contextos.evidence.record import Receipt, build_record, materialise, receipts
 from contextos.expiry import expire_overdue
 from contextos.interrupts import Approval, Interrupt, bind_store
 from contextos.loop import Driver
@@ -44,11 +47,14 @@ from contextos.policy.rules import Policy
 from contextos.runs import FailureReason, RunId, RunStatus, check_priority
 from contextos.state import RunState, apply
 from contextos.store import EventStore, RunSummary, open_store, wakeup
+from contextos.store.artifacts import Artifact, artifacts_of
 from contextos.store.base import load_state
 from contextos.store.queue import Lease, QueueEntry, queue_of
 from contextos.telemetry import live_traces
 from contextos.tools.effects import needs_settling
 from contextos.tools.gateway import Gateway
+
+log = logging.getLogger("contextos.runtime")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -398,6 +404,7 @@ class Runtime:
         try:
             await task
             await driver.after_run()
+            await self._materialise(driver.state)
         except asyncio.CancelledError:
             if state.run_id not in self._cancelled:
                 raise  # we were cancelled from outside: pass it on
@@ -550,6 +557,8 @@ class Runtime:
                 await self.store.append(rid, [event], expected_seq=state.seq)
                 if self._traces is not None:
                     await self._traces.committed(self.store, rid, [event])
+                if isinstance(event, ev.RunCancelled):
+                    await self._materialise(apply(state, event))
                 if isinstance(event, ev.RunEnding) and state.status is not RunStatus.RUNNING:
                     with contextlib.suppress(ConfigError, AgentChanged):
                         # without its agent it stays ending; the next resume settles it
@@ -666,6 +675,39 @@ class Runtime:
 
     async def runs(self, *, status: RunStatus | None = None, limit: int = 50) -> list[RunSummary]:
         return await self.store.list_runs(status=status, limit=limit)
+
+    async def record(self, run_id: str) -> DecisionRecord:
+        """The run's DecisionRecord, projected from its log now."""
+        return build_record(await self.events(run_id))
+
+    async def receipts(self, run_id: str) -> list[Receipt]:
+        """The DecisionRecords stored when the run stopped, each checked against its log."""
+        return await receipts(self.store, await self.events(run_id))
+
+    async def _materialise(self, state: RunState) -> None:
+        """Store the DecisionRecord of a run that ended or waits on a person (a receipt: it can
+        always be rebuilt from the log, so failing to store one never fails the run)."""
+        if not (state.is_terminal or state.status is RunStatus.INPUT_REQUIRED):
+            return
+        try:
+            await materialise(self.store, await self.events(state.run_id))
+        except Exception:
+            log.warning("run %s: could not store its decision record", state.run_id, exc_info=True)
+
+    async def artifacts(self, run_id: str) -> list[Artifact]:
+        """The artifacts a run recorded, in the order it recorded them."""
+        return [
+            Artifact.from_event(e)
+            for e in await self.events(run_id)
+            if isinstance(e, ev.ArtifactRecorded)
+        ]
+
+    async def artifact(self, artifact_id: str) -> tuple[Artifact, bytes]:
+        """An artifact and its content (checked against its hash)."""
+        store = artifacts_of(self.store)
+        if store is None:
+            raise ConfigError(f"the store {self.store.url} keeps no artifacts")
+        return await store.get_artifact(artifact_id), await store.artifact_content(artifact_id)
 
 
 def _authority_from(

@@ -80,6 +80,8 @@ class RunState:
     """Error code of the last tool result when it was an error (`tool_crashed`, ...)."""
     correlation_id: str = ""
     """The run tree the run belongs to: its root run's id (see `RunCreated.correlation_id`)."""
+    artifacts: list[str] = field(default_factory=list)
+    """Ids of the artifacts the run recorded, in order."""
     causes: dict[str, int] = field(default_factory=dict)
     """The latest event about each tool call, effect and interrupt (`call:ID`, `effect:ID`,
     `interrupt:ID`) by seq: what the next event about it follows from (`contextos.causality`)."""
@@ -217,7 +219,9 @@ def apply(state: RunState, event: ev.Event) -> RunState:
             state.context_summary = event.summary
             state.context_cursor = event.through_seq
             state.usage = state.usage + event.usage
-        case ev.RuntimeCrashDetected() | ev.RunReleased():
+        case ev.ArtifactRecorded():
+            state.artifacts.append(event.artifact_id)
+        case ev.RuntimeCrashDetected() | ev.RunReleased() | ev.EvaluationRecorded():
             pass
         case _:
             assert_never(event)

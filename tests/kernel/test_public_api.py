@@ -18,6 +18,7 @@ def test_the_public_surface_is_pinned() -> None:
         "Agent",
         "AgentChanged",
         "Approval",
+        "Artifact",
         "BaseTool",
         "Budget",
         "ConcurrencyConflict",

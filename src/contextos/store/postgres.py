@@ -29,6 +29,7 @@ from contextos.errors import (
 )
 from contextos.runs import TERMINAL, RunId, RunStatus
 from contextos.store import snapshots
+from contextos.store.artifacts import SqlArtifacts
 from contextos.store.base import RunSummary, check_batch, encode_batch, summarize
 from contextos.store.migrations import POSTGRES_MIGRATIONS
 from contextos.store.postgres_queue import PostgresQueue
@@ -98,7 +99,7 @@ def redact(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-class PostgresStore(PostgresQueue, snapshots.Snapshotting):
+class PostgresStore(PostgresQueue, snapshots.Snapshotting, SqlArtifacts):
     """EventStore (and RunQueue) on a PostgreSQL database.
 
     The pool opens, and the schema is migrated, on first use. `search_path` in the URL

@@ -30,6 +30,7 @@ from contextos.errors import (
 )
 from contextos.runs import TERMINAL, RunId, RunStatus
 from contextos.store import snapshots
+from contextos.store.artifacts import SqlArtifacts
 from contextos.store.base import (
     RunSummary,
     SummaryDelta,
@@ -76,7 +77,7 @@ class _Job:
     """False when the commit need not wait for the disk (see `EventStore.append`)."""
 
 
-class SqliteStore(SqliteQueue, snapshots.Snapshotting):
+class SqliteStore(SqliteQueue, snapshots.Snapshotting, SqlArtifacts):
     """EventStore on a SQLite file."""
 
     def __init__(self, path: str | Path, *, busy_timeout_s: float = 30.0) -> None:
