@@ -11,6 +11,7 @@ from contextos.errors import (
     RunIsTerminal,
     RunNotFound,
 )
+from contextos.evidence import DecisionRecord, ReplayPacket, ReplayReport
 from contextos.interrupts import Approval, FrozenAction, Interrupt, InterruptKind
 from contextos.messages import FinishReason, Message, ToolCall, Usage
 from contextos.models import ModelAdapter, ModelRequest, ModelResponse, resolve_model
@@ -54,6 +55,7 @@ __all__ = [
     "ConfigError",
     "Containment",
     "ContextOSError",
+    "DecisionRecord",
     "Effect",
     "EffectState",
     "EventDecodeError",
@@ -72,6 +74,8 @@ __all__ = [
     "Policy",
     "PolicyDecision",
     "Principal",
+    "ReplayPacket",
+    "ReplayReport",
     "RetryPolicy",
     "Risk",
     "Rule",

@@ -29,8 +29,12 @@ from contextos.errors import (
     RunNotFound,
 )
 from contextos.events import utcnow
-from contextos.evidence.canonical import DecisionRecord
-from contextos.evidence.record import Receipt, build_record, materialise, receipts
+from contextos.evidence.canonical import DecisionRecord, ReplayPacket
+from contextos.evidence.packet import make_packet, packet_events
+from contextos.evidence.record import Receipt, build_record, materialise
+from contextos.evidence.record import receipts as stored_receipts
+from contextos.evidence.replay import ReplayReport
+from contextos.evidence.replay import replay as replay_run
 from contextos.expiry import expire_overdue
 from contextos.interrupts import Approval, Interrupt, bind_store
 from contextos.loop import Driver
@@ -676,13 +680,59 @@ class Runtime:
     async def runs(self, *, status: RunStatus | None = None, limit: int = 50) -> list[RunSummary]:
         return await self.store.list_runs(status=status, limit=limit)
 
+    async def replay(
+        self,
+        source: str | ReplayPacket,
+        agent: Agent | None = None,
+        *,
+        policy: Policy | Authority | str | os.PathLike[str] | None = None,
+        keep: str | os.PathLike[str] | None = None,
+    ) -> ReplayReport:
+        """Re-run a recorded run (its id, or a ReplayPacket) against `agent` and compare their
+        decisions; the recorded tool results and people's answers are served from the log, and
+        no tool is ever called.
+
+        Without `agent`, the agent is imported from the recorded reference. `policy` decides
+        the replay's tool calls (default: this runtime's). The replay's own log is thrown away
+        unless `keep` names a SQLite file to write it to.
+        """
+        if isinstance(source, ReplayPacket):
+            events, ref = packet_events(source), source.agent_ref
+        else:
+            events = await self.events(source)
+            ref = events[0].agent_ref if isinstance(events[0], ev.RunCreated) else None
+        if agent is None:
+            if not ref:
+                raise ConfigError(
+                    "the run was recorded without an agent reference; pass the agent to replay"
+                )
+            agent = load_agent(ref)
+        authority = _authority_from(policy) if policy is not None else self.authority
+        governed = any(isinstance(e, ev.ContextBound) for e in events) or any(
+            isinstance(t, HumanTool) for t in agent.tool_list
+        )
+        if authority is None and governed:
+            authority = self.governance
+        return await replay_run(
+            events,
+            agent,
+            model=self.model_for(agent),
+            authority=authority,
+            keep=os.fspath(keep) if keep is not None else None,
+        )
+
+    async def packet(self, run_id: str, *, agent_ref: str | None = None) -> ReplayPacket:
+        """The ReplayPacket of a recorded run: its log and what it decided, pinned, to replay
+        anywhere (`agent_ref`: the agent to replay by default, if not the recorded one)."""
+        return make_packet(await self.events(run_id), agent_ref=agent_ref)
+
     async def record(self, run_id: str) -> DecisionRecord:
         """The run's DecisionRecord, projected from its log now."""
         return build_record(await self.events(run_id))
 
     async def receipts(self, run_id: str) -> list[Receipt]:
         """The DecisionRecords stored when the run stopped, each checked against its log."""
-        return await receipts(self.store, await self.events(run_id))
+        return await stored_receipts(self.store, await self.events(run_id))
 
     async def _materialise(self, state: RunState) -> None:
         """Store the DecisionRecord of a run that ended or waits on a person (a receipt: it can

@@ -105,3 +105,17 @@ def support(instructions: str = INSTRUCTIONS, *, tools: tuple[Any, ...] = ()) ->
 
 agent = support()
 credit_agent = support(CREDIT_INSTRUCTIONS)
+
+
+def cites(answer: str) -> list[str]:
+    """The answer cites a source."""
+    return [] if "[1]" in answer else ["cite a source as [1]"]
+
+
+writer = Agent(
+    name="writer",
+    model=ScriptedModel([reply("Paris."), reply("Paris [1].")], by_turn=True),
+    instructions="Answer in one sentence and cite your source.",
+    verifier=cites,
+)
+"""An agent whose first answer fails verification and whose second passes."""

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.table import Table
 from rich.text import Text
 
-from contextos.cli.common import JsonOption, StoreOption, app, call, console, print_json
-from contextos.evidence import DecisionRecord, Receipt
+from contextos.agents import load_agent
+from contextos.cli.common import JsonOption, StoreOption, app, call, console, fail, print_json
+from contextos.errors import ConfigError, ContextOSError
+from contextos.evidence import DecisionRecord, Receipt, ReplayPacket
 from contextos.runtime import Runtime
 from contextos.store.artifacts import JSON, TEXT, Artifact
 
@@ -185,3 +188,65 @@ def _record_lines(r: DecisionRecord) -> list[Text]:
     why = f": {o.reason} {o.message or ''}".rstrip() if o.reason else ""
     lines.append(Text(f"ended {o.status}{why} {_seqs(o.seqs)}"))
     return lines
+
+
+@app.command()
+def replay(
+    run_id: Annotated[
+        str | None, typer.Argument(help="The recorded run to replay (or give --packet).")
+    ] = None,
+    agent_ref: Annotated[
+        str | None,
+        typer.Option("--agent", help="The changed agent to replay against (default: recorded)."),
+    ] = None,
+    packet: Annotated[
+        Path | None, typer.Option("--packet", help="Replay a ReplayPacket file instead of a run.")
+    ] = None,
+    policy: Annotated[
+        Path | None, typer.Option("--policy", help="Decide the replay's calls by this policy.")
+    ] = None,
+    keep: Annotated[
+        Path | None, typer.Option("--keep", help="Keep the replay's log in this SQLite file.")
+    ] = None,
+    store: StoreOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Replay a recorded run against a changed agent: recorded tool results, no live call.
+
+    Exits 0 when the replay decided what the run decided (replay_equal), 1 otherwise.
+    """
+    if (run_id is None) == (packet is None):
+        fail(ConfigError("give a run id or --packet FILE (one of them)"))
+    try:
+        agent = load_agent(agent_ref) if agent_ref else None
+        source: str | ReplayPacket = (
+            ReplayPacket.from_json(packet.read_bytes()) if packet is not None else str(run_id)
+        )
+    except OSError as exc:
+        fail(ConfigError(f"cannot read {packet}: {exc.strerror}"))
+    except ContextOSError as exc:
+        fail(exc)
+    report = call(store, lambda rt: rt.replay(source, agent, policy=policy, keep=keep))
+    if as_json:
+        print_json(report)
+    else:
+        style = "green" if report.equal else "bold red"
+        head, _, rest = report.text().partition("\n")
+        console.print(Text(head, style=style))
+        console.print(Text(rest))
+    if not report.equal:
+        raise typer.Exit(code=1)
+
+
+@app.command("packet")
+def packet_command(
+    run_id: Annotated[str, typer.Argument(help="The recorded run to pin.")],
+    agent_ref: Annotated[
+        str | None,
+        typer.Option("--agent", help="The agent to replay by default (default: recorded)."),
+    ] = None,
+    store: StoreOption = None,
+) -> None:
+    """Print a run's ReplayPacket (JSON): its log and decisions, pinned, to replay anywhere."""
+    found = call(store, lambda rt: rt.packet(run_id, agent_ref=agent_ref))
+    sys.stdout.write(found.to_json() + "\n")

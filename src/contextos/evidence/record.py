@@ -83,7 +83,7 @@ def build_record(events: Sequence[ev.Event]) -> DecisionRecord:
             agent_hash=created.agent_hash,
             agent_ref=created.agent_ref,
             tool_manifest_hash=created.tool_manifest_hash,
-            budget=_budget(created),
+            budget=budget_of(created),
             caused_by=created.caused_by,
             seqs=[created.seq],
         ),
@@ -106,7 +106,7 @@ def build_record(events: Sequence[ev.Event]) -> DecisionRecord:
     return record.model_copy(update={"record_hash": record.content_hash()})
 
 
-def _budget(created: ev.RunCreated) -> dict[str, Any]:
+def budget_of(created: ev.RunCreated) -> dict[str, Any]:
     return {k: getattr(created.budget, k) for k in type(created.budget).__dataclass_fields__}
 
 
