@@ -533,6 +533,36 @@ class ContextCompacted(_Event):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class RunForked(_Event):
+    """This run's history up to here is a copy of another run's first `at_seq` events; it goes
+    on from there (with the agent named here). Effects the source run dispatched for calls in
+    that history follow this event as the source recorded them, so none is sent again."""
+
+    SETS_STATUS = RunStatus.QUEUED
+    type: Literal["run_forked"] = "run_forked"
+    source_run_id: str
+    """The run forked."""
+    at_seq: int
+    """The last event of the source's history this run copies."""
+    agent_name: str
+    """The agent that goes on (the source's, or another)."""
+    agent_version: str
+    """Its version."""
+    agent_hash: str
+    """Its identity hash."""
+    agent_ref: str | None = None
+    """Where to import it from."""
+    tool_manifest_hash: str = ""
+    """Hash of its tools."""
+    inherited_effects: tuple[str, ...] = ()
+    """Effects whose later history in the source run follows this event."""
+    inherited_actions: tuple[tuple[str, str, str], ...] = ()
+    """(effect id, action key, contract hash) of each effect the source sent for a call made
+    after `at_seq`: a call of this run asking the same of the same tool takes that effect's
+    outcome instead of being sent (see `contextos.ledger.action_key`)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class EvaluationRecorded(_Event):
     """An evaluator judged the run's answer (a pass as well as a failure)."""
 
@@ -605,7 +635,8 @@ Event = Annotated[
     | InterruptExpired
     | ContextCompacted
     | EvaluationRecorded
-    | ArtifactRecorded,
+    | ArtifactRecorded
+    | RunForked,
     Field(discriminator="type"),
 ]
 
@@ -702,6 +733,7 @@ __all__ = [
     "RunEnding",
     "RunExpired",
     "RunFailed",
+    "RunForked",
     "RunReleased",
     "RunStarted",
     "RuntimeCrashDetected",

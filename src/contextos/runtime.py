@@ -30,6 +30,7 @@ from contextos.errors import (
 )
 from contextos.events import utcnow
 from contextos.evidence.canonical import DecisionRecord, ReplayPacket
+from contextos.evidence.fork import fork_events
 from contextos.evidence.packet import make_packet, packet_events
 from contextos.evidence.record import Receipt, build_record, materialise
 from contextos.evidence.record import receipts as stored_receipts
@@ -49,7 +50,7 @@ from contextos.policy.decision import PolicyHook
 from contextos.policy.identity import Principal, RunContext
 from contextos.policy.rules import Policy
 from contextos.runs import FailureReason, RunId, RunStatus, check_priority
-from contextos.state import RunState, apply
+from contextos.state import RunState, apply, fold
 from contextos.store import EventStore, RunSummary, open_store, wakeup
 from contextos.store.artifacts import Artifact, artifacts_of
 from contextos.store.base import load_state
@@ -102,6 +103,10 @@ class RunResult:
 
 def new_run_id() -> RunId:
     return RunId(f"run_{uuid.uuid4().hex[:20]}")
+
+
+def new_run_id_for_fork() -> RunId:
+    return RunId(f"fork_{uuid.uuid4().hex[:20]}")
 
 
 def default_worker_id() -> str:
@@ -720,6 +725,40 @@ class Runtime:
             authority=authority,
             keep=os.fspath(keep) if keep is not None else None,
         )
+
+    async def fork(
+        self,
+        run_id: str,
+        *,
+        at: int,
+        agent: Agent | None = None,
+        agent_ref: str | None = None,
+        new_run_id: str | None = None,
+    ) -> RunId:
+        """Start a run whose history is the first `at` events of `run_id` and that goes on from
+        there (queued, like `start`), with the recorded agent or `agent` (`agent_ref`: where
+        workers import it from). No effect is sent twice: the fork sees the outcome and receipts
+        of every call of that history the source run dispatched. ForkRefused when `at` is not a
+        point a run can go on from (the message says which seqs are)."""
+        events = await self.events(run_id)
+        rid = RunId(new_run_id) if new_run_id else new_run_id_for_fork()
+        forked = fork_events(events, fork_id=rid, at=at, agent=agent, agent_ref=agent_ref)
+        state = fold(forked)
+        queue = queue_of(self.store)
+        if queue is not None:
+            tenant = (
+                state.context.context.get("principal", {}).get("tenant", "")
+                if state.context
+                else ""
+            )
+            await queue.enqueue(
+                QueueEntry(run_id=rid, agent_name=state.agent_name, tenant=str(tenant)),
+                lease_owner=None,
+                lease_s=self.lease_s,
+            )
+        await self.store.append(rid, forked, expected_seq=0)
+        wakeup.wake_local(self.store)
+        return rid
 
     async def packet(self, run_id: str, *, agent_ref: str | None = None) -> ReplayPacket:
         """The ReplayPacket of a recorded run: its log and what it decided, pinned, to replay

@@ -80,6 +80,11 @@ class RunState:
     """Error code of the last tool result when it was an error (`tool_crashed`, ...)."""
     correlation_id: str = ""
     """The run tree the run belongs to: its root run's id (see `RunCreated.correlation_id`)."""
+    forked_from: str | None = None
+    """For a forked run: the run whose history it copied."""
+    inherited: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """For a forked run: effects its source sent that no call of this run took yet, by effect
+    id: (action key, contract hash)."""
     artifacts: list[str] = field(default_factory=list)
     """Ids of the artifacts the run recorded, in order."""
     causes: dict[str, int] = field(default_factory=dict)
@@ -177,6 +182,7 @@ def apply(state: RunState, event: ev.Event) -> RunState:
                 history=[(event.seq, EffectState.PROPOSED)],
             )
             state.effect_by_call[event.call_id] = event.effect_id
+            state.inherited.pop(event.effect_id, None)
         case ev.EffectChanged():
             _move_effect(state, event)
         case ev.ToolAttemptFailed():
@@ -221,6 +227,17 @@ def apply(state: RunState, event: ev.Event) -> RunState:
             state.usage = state.usage + event.usage
         case ev.ArtifactRecorded():
             state.artifacts.append(event.artifact_id)
+        case ev.RunForked():
+            state.agent_name = event.agent_name
+            state.agent_version = event.agent_version
+            state.agent_hash = event.agent_hash
+            state.agent_ref = event.agent_ref
+            state.tool_manifest_hash = event.tool_manifest_hash
+            state.worker_id = None
+            state.forked_from = event.source_run_id
+            state.inherited = {
+                eid: (key, contract) for eid, key, contract in event.inherited_actions
+            }
         case ev.RuntimeCrashDetected() | ev.RunReleased() | ev.EvaluationRecorded():
             pass
         case _:

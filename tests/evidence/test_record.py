@@ -42,7 +42,7 @@ BOB = Principal.user("bob", scopes=("payments:*",))
 
 # Which events each part of a record may be projected from.
 SOURCES: dict[type[Traced], set[str]] = {
-    Ask: {"run_created"},
+    Ask: {"run_created", "run_forked"},
     PrincipalPart: {"context_bound"},
     PolicyPart: {"context_bound"},
     ModelCallPart: {"model_responded"},

@@ -11,10 +11,19 @@ from rich.table import Table
 from rich.text import Text
 
 from contextos.agents import load_agent
-from contextos.cli.common import JsonOption, StoreOption, app, call, console, fail, print_json
+from contextos.cli.common import (
+    JsonOption,
+    StoreOption,
+    app,
+    call,
+    console,
+    fail,
+    finish,
+    print_json,
+)
 from contextos.errors import ConfigError, ContextOSError
 from contextos.evidence import DecisionRecord, Receipt, ReplayPacket
-from contextos.runtime import Runtime
+from contextos.runtime import RunResult, Runtime
 from contextos.store.artifacts import JSON, TEXT, Artifact
 
 
@@ -250,3 +259,32 @@ def packet_command(
     """Print a run's ReplayPacket (JSON): its log and decisions, pinned, to replay anywhere."""
     found = call(store, lambda rt: rt.packet(run_id, agent_ref=agent_ref))
     sys.stdout.write(found.to_json() + "\n")
+
+
+@app.command()
+def fork(
+    run_id: Annotated[str, typer.Argument(help="The run to fork.")],
+    at: Annotated[
+        int, typer.Option("--at", help="Copy the run's events 1..SEQ, go on from there.")
+    ],
+    agent_ref: Annotated[
+        str | None,
+        typer.Option("--agent", help="Go on with this agent (default: the run's)."),
+    ] = None,
+    store: StoreOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Fork a run at a seq and drive the fork: effects the run already sent are never sent
+    again (the fork sees their outcome and receipts)."""
+    try:
+        agent = load_agent(agent_ref) if agent_ref else None
+    except ContextOSError as exc:
+        fail(exc)
+
+    async def work(rt: Runtime) -> RunResult:
+        forked = await rt.fork(run_id, at=at, agent=agent, agent_ref=agent_ref)
+        if not as_json:
+            console.print(f"[dim]forked {run_id} at #{at} as {forked}[/]")
+        return await rt.resume(forked, agent)
+
+    finish(call(store, work), as_json)

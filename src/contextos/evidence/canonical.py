@@ -214,6 +214,9 @@ class Ask(Traced):
     tool_manifest_hash: str
     budget: dict[str, Any]
     caused_by: str | None = None
+    forked_from: str | None = Field(
+        default=None, description="`RUN_ID#SEQ` this run's history was copied from."
+    )
 
 
 class PrincipalPart(Traced):

@@ -71,6 +71,7 @@ def build_record(events: Sequence[ev.Event]) -> DecisionRecord:
         b.add(e)
     b.finish()
     correlation = created.correlation_id or created.run_id
+    forked = b.forked
     record = DecisionRecord(
         run_id=created.run_id,
         trace_id=trace_hex(correlation),
@@ -78,14 +79,15 @@ def build_record(events: Sequence[ev.Event]) -> DecisionRecord:
         at_seq=state.seq,
         ask=Ask(
             input=created.input,
-            agent_name=created.agent_name,
-            agent_version=created.agent_version,
-            agent_hash=created.agent_hash,
-            agent_ref=created.agent_ref,
-            tool_manifest_hash=created.tool_manifest_hash,
+            agent_name=state.agent_name,
+            agent_version=state.agent_version,
+            agent_hash=state.agent_hash,
+            agent_ref=state.agent_ref,
+            tool_manifest_hash=state.tool_manifest_hash,
             budget=budget_of(created),
             caused_by=created.caused_by,
-            seqs=[created.seq],
+            forked_from=f"{forked.source_run_id}#{forked.at_seq}" if forked else None,
+            seqs=[created.seq, *([forked.seq] if forked else [])],
         ),
         principal=b.principal,
         policy=b.policy,
@@ -142,6 +144,7 @@ class _Builder:
         self.artifacts: list[ArtifactPart] = []
         self.cost_seqs: list[int] = []
         self.end: ev.Event | None = None
+        self.forked: ev.RunForked | None = None
 
     def add(self, e: ev.Event) -> None:
         match e:
@@ -194,6 +197,8 @@ class _Builder:
                 )
             case ev.RunCompleted() | ev.RunFailed() | ev.RunCancelled() | ev.RunExpired():
                 self.end = e
+            case ev.RunForked():
+                self.forked = e
             case _:
                 pass
 
