@@ -128,7 +128,8 @@ class Runtime:
         policy: PolicyHook | Authority | Policy | str | os.PathLike[str] | None = None,
         lease_s: float = 30.0,
         tracer_provider: Any = None,
-        capture_content: bool | None = None,
+        capture_content: bool | str | None = None,
+        meter_provider: Any = None,
     ) -> None:
         self.store: EventStore = store if isinstance(store, EventStore) else open_store(store)
         self.authority: Authority | None = _authority_from(policy)
@@ -149,9 +150,10 @@ class Runtime:
         self._renewed_at: dict[RunId, float] = {}
         self._keeper: asyncio.Task[None] | None = None
         self._draining = False
-        self._traces = live_traces(tracer_provider, capture_content)
-        """Spans of runs as their events commit (`tracer_provider`, or OTEL_EXPORTER_OTLP_*);
-        message content only with `capture_content` or CONTEXTOS_OTEL_CAPTURE_CONTENT."""
+        self._traces = live_traces(tracer_provider, capture_content, meter_provider)
+        """Spans of runs as their events commit (`tracer_provider`, or OTEL_EXPORTER_OTLP_*),
+        content as `capture_content` (or CONTEXTOS_OTEL_CAPTURE_CONTENT) says: `metadata` by
+        default, `redacted`, `hashes` or `full`; GenAI metrics on `meter_provider`."""
 
     async def __aenter__(self) -> Runtime:
         return self

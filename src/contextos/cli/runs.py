@@ -251,19 +251,26 @@ def trace(
             help="Include messages and tool arguments (default: $CONTEXTOS_OTEL_CAPTURE_CONTENT).",
         ),
     ] = None,
+    capture: Annotated[
+        str | None,
+        typer.Option(
+            "--capture",
+            help="Content in spans: metadata, redacted, hashes or full (full also exports what "
+            "PII redaction kept from the model).",
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Export a run's trace as OpenTelemetry spans (GenAI conventions): a tree, JSON, or OTLP."""
     from contextos import telemetry
 
     events = call(store, lambda rt: rt.events(run_id))
+    content = capture if capture is not None else capture_content
     try:
         if otlp:
-            spans = telemetry.export_run(
-                events, otlp_endpoint=otlp, capture_content=capture_content
-            )
+            spans = telemetry.export_run(events, otlp_endpoint=otlp, capture_content=content)
         else:
-            spans = telemetry.spans_for(events, capture_content=capture_content)
+            spans = telemetry.spans_for(events, capture_content=content)
     except ContextOSError as exc:
         fail(exc)
     if not spans:

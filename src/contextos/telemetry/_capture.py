@@ -1,0 +1,92 @@
+"""How much of a run's content its traces carry: the capture modes.
+
+- `metadata` (the default): no content at all; ids, names, numbers, statuses.
+- `redacted`: the content, through the PII layer (the same detectors and strategies the
+  `PiiRedaction` middleware applies before the model sees anything).
+- `hashes`: a sha256 of each piece of content and the event it came from, never the text:
+  enough to match a trace against the log or a DecisionRecord, nothing to leak.
+- `full`: the content as recorded. It includes what the PII layer kept from the model (the
+  user's input is recorded as given), so it is for trusted collectors only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from contextos.errors import ConfigError
+
+if TYPE_CHECKING:
+    from contextos.middleware.pii import PiiRedaction
+
+CAPTURE_ENV = "CONTEXTOS_OTEL_CAPTURE_CONTENT"
+"""A capture mode, or true (full) / false (metadata)."""
+
+
+class CaptureMode(StrEnum):
+    METADATA = "metadata"
+    REDACTED = "redacted"
+    HASHES = "hashes"
+    FULL = "full"
+
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"", "0", "false", "no", "off"}
+
+
+def capture_mode(value: CaptureMode | str | bool | None) -> CaptureMode:
+    """The mode `value` names: a mode, True (full), False (metadata), or None (the env)."""
+    if isinstance(value, bool):
+        return CaptureMode.FULL if value else CaptureMode.METADATA
+    if value is None:
+        value = os.environ.get(CAPTURE_ENV, "")
+    text = value.strip().lower()
+    if text in _TRUE:
+        return CaptureMode.FULL
+    if text in _FALSE:
+        return CaptureMode.METADATA
+    try:
+        return CaptureMode(text)
+    except ValueError:
+        modes = ", ".join(m.value for m in CaptureMode)
+        raise ConfigError(f"unknown trace capture mode {value!r}: use one of {modes}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Capture:
+    """A capture mode, with the PII layer that `redacted` goes through."""
+
+    mode: CaptureMode = CaptureMode.METADATA
+    pii: PiiRedaction | None = None
+
+    @classmethod
+    def of(cls, value: CaptureMode | str | bool | None, pii: PiiRedaction | None = None) -> Capture:
+        mode = capture_mode(value)
+        if mode is CaptureMode.REDACTED and pii is None:
+            from contextos.middleware.pii import PiiRedaction
+
+            pii = PiiRedaction()
+        return cls(mode, pii)
+
+    @property
+    def content(self) -> bool:
+        """Whether spans carry content attributes at all."""
+        return self.mode is not CaptureMode.METADATA
+
+    def text(self, value: str) -> str:
+        """A piece of content as this mode exports it."""
+        if self.mode is CaptureMode.FULL:
+            return value
+        if self.mode is CaptureMode.REDACTED and self.pii is not None:
+            return self.pii.redact_text(value)
+        return "sha256:" + hashlib.sha256(value.encode()).hexdigest()
+
+    def lineage(self, seq: int) -> dict[str, Any]:
+        """What a part says about where it came from (the event's seq, in `hashes` mode)."""
+        return {"seq": seq} if self.mode is CaptureMode.HASHES else {}
+
+
+__all__ = ["CAPTURE_ENV", "Capture", "CaptureMode", "capture_mode"]
