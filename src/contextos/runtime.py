@@ -740,24 +740,20 @@ class Runtime:
         """Start a run whose history is the first `at` events of `run_id` and that goes on from
         there (queued, like `start`), with the recorded agent or `agent` (`agent_ref`: where
         workers import it from). No effect is sent twice: the fork sees the outcome and receipts
-        of every call of that history the source run dispatched. ForkRefused when `at` is not a
-        point a run can go on from (the message says which seqs are)."""
+        of the calls the source run sent (`contextos.evidence.fork`). ForkRefused when `at` is
+        not a point a run can go on from (the message says which seqs are)."""
         events = await self.events(run_id)
         rid = RunId(new_run_id) if new_run_id else new_run_id_for_fork()
         forked = fork_events(events, fork_id=rid, at=at, agent=agent, agent_ref=agent_ref)
-        state = fold(forked)
         queue = queue_of(self.store)
         if queue is not None:
-            tenant = (
-                state.context.context.get("principal", {}).get("tenant", "")
-                if state.context
-                else ""
+            source = await queue.queue_entry(RunId(run_id))
+            entry = QueueEntry(
+                run_id=rid,
+                agent_name=fold(forked).agent_name,
+                tenant=source.tenant if source is not None else "",
             )
-            await queue.enqueue(
-                QueueEntry(run_id=rid, agent_name=state.agent_name, tenant=str(tenant)),
-                lease_owner=None,
-                lease_s=self.lease_s,
-            )
+            await queue.enqueue(entry, lease_owner=None, lease_s=self.lease_s)
         await self.store.append(rid, forked, expected_seq=0)
         wakeup.wake_local(self.store)
         return rid

@@ -253,16 +253,28 @@ def apply(state: RunState, event: ev.Event) -> RunState:
     return state
 
 
+_IDS = {
+    cls: tuple(f for f in ("call_id", "effect_id", "interrupt_id") if f in cls.__dataclass_fields__)
+    for cls in ev.EVENT_TYPES.values()
+}
+"""For each event type, the fields that name a tool call, an effect or an interrupt."""
+
+
 def threads(state: RunState, event: ev.Event) -> list[str]:
     """The tool calls, effects and interrupts an event is about, as `causes` keys.
 
     An answer to an interrupt is also about the call and effect the interrupt asked about, so
     the decision taken after an approval follows from the approval.
     """
-    keys: list[str] = []
+    if isinstance(event, ev.ModelResponded):
+        return [f"call:{c.id}" for c in event.message.tool_calls]
+    fields = _IDS[type(event)]
+    if not fields:
+        return []
     call_id = getattr(event, "call_id", None)
     effect_id = getattr(event, "effect_id", None)
     interrupt_id = getattr(event, "interrupt_id", None)
+    keys: list[str] = []
     if interrupt_id is not None:
         keys.append(f"interrupt:{interrupt_id}")
         asked = state.pending_interrupts.get(interrupt_id)
@@ -272,8 +284,6 @@ def threads(state: RunState, event: ev.Event) -> list[str]:
         keys.append(f"call:{call_id}")
     if effect_id is not None:
         keys.append(f"effect:{effect_id}")
-    if isinstance(event, ev.ModelResponded):
-        keys.extend(f"call:{c.id}" for c in event.message.tool_calls)
     return keys
 
 
