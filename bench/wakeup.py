@@ -34,7 +34,7 @@ REF = "bench.wakeup:echo"
 
 
 def spawn(store: str, workers: int, poll: float | None, log: Path) -> list[subprocess.Popen[bytes]]:
-    args = [sys.executable, "-m", "contextos.worker", "--store", store, "--concurrency", "2"]
+    args = [sys.executable, "-m", "contextos.workers", "--store", store, "--concurrency", "2"]
     if poll is not None:
         args += ["--poll", str(poll)]
     procs = []
@@ -75,7 +75,7 @@ def transactions(url: str) -> int:
 async def measure(
     store: str, *, runs: int, workers: int, poll: float | None, idle_s: float, in_process: bool
 ) -> None:
-    from contextos.worker import Worker, WorkerConfig
+    from contextos.workers import Worker, WorkerConfig
 
     rt = Runtime(store, worker_id="bench-starter")
     await rt.store.list_runs(limit=1)  # open and migrate before the workers race to

@@ -23,8 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from contextos import Agent, RunStatus, Runtime, ToolContext, tool
-from contextos import events as ev
-from contextos.interrupts import describe
 from contextos.policy import Decision, Policy, Principal, Rule
 from contextos.policy.authority import Authority
 from contextos.policy.rules import conditions
@@ -118,13 +116,9 @@ async def main(store: str) -> None:
         done = await rt.resume(large.run_id, large_refund)
         print(f"250 EUR refund after approval: {done.status}: {done.output}")
 
-        print("\nthe authority trail of the large refund:")
-        for e in await rt.events(large.run_id):
-            line = describe(e)
-            if line is not None:
-                print(f"  #{e.seq} {e.type}: {line}")
-            elif isinstance(e, ev.ToolCompleted):
-                print(f"  #{e.seq} {e.type}: {e.output}")
+        print("\nthe trail of the large refund:")
+        for entry in await rt.timeline(large.run_id):
+            print(f"  #{entry.seq} {entry.type}: {entry.line}")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ from contextos.errors import (
     RunNotFound,
 )
 from contextos.evidence import DecisionRecord, ReplayPacket, ReplayReport
-from contextos.interrupts import Approval, FrozenAction, Interrupt, InterruptKind
 from contextos.messages import FinishReason, Message, ToolCall, Usage
 from contextos.models import ModelAdapter, ModelRequest, ModelResponse, resolve_model
 from contextos.policy import (
@@ -24,14 +23,16 @@ from contextos.policy import (
     Rule,
     RunContext,
 )
-from contextos.runs import Budget, FailureReason, RunId, RunStatus
+from contextos.records.interrupts import Approval, FrozenAction, Interrupt, InterruptKind
+from contextos.runs import PRIORITIES, Budget, FailureReason, RunId, RunStatus
 from contextos.runtime import RunResult, Runtime, run
 from contextos.state import RunState, fold
 from contextos.store import EventStore, RunSummary, open_store
 from contextos.store.artifacts import Artifact
+from contextos.telemetry import TimelineEntry, Trace
 from contextos.tools import (
     BaseTool,
-    Effect,
+    EffectKind,
     EffectState,
     RetryPolicy,
     Risk,
@@ -56,7 +57,7 @@ __all__ = [
     "Containment",
     "ContextOSError",
     "DecisionRecord",
-    "Effect",
+    "EffectKind",
     "EffectState",
     "EventDecodeError",
     "EventStore",
@@ -71,6 +72,7 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "NetworkPolicy",
+    "PRIORITIES",
     "Policy",
     "PolicyDecision",
     "Principal",
@@ -88,10 +90,12 @@ __all__ = [
     "RunStatus",
     "RunSummary",
     "Runtime",
+    "TimelineEntry",
     "Tool",
     "ToolCall",
     "ToolContext",
     "ToolResult",
+    "Trace",
     "Usage",
     "Verdict",
     "Verifier",

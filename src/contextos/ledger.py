@@ -123,6 +123,27 @@ class Effect:
     """(seq, state) for every move, oldest first."""
 
 
+def compensable(effect: Effect) -> bool:
+    """A committed reversible write whose contract names a compensation."""
+    return (
+        effect.state.took_effect
+        and effect.compensation is not None
+        and effect.kind == "reversible_write"
+    )
+
+
+def unsettled(effect: Effect) -> bool:
+    """Must this effect be resolved or compensated before its run may end?"""
+    if effect.compensates is not None:
+        return not effect.state.is_final
+    return (
+        effect.state in (EffectState.PROPOSED, EffectState.VALIDATED, EffectState.AUTHORISED)
+        or effect.state.in_flight
+        or effect.state is EffectState.COMPENSATING
+        or compensable(effect)
+    )
+
+
 def idempotency_key(run_id: str, call_id: str) -> str:
     return f"{run_id}/{call_id}"
 

@@ -4,6 +4,10 @@ Each step reads the state, does one thing (call the model, run a pending tool ca
 answer) and records what happened before acting on it. Resuming is therefore "fold the events,
 take the next step": a recorded model answer is never requested again, and a recorded tool
 result is never produced again.
+
+The driver of a run builds what it drives with: the agent's middleware chain, the tool gateway
+whose every dispatch goes through that chain, and the policy gate that decides from the run's
+own state.
 """
 
 from __future__ import annotations
@@ -13,9 +17,11 @@ import dataclasses
 import hashlib
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
+
+from pydantic import BaseModel
 
 from contextos import events as ev
 from contextos.agents import Agent
@@ -24,15 +30,30 @@ from contextos.context.compiled import HistoryIndex, compile_context
 from contextos.errors import ConcurrencyConflict, ModelError, ToolManifestChanged
 from contextos.events import utcnow
 from contextos.messages import FinishReason, Message, ToolCall
-from contextos.middleware.base import Chain, ModelCall, RunEnd, RunView
+from contextos.middleware.base import (
+    Chain,
+    Middleware,
+    ModelCall,
+    RunEnd,
+    RunView,
+    Services,
+    ToolCallInput,
+)
+from contextos.middleware.budget import daily_spend_of
 from contextos.models.base import ModelAdapter, ModelRequest, ModelResponse, check_response
+from contextos.policy.authority import Authority
+from contextos.policy.gate import Gate
+from contextos.policy.hook import PolicyHook
 from contextos.policy.identity import classification_rank
 from contextos.runs import FailureReason, RunStatus
 from contextos.state import RunState, apply
 from contextos.store.artifacts import record_artifact
 from contextos.store.base import EventStore
-from contextos.tools.effects import ToolRunner, ending_failure
+from contextos.tools.ask import HumanTool
+from contextos.tools.contract import Tool, ToolContext
+from contextos.tools.effects import ToolRunner
 from contextos.tools.gateway import Gateway
+from contextos.tools.saga import Saga
 from contextos.verify import feedback, verify_each
 from contextos.verify import identity as verifier_identity
 
@@ -52,16 +73,28 @@ class Driver:
         store: EventStore,
         agent: Agent,
         model: ModelAdapter,
-        gateway: Gateway,
         state: RunState,
         worker_id: str,
+        authority: Authority | None = None,
+        hook: PolicyHook | None = None,
         clock: Callable[[], datetime] = utcnow,
+        gateway: ChainGateway | None = None,
     ) -> None:
         self.store = store
         self.agent = agent
         self.model = model
-        self.gateway = gateway
         self.state = state
+        self.gateway = gateway or ChainGateway(
+            agent.tool_list,
+            chain_layers=agent.middleware,
+            model=model,
+            services=Services(model=model, spend=daily_spend_of(store)),
+            metadata=state.metadata,
+        )
+        """Where tool calls go (a replay passes one that serves recorded results)."""
+        self.chain: Chain = self.gateway.chain
+        """The agent's middleware stack bound to this run."""
+        self.gateway.policy = self._gate(authority, hook)
         self.worker_id = worker_id
         self.actor = f"worker:{worker_id}"
         self.clock = clock
@@ -73,6 +106,14 @@ class Driver:
         """The run's conversation as context entries, extended call by call."""
         self.on_commit: Callable[[tuple[ev.Event, ...]], Awaitable[None]] | None = None
         """Told of every batch of events once committed (live trace export)."""
+
+    def _gate(self, authority: Authority | None, hook: PolicyHook | None) -> PolicyHook | None:
+        """Governed runs (a real policy, a context bound, or tools that ask a person) pass the
+        policy gate, deciding from this run's state; any other only the bare hook, if any."""
+        asks = any(isinstance(t, HumanTool) for t in self.agent.tool_list)
+        if authority is None or (authority.implicit and self.state.context is None and not asks):
+            return hook
+        return Gate(authority, self.state, self.gateway.validated)
 
     # -- recording ------------------------------------------------------------------------
 
@@ -109,7 +150,7 @@ class Driver:
             await self.on_commit(events)
 
     async def fail(self, reason: FailureReason, text: str, **error: Any) -> None:
-        if self.tools.needs_settling():
+        if self.state.needs_settling:
             # Effects first (the saga), then the terminal event; a crash in between resumes it.
             await self.commit(
                 self.event(
@@ -182,18 +223,6 @@ class Driver:
         return None
 
     # -- context compilation ------------------------------------------------------------
-
-    @property
-    def chain(self) -> Chain:
-        """The agent's middleware stack bound to this run (the runtime's, or built here)."""
-        chain = getattr(self.gateway, "chain", None)
-        if isinstance(chain, Chain):
-            return chain
-        own: Chain | None = getattr(self, "_context_chain", None)
-        if own is None:
-            own = Chain(self.agent.middleware, model=self.model)
-            self._context_chain = own
-        return own
 
     def run_view(self) -> RunView:
         s = self.state
@@ -378,13 +407,13 @@ class Driver:
     async def end(self) -> None:
         """Finish a run that is ending: settle its effects (the saga), then end it."""
         s = self.state
-        if not await self.tools.settle():
+        if not await Saga(self.tools).settle():
             return  # a person must confirm an effect first; the run waits, still ending
         assert s.ending is not None
         if s.ending.outcome == "cancelled":
             await self.commit(self.event(ev.RunCancelled, reason=s.ending.reason))
         else:
-            reason, text, error = ending_failure(s)
+            reason, text, error = _ending_failure(s)
             await self.commit(self.event(ev.RunFailed, reason=reason, message=text, error=error))
 
     async def finish(self) -> None:
@@ -484,6 +513,47 @@ class Driver:
             schema_version=schema,
             classification=max(levels, key=classification_rank),
         )
+
+
+class ChainGateway(Gateway):
+    """The tool gateway of one run: every dispatch attempt goes through the chain's tool hooks."""
+
+    def __init__(
+        self,
+        tools: Sequence[Tool],
+        *,
+        chain_layers: Sequence[Middleware] = (),
+        model: ModelAdapter,
+        services: Services | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        **gateway_options: Any,
+    ) -> None:
+        super().__init__(tools, **gateway_options)
+        self.metadata = dict(metadata or {})
+        self.chain = Chain(chain_layers, model=model, dispatch=self._dispatch, services=services)
+
+    async def dispatch(
+        self, tool: Tool, args: BaseModel, ctx: ToolContext, *, timeout_s: float | None = None
+    ) -> Any:
+        view = RunView(run_id=ctx.run_id, turn=0, metadata=self.metadata)
+        call = ToolCallInput(run=view, tool=tool, arguments=args, ctx=ctx, timeout_s=timeout_s)
+        return await self.chain.tool_call(call)
+
+    async def _dispatch(self, call: ToolCallInput) -> Any:
+        return await Gateway.dispatch(
+            self, call.tool, call.arguments, call.ctx, timeout_s=call.timeout_s
+        )
+
+
+def _ending_failure(state: RunState) -> tuple[FailureReason, str, dict[str, Any]]:
+    """The failure a RunEnding(outcome=failed) announced."""
+    ending = state.ending
+    assert ending is not None
+    try:
+        reason = FailureReason(ending.reason)
+    except ValueError:
+        reason = FailureReason.TOOL_FAILED
+    return reason, ending.message, dict(ending.error)
 
 
 def _with_unique_call_ids(response: ModelResponse, turn: int) -> Message:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import functools
 import logging
 import os
@@ -36,27 +35,25 @@ from contextos.evidence.record import Receipt, build_record, materialise
 from contextos.evidence.record import receipts as stored_receipts
 from contextos.evidence.replay import ReplayReport
 from contextos.evidence.replay import replay as replay_run
-from contextos.expiry import expire_overdue
-from contextos.interrupts import Approval, Interrupt, bind_store
 from contextos.loop import Driver
 from contextos.messages import Usage
-from contextos.middleware.base import ChainGateway, Services
-from contextos.middleware.budget import ledger_for
+from contextos.middleware import PiiRedaction
 from contextos.models import resolve_model
 from contextos.models.base import ModelAdapter
-from contextos.policy.ask import HumanTool
 from contextos.policy.authority import Authority
-from contextos.policy.decision import PolicyHook
+from contextos.policy.expiry import expire_overdue
+from contextos.policy.hook import PolicyHook
 from contextos.policy.identity import Principal, RunContext
 from contextos.policy.rules import Policy
+from contextos.records.interrupts import Approval, Interrupt
 from contextos.runs import FailureReason, RunId, RunStatus, check_priority
 from contextos.state import RunState, apply, fold
 from contextos.store import EventStore, RunSummary, open_store, wakeup
 from contextos.store.artifacts import Artifact, artifacts_of
 from contextos.store.base import load_state
 from contextos.store.queue import Lease, QueueEntry, queue_of
-from contextos.telemetry import live_traces
-from contextos.tools.effects import needs_settling
+from contextos.telemetry import Content, TimelineEntry, Trace, live_traces, timeline, trace_of
+from contextos.tools.ask import HumanTool
 from contextos.tools.gateway import Gateway
 
 log = logging.getLogger("contextos.runtime")
@@ -150,10 +147,13 @@ class Runtime:
         self._renewed_at: dict[RunId, float] = {}
         self._keeper: asyncio.Task[None] | None = None
         self._draining = False
-        self._traces = live_traces(tracer_provider, capture_content, meter_provider)
+        self._traces = live_traces(
+            tracer_provider, capture_content, meter_provider, pii=PiiRedaction()
+        )
         """Spans of runs as their events commit (`tracer_provider`, or OTEL_EXPORTER_OTLP_*),
         content as `capture_content` (or CONTEXTOS_OTEL_CAPTURE_CONTENT) says: `metadata` by
-        default, `redacted`, `hashes` or `full`; GenAI metrics on `meter_provider`."""
+        default, `redacted` (through the PII layer), `hashes` or `full`; GenAI metrics on
+        `meter_provider`."""
 
     async def __aenter__(self) -> Runtime:
         return self
@@ -384,26 +384,19 @@ class Runtime:
         return await self._drive(state, agent, lease)
 
     async def _drive(self, state: RunState, agent: Agent, lease: Lease | None = None) -> RunResult:
-        model = self.model_for(agent)
         driver = Driver(
             store=self.store,
             agent=agent,
-            model=model,
-            gateway=ChainGateway(
-                agent.tool_list,
-                chain_layers=agent.middleware,
-                model=model,
-                services=Services(model=model, ledger=ledger_for(self.store)),
-                metadata=state.metadata,
-                policy=self._gate_for(state, agent),
-            ),
+            model=self.model_for(agent),
             state=state,
             worker_id=self.worker_id,
+            authority=self.governance,
+            hook=self.policy,
         )
         driver.stop_requested = self._draining
         if self._traces is not None:
             driver.on_commit = functools.partial(self._traces.committed, self.store, state.run_id)
-        task = asyncio.create_task(driver.drive(), context=self._task_context())
+        task = asyncio.create_task(driver.drive())
         self._inflight[state.run_id] = (driver, task)
         if lease is not None:
             self._leases[state.run_id] = lease
@@ -557,7 +550,7 @@ class Runtime:
             if state.is_terminal or state.ending is not None:
                 break
             event: ev.Event
-            if needs_settling(state):
+            if state.needs_settling:
                 event = ev.RunEnding(
                     run_id=rid, seq=state.seq + 1, outcome="cancelled", reason=reason, actor=actor
                 )
@@ -605,21 +598,6 @@ class Runtime:
 
     def _bind(self, run_id: RunId, context: RunContext | None) -> list[ev.Event]:
         return [] if context is None else [self.governance.bound(run_id, 2, context)]
-
-    def _task_context(self) -> contextvars.Context:
-        """The driving task's context: tools that asked a person read the answer from the
-        run's log through it, even when the run resumes after a crash."""
-        ctx = contextvars.copy_context()
-        ctx.run(bind_store, self.store)
-        return ctx
-
-    def _gate_for(self, state: RunState, agent: Agent) -> PolicyHook | None:
-        """Governed runs (a policy configured, a context bound, or tools that ask a person)
-        pass the policy gate."""
-        asks = any(isinstance(t, HumanTool) for t in agent.tool_list)
-        if self.authority is None and state.context is None and not asks:
-            return self.policy
-        return self.governance.gate(self.store, agent.tool_list)
 
     async def inbox(self, *, limit: int = 200) -> list[Interrupt]:
         """Interrupts waiting for a person, across runs, oldest first (with previews)."""
@@ -677,6 +655,26 @@ class Runtime:
 
     async def events(self, run_id: str) -> list[ev.Event]:
         return await self.store.read(RunId(run_id))
+
+    async def timeline(self, run_id: str, *, after_seq: int = 0) -> list[TimelineEntry]:
+        """The run's events after `after_seq`, each as stored and in one readable line."""
+        return timeline(await self.store.read(RunId(run_id), after_seq=after_seq))
+
+    async def trace(
+        self,
+        run_id: str,
+        *,
+        capture_content: Content = None,
+        otlp_endpoint: str | None = None,
+    ) -> Trace:
+        """The run's trace as OpenTelemetry GenAI spans, sent over OTLP/HTTP to
+        `otlp_endpoint` when given; content as `capture_content` says (`metadata`, `redacted`
+        through the PII layer, `hashes` or `full`; default: CONTEXTOS_OTEL_CAPTURE_CONTENT).
+        Needs the `otel` extra."""
+        events = await self.store.read(RunId(run_id))
+        return trace_of(
+            events, capture_content=capture_content, pii=PiiRedaction(), otlp_endpoint=otlp_endpoint
+        )
 
     async def state(self, run_id: str) -> RunState:
         return await load_state(self.store, RunId(run_id))

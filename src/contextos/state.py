@@ -1,19 +1,22 @@
 """A run's state is a fold of its events: `fold(events)` and, one event at a time, `apply`.
 
-`RunState` is owned by the fold that builds it: `apply` updates it in place so that a long run
-costs O(1) per new event instead of copying its history, and nothing else mutates it.
+This is the one projection of a run's log: the loop, the tool runner, the policy gate, people
+answering interrupts and every view of a run read a `RunState`. It is owned by the fold that
+builds it: `apply` updates it in place so that a long run costs O(1) per new event instead of
+copying its history, and nothing else mutates it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, assert_never
+from typing import Any, Literal, assert_never
 
 from contextos import events as ev
 from contextos.errors import EventDecodeError
-from contextos.ledger import Effect, EffectState, can_move
+from contextos.ledger import Effect, EffectState, can_move, unsettled
 from contextos.messages import Message, ToolCall, Usage
+from contextos.records.interrupts import Approval, Interrupt, InterruptKind
 from contextos.runs import Budget, FailureReason, RunId, RunStatus, can_transition
 
 
@@ -62,14 +65,17 @@ class RunState:
     """Tool call id -> effect id."""
     policy_by_call: dict[str, ev.PolicyDecided] = field(default_factory=dict)
     """The recorded policy decision for each decided tool call."""
-    pending_interrupts: dict[str, ev.InterruptRaised] = field(default_factory=dict)
-    """Questions raised to people and not answered yet, by interrupt id."""
-    resolutions: dict[
-        str, ev.ApprovalGranted | ev.ApprovalDenied | ev.InterruptAnswered | ev.InterruptExpired
-    ] = field(default_factory=dict)
-    """How each answered interrupt was resolved, by interrupt id."""
-    interrupt_by_call: dict[str, ev.InterruptRaised] = field(default_factory=dict)
-    """The latest interrupt raised about each tool call (answered or not)."""
+    interrupts: dict[str, Interrupt] = field(default_factory=dict)
+    """Every question raised to people, by interrupt id, in order, with how it was resolved."""
+    interrupt_of_call: dict[str, str] = field(default_factory=dict)
+    """Tool call id -> the id of the latest interrupt raised about it (answered or not)."""
+    approvals: dict[str, Approval] = field(default_factory=dict)
+    """Every approval granted, by id (revoked ones included)."""
+    call_at: dict[str, int] = field(default_factory=dict)
+    """Tool call id -> index in `messages` of the assistant message that made the call."""
+    succeeded: list[str] = field(default_factory=list)
+    """Ids of the tool calls that completed without error, in order (for rate and budget
+    limits)."""
     context: ev.ContextBound | None = None
     """The authority bound at start (principal, scopes, containment, policy snapshot)."""
     ending: ev.RunEnding | None = None
@@ -98,6 +104,28 @@ class RunState:
     @property
     def last_message(self) -> Message | None:
         return self.messages[-1] if self.messages else None
+
+    @property
+    def needs_settling(self) -> bool:
+        """Must some effect be resolved or compensated (the saga) before the run may end?"""
+        return any(unsettled(e) for e in self.effects.values())
+
+    @property
+    def pending_interrupts(self) -> dict[str, Interrupt]:
+        """The interrupts still waiting for a person, by id, oldest first."""
+        return {i: q for i, q in self.interrupts.items() if q.status == "pending"}
+
+    def latest_interrupt(self, call_id: str) -> Interrupt | None:
+        """The latest interrupt raised about a tool call, if any."""
+        found = self.interrupt_of_call.get(call_id)
+        return self.interrupts[found] if found is not None else None
+
+    def tool_call(self, call_id: str) -> ToolCall | None:
+        """The tool call with this id, as the model made it."""
+        at = self.call_at.get(call_id)
+        if at is None:
+            return None
+        return next((c for c in self.messages[at].tool_calls if c.id == call_id), None)
 
 
 def fold(events: list[ev.Event] | tuple[ev.Event, ...], run_id: str | None = None) -> RunState:
@@ -144,6 +172,8 @@ def apply(state: RunState, event: ev.Event) -> RunState:
         case ev.RunStarted():
             state.worker_id = event.worker_id
         case ev.ModelResponded():
+            for c in event.message.tool_calls:
+                state.call_at[c.id] = len(state.messages)
             state.messages.append(event.message)
             state.pending_tool_calls = list(event.message.tool_calls)
             state.turns += 1
@@ -162,6 +192,8 @@ def apply(state: RunState, event: ev.Event) -> RunState:
             )
             state.tool_errors += 1 if event.is_error else 0
             state.last_tool_error = event.error_code if event.is_error else None
+            if not event.is_error:
+                state.succeeded.append(event.call_id)
         case ev.PolicyDecided():
             state.policy_by_call[event.call_id] = event
         case ev.EffectProposed():
@@ -188,23 +220,29 @@ def apply(state: RunState, event: ev.Event) -> RunState:
         case ev.ToolAttemptFailed():
             pass
         case ev.InterruptRaised():
-            state.pending_interrupts[event.interrupt_id] = event
-            if event.call_id is not None:
-                state.interrupt_by_call[event.call_id] = event
+            _raised(state, event)
         case ev.RunEnding():
             state.ending = event
         case ev.ContextBound():
             state.context = event
-        case (
-            ev.ApprovalGranted()
-            | ev.ApprovalDenied()
-            | ev.InterruptAnswered()
-            | ev.InterruptExpired()
-        ):
-            state.pending_interrupts.pop(event.interrupt_id, None)
-            state.resolutions[event.interrupt_id] = event
+        case ev.ApprovalGranted():
+            _granted(state, event)
+        case ev.ApprovalDenied():
+            found = _resolved(state, event.interrupt_id, "denied", event)
+            if found is not None:
+                found.denied_by, found.deny_reason = event.approver, event.reason
         case ev.ApprovalRevoked():
-            pass  # checked when the approved action would run (contextos.policy.authority)
+            _revoked(state, event)
+        case ev.InterruptAnswered():
+            found = _resolved(state, event.interrupt_id, "answered", event)
+            if found is not None:
+                found.answer, found.answered_by = dict(event.value), event.answered_by
+        case ev.InterruptExpired():
+            found = _resolved(state, event.interrupt_id, "expired", event)
+            if found is not None:
+                found.expiry = event
+                if event.on_expiry == "default":
+                    found.answer, found.answered_by = dict(event.value), "default"
         case ev.VerificationFailed():
             state.verification_attempts += 1
             state.messages.append(Message(role="user", content=event.feedback))
@@ -317,8 +355,75 @@ def _move_effect(state: RunState, event: ev.EffectChanged) -> None:
         effect.error_code = event.error_code
     effect.history.append((event.seq, event.state))
     if event.state.is_final:
-        # a question about what became of this effect is answered once the effect settles
-        eid = effect.effect_id
-        answered = [i for i, q in state.pending_interrupts.items() if q.effect_id == eid]
-        for iid in answered:
-            del state.pending_interrupts[iid]
+        # a question about what became of this effect no longer stands once the effect settles
+        for asked in state.interrupts.values():
+            if asked.effect_id == effect.effect_id and asked.status == "pending":
+                asked.status = "superseded"
+
+
+# --- people: interrupts and approvals ----------------------------------------------------
+
+
+def _raised(state: RunState, event: ev.InterruptRaised) -> None:
+    if event.call_id is not None:
+        earlier = state.interrupt_of_call.get(event.call_id)
+        if earlier is not None and state.interrupts[earlier].status == "pending":
+            state.interrupts[earlier].status = "superseded"  # asked again: answer the new one
+        state.interrupt_of_call[event.call_id] = event.interrupt_id
+    state.interrupts[event.interrupt_id] = Interrupt(
+        id=event.interrupt_id,
+        run_id=state.run_id,
+        kind=InterruptKind.of(event.kind),
+        payload=dict(event.payload),
+        raised_seq=event.seq,
+        raised_at=event.occurred_at,
+        call_id=event.call_id,
+        effect_id=event.effect_id,
+    )
+
+
+def _resolved(
+    state: RunState,
+    interrupt_id: str,
+    status: Literal["approved", "denied", "answered", "expired"],
+    event: ev.Event,
+) -> Interrupt | None:
+    found = state.interrupts.get(interrupt_id)
+    if found is not None:
+        found.status, found.resolved_at = status, event.occurred_at
+    return found
+
+
+def _granted(state: RunState, event: ev.ApprovalGranted) -> None:
+    approval = Approval(
+        id=event.approval_id,
+        interrupt_id=event.interrupt_id,
+        run_id=state.run_id,
+        action_hash=event.action_hash,
+        approver=event.approver,
+        approver_roles=tuple(event.approver_roles),
+        granted_at=event.occurred_at,
+        expires_at=event.expires_at,
+        conditions=dict(event.conditions),
+        snapshot_hash=event.snapshot_hash,
+    )
+    state.approvals[approval.id] = approval
+    found = _resolved(state, event.interrupt_id, "approved", event)
+    if found is not None:
+        found.approval = approval
+
+
+def _revoked(state: RunState, event: ev.ApprovalRevoked) -> None:
+    approval = state.approvals.get(event.approval_id)
+    if approval is None:
+        return
+    revoked = replace(
+        approval,
+        revoked_at=event.occurred_at,
+        revoked_by=event.revoked_by,
+        revoke_reason=event.reason,
+    )
+    state.approvals[approval.id] = revoked
+    found = state.interrupts.get(approval.interrupt_id)
+    if found is not None:
+        found.approval = revoked

@@ -11,8 +11,8 @@ import os
 from pathlib import Path
 
 from contextos import Agent, ToolContext, tool
-from contextos.policy.ask import ask_tools
 from contextos.testing import ScriptedModel, call_tool, reply
+from contextos.tools import ask_tools
 
 greeter = Agent(name="greeter", model=ScriptedModel([reply("hello from greeter")], by_turn=True))
 

@@ -16,7 +16,7 @@ from api_server import serving
 from contextos import Runtime
 from contextos.api import ApiConfig
 from contextos.store.queue import queue_of
-from contextos.triggers import add_trigger
+from contextos.workers import add_trigger
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "api.md"

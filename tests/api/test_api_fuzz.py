@@ -23,7 +23,7 @@ from hypothesis.errors import Unsatisfiable
 from contextos import Runtime
 from contextos.api import ApiConfig
 from contextos.store.queue import queue_of
-from contextos.triggers import add_trigger
+from contextos.workers import add_trigger
 
 EXAMPLES = 40
 """Requests per operation and mode (valid, invalid), on each backend: a minute on two cores."""

@@ -16,7 +16,7 @@ import httpx
 
 from contextos import Runtime
 from contextos.store.queue import queue_of
-from contextos.triggers import DELIVERY_HEADER, add_trigger
+from contextos.workers import DELIVERY_HEADER, add_trigger
 
 ROOT = Path(__file__).resolve().parents[2]
 WRITER = "tests/triggers/trigger_agents.py:writer"

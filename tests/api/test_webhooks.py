@@ -15,7 +15,13 @@ from api_server import GREETER, error_of, serving
 from contextos import Runtime
 from contextos.api import ApiConfig
 from contextos.store.queue import queue_of
-from contextos.triggers import DELIVERY_HEADER, SIGNATURE_HEADER, add_trigger, sign, trigger_run_id
+from contextos.workers.triggers import (
+    DELIVERY_HEADER,
+    SIGNATURE_HEADER,
+    add_trigger,
+    sign,
+    trigger_run_id,
+)
 
 SECRET_ENV = "CONTEXTOS_TEST_HOOK_SECRET"
 

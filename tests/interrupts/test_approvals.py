@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 from refunds import POLICY, ledger, refund_agent
 
-from contextos import RunStatus, Runtime
+from contextos import FrozenAction, Interrupt, RunStatus, Runtime
 from contextos import events as ev
 from contextos.errors import AnswerInvalid, ApprovalRefused, InterruptNotFound
-from contextos.interrupts import FrozenAction, Interrupt
 from contextos.policy import Decision, Limit, Policy, Principal, Rule
 from contextos.policy.authority import Authority
 from contextos.runs import RunId

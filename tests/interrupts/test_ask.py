@@ -12,11 +12,10 @@ from contextos import Agent, RunStatus, Runtime
 from contextos import events as ev
 from contextos.errors import AnswerInvalid
 from contextos.policy import Policy, Principal
-from contextos.policy.ask import ask_tools
 from contextos.policy.authority import Authority
-from contextos.runs import RunId
-from contextos.store import SqliteStore
 from contextos.testing import ScriptedModel, call_tool, reply
+from contextos.tools import ask_tools
+from support.stores import Crash, CrashAfter
 
 ASK, REVIEW = ask_tools()
 BOB = Principal.user("bob", scopes=("*",))
@@ -85,25 +84,9 @@ async def test_a_wrong_answer_is_refused_and_the_run_keeps_waiting(tmp_path: Pat
         assert (await rt.resume(started.run_id, a)).status is RunStatus.INPUT_REQUIRED
 
 
-class Crash(BaseException):
-    """Stands for the process dying right after an append."""
-
-
-class CrashAfterAllow(SqliteStore):
-    async def append(
-        self,
-        run_id: RunId,
-        events: Sequence[ev.Event],
-        *,
-        expected_seq: int,
-        synchronous: bool = True,
-    ) -> int:
-        seq = await super().append(
-            run_id, events, expected_seq=expected_seq, synchronous=synchronous
-        )
-        if any(isinstance(e, ev.PolicyDecided) and e.decision == "allow" for e in events):
-            raise Crash()
-        return seq
+def allowed(e: ev.Event) -> bool:
+    """The process dies once the answered call is allowed, before the tool runs."""
+    return isinstance(e, ev.PolicyDecided) and e.decision == "allow"
 
 
 async def test_the_answer_survives_a_crash_before_the_tool_ran(tmp_path: Path) -> None:
@@ -113,7 +96,7 @@ async def test_the_answer_survives_a_crash_before_the_tool_ran(tmp_path: Path) -
         started = await rt.run(a, "go", principal=BOB)
         (pending,) = await rt.inbox()
         await rt.answer(pending.id, "y", answered_by="bob")
-    crashing = Runtime(CrashAfterAllow(db), policy=Authority(Policy()))
+    crashing = Runtime(CrashAfter(db, allowed), policy=Authority(Policy()))
     try:
         with pytest.raises(Crash):
             await crashing.resume(started.run_id, a)

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -12,8 +11,8 @@ from contextos import Agent, RunStatus, Runtime, tool
 from contextos import events as ev
 from contextos.ledger import EffectState
 from contextos.runs import RunId
-from contextos.store import SqliteStore
 from contextos.testing import ScriptedModel, call_tool, reply
+from support.stores import Crash, CrashAfter
 
 sent: list[str] = []
 
@@ -25,27 +24,9 @@ def wire(account: str) -> str:
     return "sent"
 
 
-class Crash(BaseException):
-    """Stands for the worker dying."""
-
-
-class CrashOnDispatch(SqliteStore):
-    """Dies right after recording `dispatched`, before the tool is called."""
-
-    async def append(
-        self,
-        run_id: RunId,
-        events: Sequence[ev.Event],
-        *,
-        expected_seq: int,
-        synchronous: bool = True,
-    ) -> int:
-        seq = await super().append(
-            run_id, events, expected_seq=expected_seq, synchronous=synchronous
-        )
-        if any(isinstance(e, ev.EffectChanged) and e.state == "dispatched" for e in events):
-            raise Crash()
-        return seq
+def dispatched(e: ev.Event) -> bool:
+    """The process dies right after recording `dispatched`, before the tool is called."""
+    return isinstance(e, ev.EffectChanged) and e.state == "dispatched"
 
 
 async def unknown_outcome(db: str) -> tuple[RunId, Agent, str]:
@@ -55,7 +36,7 @@ async def unknown_outcome(db: str) -> tuple[RunId, Agent, str]:
         model=ScriptedModel([call_tool("wire", {"account": "X"}), reply("ok")], by_turn=True),
         tools=[wire],
     )
-    crashing = Runtime(CrashOnDispatch(db))
+    crashing = Runtime(CrashAfter(db, dispatched))
     try:
         with pytest.raises(Crash):
             await crashing.run(a, "pay")

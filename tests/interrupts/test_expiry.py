@@ -19,16 +19,16 @@ from refunds import POLICY, ledger, refund_agent
 
 from contextos import Agent, RunStatus, Runtime
 from contextos import events as ev
-from contextos.deadlines import Expiry
 from contextos.errors import AnswerTooLate, ApprovalRefused, PolicyLoadError
-from contextos.expiry import Sweeper, expire_overdue
 from contextos.ledger import EffectState
-from contextos.policy import Policy, Principal, Rule
-from contextos.policy.ask import ask_tools
+from contextos.policy import Expiry, Policy, Principal, Rule
 from contextos.policy.authority import Authority
+from contextos.policy.expiry import expire_overdue
 from contextos.runs import RunId
+from contextos.telemetry.timeline import describe
 from contextos.testing import ScriptedModel, call_tool, reply
-from contextos.timeline import describe
+from contextos.tools import ask_tools
+from contextos.workers.sweeper import Sweeper
 
 BOB = Principal.user("bob", scopes=("*",))
 HOUR = timedelta(hours=1)

@@ -4,10 +4,7 @@ the deadline passes (a short real one), and exactly one expiry is recorded; then
 
 from __future__ import annotations
 
-import asyncio
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,8 +14,8 @@ from contextos import RunStatus, Runtime
 from contextos import events as ev
 from contextos.policy import Policy, Principal
 from contextos.policy.authority import Authority
+from support.processes import ended, spawn_worker
 
-ROOT = Path(__file__).resolve().parents[2]
 AGENT = "tests/interrupts/refunds.py:agent"
 BOB = Principal.user("bob", scopes=("payments:*",))
 
@@ -39,47 +36,6 @@ on_expiry = "{on_expiry}"
 """
 
 
-def spawn(url: str, log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "contextos.worker",
-                "--store",
-                url,
-                "--concurrency",
-                "2",
-                "--lease",
-                "5",
-                "--poll",
-                "0.1",
-                "--heartbeat",
-                "0.5",
-                "--expiry-poll",
-                "0.05",
-                "--no-schedules",
-                "--no-triggers",
-            ],
-            cwd=ROOT,
-            env={**os.environ, **env},
-            stdout=subprocess.DEVNULL,
-            stderr=out,
-        )
-
-
-async def settled(rt: Runtime, run_id: str, *, timeout_s: float = 120.0) -> RunStatus:
-    """Wait until the run has ended (a hang fails the test; no timing is asserted)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while True:
-        status = (await rt.state(run_id)).status
-        if status.is_terminal:
-            return status
-        assert loop.time() < deadline, f"run {run_id} stuck in {status}"
-        await asyncio.sleep(0.1)
-
-
 @pytest.mark.parametrize("on_expiry", ["deny", "fail"])
 async def test_two_workers_record_one_expiry_and_the_declared_outcome_follows(
     backend_url: str, tmp_path: Path, on_expiry: str
@@ -90,11 +46,24 @@ async def test_two_workers_record_one_expiry_and_the_declared_outcome_follows(
     env = {"CONTEXTOS_POLICY": str(policy_file), "REFUND_LEDGER": str(refunds)}
     os.environ["REFUND_LEDGER"] = str(refunds)  # for this process's reads of the ledger
     logs = [tmp_path / f"worker{i}.log" for i in range(2)]
-    workers = [spawn(backend_url, log, env) for log in logs]
+    workers = [
+        spawn_worker(
+            backend_url,
+            log,
+            "--expiry-poll",
+            "0.05",
+            "--no-schedules",
+            "--no-triggers",
+            env=env,
+            lease_s=5.0,
+            concurrency=2,
+        )
+        for log in logs
+    ]
     try:
         async with Runtime(backend_url, policy=Authority(Policy.load(policy_file))) as rt:
             run_id = await rt.start(agent, "refund order A-0", agent_ref=AGENT, principal=BOB)
-            status = await settled(rt, run_id)
+            status = await ended(rt, run_id)
             events = await rt.events(run_id)
     finally:
         for w in workers:

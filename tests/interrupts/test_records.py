@@ -8,15 +8,14 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from contextos.errors import AnswerInvalid
-from contextos.interrupts import (
+from contextos.policy.approvals import check_approval, render_template
+from contextos.records.interrupts import (
     ANSWER_SCHEMAS,
     Approval,
     FrozenAction,
     InterruptKind,
     answer_schema,
-    check_approval,
     parse_answer,
-    render_template,
 )
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

@@ -9,7 +9,7 @@ import pytest
 
 from contextos import Agent, ConfigError, FailureReason, RunStatus, Runtime
 from contextos import events as ev
-from contextos.middleware import BudgetGate, StoreUsageLedger
+from contextos.middleware import BudgetGate, StoreDailySpend
 from contextos.testing import ScriptedModel, reply
 
 
@@ -56,7 +56,7 @@ async def test_the_daily_cap_per_principal_spans_runs_and_is_kept_in_the_store(
         second = await rt.run(agent, "x" * 400, metadata=alice)  # 400 spent + ~110 > 500
         bob = await rt.run(agent, "hi", metadata={"tenant_id": "acme", "user_id": "bob"})
         today = datetime.now(UTC).date()
-        spent = await StoreUsageLedger(rt.store).spent("acme/alice", today)  # type: ignore[arg-type]
+        spent = await StoreDailySpend(rt.store).spent("acme/alice", today)  # type: ignore[arg-type]
     assert first.status is RunStatus.COMPLETED
     assert second.failure_reason is FailureReason.BUDGET_EXHAUSTED
     assert bob.status is RunStatus.COMPLETED  # another principal has its own budget

@@ -19,8 +19,8 @@ from contextos.models.anthropic import AnthropicModel
 from contextos.models.base import ModelAdapter, ModelResponse
 from contextos.models.openai import OpenAIModel
 from contextos.models.pricing import Price
+from contextos.telemetry.timeline import describe
 from contextos.testing import ScriptedModel
-from contextos.timeline import describe
 
 Start = Callable[[list[Reply] | Handler], LoopbackServer]
 

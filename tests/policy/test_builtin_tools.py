@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import os
 import subprocess
 import sys
@@ -20,8 +19,17 @@ from typing import Any
 import pytest
 
 from contextos.errors import ContainmentViolation
-from contextos.policy import Containment, NetworkPolicy, file_tools, http_tools
-from contextos.policy.containment import activate
+from contextos.policy import Containment, NetworkPolicy
+from contextos.tools import file_tools, http_tools
+from contextos.tools.contract import ToolContext
+
+CTX = ToolContext(run_id="run_1", call_id="call_1_0")
+"""What a tool is told about a call of a run that binds no containment of its own."""
+
+
+def in_run(containment: Containment) -> ToolContext:
+    """What a tool is told about a call of a run that acts under `containment`."""
+    return ToolContext(run_id="run_1", call_id="call_1_0", containment=containment)
 
 
 @pytest.fixture
@@ -35,10 +43,10 @@ def root(tmp_path: Path) -> Path:
 
 def test_read_write_list_inside_the_root(root: Path) -> None:
     read_file, write_file, list_files = file_tools([str(root)])
-    assert read_file.fn(path="hello.txt") == "hello"
-    assert "wrote 5 bytes" in str(write_file.fn(path="out/new.txt", content="12345"))
+    assert read_file.fn(ctx=CTX, path="hello.txt") == "hello"
+    assert "wrote 5 bytes" in str(write_file.fn(ctx=CTX, path="out/new.txt", content="12345"))
     assert (root / "out" / "new.txt").read_text() == "12345"
-    assert list_files.fn(path=".") == ["hello.txt", "out/"]
+    assert list_files.fn(ctx=CTX, path=".") == ["hello.txt", "out/"]
     assert read_file.scopes == ("files:read",) and write_file.effect.value == "write"
 
 
@@ -47,18 +55,18 @@ def test_traversal_absolute_and_symlink_escape_refused_at_the_tool(
 ) -> None:
     read_file, write_file, list_files = file_tools([str(root)])
     with pytest.raises(ContainmentViolation, match="climbs out"):
-        read_file.fn(path="../secret.txt")
+        read_file.fn(ctx=CTX, path="../secret.txt")
     with pytest.raises(ContainmentViolation, match="absolute path is outside"):
-        read_file.fn(path=str(tmp_path / "secret.txt"))
+        read_file.fn(ctx=CTX, path=str(tmp_path / "secret.txt"))
     os.symlink(tmp_path / "secret.txt", root / "innocent.txt")
     with pytest.raises(ContainmentViolation, match="symlink"):
-        read_file.fn(path="innocent.txt")
+        read_file.fn(ctx=CTX, path="innocent.txt")
     with pytest.raises(ContainmentViolation, match="symlink"):
-        write_file.fn(path="innocent.txt", content="overwrite the secret")
+        write_file.fn(ctx=CTX, path="innocent.txt", content="overwrite the secret")
     assert (tmp_path / "secret.txt").read_text() == "secret"
     os.symlink(tmp_path, root / "up")
     with pytest.raises(ContainmentViolation):
-        list_files.fn(path="up")
+        list_files.fn(ctx=CTX, path="up")
 
 
 def test_the_runs_containment_narrows_the_tools_roots(root: Path) -> None:
@@ -67,20 +75,16 @@ def test_the_runs_containment_narrows_the_tools_roots(root: Path) -> None:
     (root / "b" / "x.txt").write_text("b")
     read_file, _, _ = file_tools([str(root)])
 
-    def in_run() -> Any:
-        activate(Containment(roots=(str(root / "a"),)))
-        return read_file.fn(path=str(root / "b" / "x.txt"))
-
-    # a fresh context, as each run's task has
+    run = in_run(Containment(roots=(str(root / "a"),)))
     with pytest.raises(ContainmentViolation):
-        contextvars.copy_context().run(in_run)
-    assert read_file.fn(path=str(root / "b" / "x.txt")) == "b"
+        read_file.fn(ctx=run, path=str(root / "b" / "x.txt"))
+    assert read_file.fn(ctx=CTX, path=str(root / "b" / "x.txt")) == "b"
 
 
 def test_tools_without_any_roots_refuse_everything(root: Path) -> None:
     read_file, _, _ = file_tools()
     with pytest.raises(ContainmentViolation, match="no filesystem roots"):
-        read_file.fn(path=str(root / "hello.txt"))
+        read_file.fn(ctx=CTX, path=str(root / "hello.txt"))
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -121,13 +125,15 @@ def test_http_reaches_only_allowed_hosts_and_checks_every_redirect(
     http_get, _ = http_tools(NetworkPolicy(allow=(f"127.0.0.1:{good}",)))
 
     async def main() -> None:
-        ok = await http_get.fn(url=f"http://127.0.0.1:{good}/x")
+        ok = await http_get.fn(ctx=CTX, url=f"http://127.0.0.1:{good}/x")
         assert ok["status"] == 200 and ok["body"] == "hello from /x"
         with pytest.raises(ContainmentViolation, match="not on the network allow list"):
-            await http_get.fn(url=f"http://127.0.0.1:{bad}/x")
+            await http_get.fn(ctx=CTX, url=f"http://127.0.0.1:{bad}/x")
         with pytest.raises(ContainmentViolation, match=str(bad)):
-            await http_get.fn(url=f"http://127.0.0.1:{good}/redirect?to=http://127.0.0.1:{bad}/y")
-        followed = await http_get.fn(url=f"http://127.0.0.1:{good}/redirect?to=/z")
+            await http_get.fn(
+                ctx=CTX, url=f"http://127.0.0.1:{good}/redirect?to=http://127.0.0.1:{bad}/y"
+            )
+        followed = await http_get.fn(ctx=CTX, url=f"http://127.0.0.1:{good}/redirect?to=/z")
         assert followed["body"] == "hello from /z"
 
     asyncio.run(main())
@@ -137,7 +143,7 @@ def test_http_deny_wins(servers: tuple[int, int]) -> None:
     good, _ = servers
     http_get, _ = http_tools(NetworkPolicy(allow=("127.0.0.1",), deny=(f"127.0.0.1:{good}",)))
     with pytest.raises(ContainmentViolation, match="deny list"):
-        asyncio.run(http_get.fn(url=f"http://127.0.0.1:{good}/x"))  # type: ignore[arg-type]
+        asyncio.run(http_get.fn(ctx=CTX, url=f"http://127.0.0.1:{good}/x"))  # type: ignore[arg-type]
 
 
 def test_a_hard_link_to_a_file_outside_cannot_be_read_or_overwritten(
@@ -146,34 +152,30 @@ def test_a_hard_link_to_a_file_outside_cannot_be_read_or_overwritten(
     os.link(tmp_path / "secret.txt", root / "notes.txt")
     read_file, write_file, _ = file_tools([str(root)])
     with pytest.raises(ContainmentViolation, match="hard links"):
-        read_file.fn(path="notes.txt")
+        read_file.fn(ctx=CTX, path="notes.txt")
     with pytest.raises(ContainmentViolation, match="hard links"):
-        write_file.fn(path="notes.txt", content="overwritten")
+        write_file.fn(ctx=CTX, path="notes.txt", content="overwritten")
     assert (tmp_path / "secret.txt").read_text() == "secret"
     # the run's own containment refuses it too, whatever the tool allows
     lenient_read, _, _ = file_tools([str(root)], allow_hard_links=True)
-    assert lenient_read.fn(path="notes.txt") == "secret"
-
-    def in_run() -> Any:
-        activate(Containment(roots=(str(root),)))
-        return lenient_read.fn(path="notes.txt")
+    assert lenient_read.fn(ctx=CTX, path="notes.txt") == "secret"
 
     with pytest.raises(ContainmentViolation, match="hard links"):
-        contextvars.copy_context().run(in_run)
+        lenient_read.fn(ctx=in_run(Containment(roots=(str(root),))), path="notes.txt")
 
 
 def test_a_read_only_directory_inside_a_writable_root_stays_read_only(root: Path) -> None:
     (root / "kb").mkdir()
     (root / "kb" / "faq.txt").write_text("faq")
     read_file, write_file, _ = file_tools([str(root)], read_only=[str(root / "kb")])
-    assert read_file.fn(path="kb/faq.txt") == "faq"
+    assert read_file.fn(ctx=CTX, path="kb/faq.txt") == "faq"
     with pytest.raises(ContainmentViolation, match="read-only"):
-        write_file.fn(path="kb/faq.txt", content="changed")
+        write_file.fn(ctx=CTX, path="kb/faq.txt", content="changed")
     with pytest.raises(ContainmentViolation, match="read-only"):
-        write_file.fn(path="kb/new/deeper.txt", content="new")
+        write_file.fn(ctx=CTX, path="kb/new/deeper.txt", content="new")
     assert (root / "kb" / "faq.txt").read_text() == "faq"
     assert not (root / "kb" / "new").exists()
-    assert "wrote" in str(write_file.fn(path="elsewhere.txt", content="ok"))
+    assert "wrote" in str(write_file.fn(ctx=CTX, path="elsewhere.txt", content="ok"))
 
 
 _SWAP_LOOP = """
@@ -229,9 +231,11 @@ def test_a_directory_swapped_for_a_symlink_mid_call_never_leads_outside(
     with _swapping(root / "d", outside) as swaps:
         for i in range(1000):
             for call in (
-                lambda: read_file.fn(path=f"d/{deep}/a.txt"),
-                lambda: list_files.fn(path=f"d/{deep}"),
-                lambda i=i: write_file.fn(path=f"d/{deep}/w{i % 7}.txt", content="written"),
+                lambda: read_file.fn(ctx=CTX, path=f"d/{deep}/a.txt"),
+                lambda: list_files.fn(ctx=CTX, path=f"d/{deep}"),
+                lambda i=i: write_file.fn(
+                    ctx=CTX, path=f"d/{deep}/w{i % 7}.txt", content="written"
+                ),
             ):
                 try:
                     seen.add(repr(call()))

@@ -19,11 +19,9 @@ from contextos.policy import (
     ProposedCall,
     Rule,
     RunContext,
-    file_tools,
-    http_tools,
 )
 from contextos.policy.rules import conditions
-from contextos.tools import Tool, tool
+from contextos.tools import Tool, file_tools, http_tools, tool
 
 
 @tool(effect="irreversible", risk="high", scopes=("payments:refund",))
@@ -81,20 +79,12 @@ def ctx(**kw: object) -> RunContext:
 
 
 def proposal(t: Tool, **arguments: object) -> ProposedCall:
-    return ProposedCall(
-        run_id="r",
-        call_id="c",
-        tool=t.name,
-        arguments=dict(arguments),
-        effect=t.effect.value,
-        risk=t.risk.value,
-        scopes=t.scopes,
-        data_classification=t.data_classification,
-    )
+    """What the gateway asks policy about a call of `t`."""
+    return t.proposal("r", "c", dict(arguments))
 
 
 def decide(t: Tool | None, call: ProposedCall, context: RunContext | None = None, **kw: object):  # type: ignore[no-untyped-def]
-    return Engine(POLICY).evaluate(call, context or ctx(), tool=t, **kw)  # type: ignore[arg-type]
+    return Engine(POLICY).evaluate(call, context or ctx(), in_manifest=t is not None, **kw)  # type: ignore[arg-type]
 
 
 def test_small_refund_is_allowed_within_constraints() -> None:
@@ -172,10 +162,8 @@ def test_budget_limit_counts_what_already_ran() -> None:
 def test_rate_limit() -> None:
     engine = Engine(Policy(limits=(Limit(id="twice", tools=("refund",), max_calls=2),)))
     c = proposal(refund, order_id="A", amount=1)
-    assert engine.evaluate(
-        c, ctx(), tool=refund, history=CallHistory(succeeded=(("refund", {}),))
-    ).allowed
-    d = engine.evaluate(c, ctx(), tool=refund, history=CallHistory(succeeded=(("refund", {}),) * 2))
+    assert engine.evaluate(c, ctx(), history=CallHistory(succeeded=(("refund", {}),))).allowed
+    d = engine.evaluate(c, ctx(), history=CallHistory(succeeded=(("refund", {}),) * 2))
     assert d.decision is Decision.DENY and d.rule_ids == ("twice",)
 
 
@@ -183,14 +171,14 @@ def test_broken_constraint_denies() -> None:
     engine = Engine(
         Policy(rules=(Rule(id="cap", decision=Decision.CONSTRAIN, constraints={"max_amount": 10}),))
     )
-    d = engine.evaluate(proposal(refund, order_id="A", amount=11), ctx(), tool=refund)
+    d = engine.evaluate(proposal(refund, order_id="A", amount=11), ctx())
     assert d.decision is Decision.DENY and not d.absolute
     assert "amount=11 breaks max_amount=10" in d.reasons[0]
 
 
 def test_default_deny_policy() -> None:
     engine = Engine(Policy(default=Decision.DENY))
-    d = engine.evaluate(proposal(refund, order_id="A", amount=1), ctx(), tool=refund)
+    d = engine.evaluate(proposal(refund, order_id="A", amount=1), ctx())
     assert d.decision is Decision.DENY and d.rule_ids == ("policy:default",)
 
 
@@ -204,15 +192,15 @@ def test_containment_layer_checks_paths_and_urls_before_dispatch(tmp_path: Path)
         ),
     )
     engine = Engine()
-    ok = engine.evaluate(proposal(read_file, path="a.txt"), run_ctx, tool=read_file)
+    ok = engine.evaluate(proposal(read_file, path="a.txt"), run_ctx)
     assert ok.allowed
-    bad = engine.evaluate(proposal(write_file, path="../x", content=""), run_ctx, tool=write_file)
+    bad = engine.evaluate(proposal(write_file, path="../x", content=""), run_ctx)
     assert bad.decision is Decision.DENY and bad.absolute and bad.rule_ids == ("containment:path",)
     assert "climbs out" in bad.reasons[0]
-    url = engine.evaluate(proposal(http_get, url="http://example.org/"), run_ctx, tool=http_get)
+    url = engine.evaluate(proposal(http_get, url="http://example.org/"), run_ctx)
     assert url.decision is Decision.DENY and url.absolute and "allow list" in url.reasons[0]
     unconfined = ctx(principal=Principal.user("u", scopes=("*",)))
-    none = engine.evaluate(proposal(read_file, path="a.txt"), unconfined, tool=read_file)
+    none = engine.evaluate(proposal(read_file, path="a.txt"), unconfined)
     assert none.decision is Decision.DENY and "no containment configured" in none.reasons[0]
 
 

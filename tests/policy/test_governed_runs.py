@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from contextos import Agent, RunStatus, Runtime, tool
+from contextos import Agent, FrozenAction, RunStatus, Runtime, tool
 from contextos import events as ev
 from contextos.errors import AnswerInvalid, ApprovalRefused, AuthorityWidened
-from contextos.interrupts import FrozenAction
 from contextos.messages import FinishReason, Message, ToolCall, Usage
 from contextos.policy import (
     Containment,
@@ -22,12 +21,12 @@ from contextos.policy import (
     Principal,
     Rule,
     RunContext,
-    file_tools,
 )
 from contextos.policy.authority import Authority
 from contextos.policy.rules import conditions
 from contextos.runs import RunId
 from contextos.testing import ScriptedModel, call_tool, reply
+from contextos.tools import file_tools
 
 transfers: list[tuple[str, float]] = []
 

@@ -19,7 +19,11 @@ import pytest
 import trustme
 
 from contextos.errors import ContainmentViolation
-from contextos.policy import NetworkPolicy, http_tools
+from contextos.policy import NetworkPolicy
+from contextos.tools import http_tools
+from contextos.tools.contract import ToolContext
+
+CTX = ToolContext(run_id="run_1", call_id="call_1_0")
 
 DENY_LOOPBACK = NetworkPolicy(allow=("*",), deny=("127.0.0.0/8", "::1", "localhost"))
 
@@ -84,8 +88,8 @@ def _answers(table: dict[str, list[list[str]]]) -> Any:
 async def test_the_servers_answer_when_allowed_by_address(servers: dict[str, int]) -> None:
     v4, v6 = servers["127.0.0.1"], servers["::1"]
     get, _ = http_tools(NetworkPolicy(allow=("127.0.0.1", "::1")))
-    assert (await get.fn(url=f"http://127.0.0.1:{v4}/"))["status"] == 200
-    assert (await get.fn(url=f"http://[::1]:{v6}/"))["status"] == 200
+    assert (await get.fn(ctx=CTX, url=f"http://127.0.0.1:{v4}/"))["status"] == 200
+    assert (await get.fn(ctx=CTX, url=f"http://[::1]:{v6}/"))["status"] == 200
 
 
 @pytest.mark.parametrize(
@@ -104,7 +108,7 @@ async def test_the_servers_answer_when_allowed_by_address(servers: dict[str, int
 async def test_loopback_by_any_spelling_is_refused(servers: dict[str, int], spelling: str) -> None:
     get, _ = http_tools(DENY_LOOPBACK)
     with pytest.raises(ContainmentViolation):
-        await get.fn(url=f"http://{spelling}:{servers['127.0.0.1']}/")
+        await get.fn(ctx=CTX, url=f"http://{spelling}:{servers['127.0.0.1']}/")
 
 
 @pytest.mark.parametrize("spelling", ["[::]", "[0:0:0:0:0:0:0:1]", "[::1]"])
@@ -113,7 +117,7 @@ async def test_ipv6_loopback_by_any_spelling_is_refused(
 ) -> None:
     get, _ = http_tools(DENY_LOOPBACK)
     with pytest.raises(ContainmentViolation):
-        await get.fn(url=f"http://{spelling}:{servers['::1']}/")
+        await get.fn(ctx=CTX, url=f"http://{spelling}:{servers['::1']}/")
 
 
 async def test_a_name_is_checked_on_the_addresses_it_resolves_to(
@@ -123,21 +127,21 @@ async def test_a_name_is_checked_on_the_addresses_it_resolves_to(
     # the system resolver: localhost is not on the deny list by name, its addresses are
     get, _ = http_tools(NetworkPolicy(allow=("*",), deny=("127.0.0.0/8", "::1")))
     with pytest.raises(ContainmentViolation, match=r"localhost:\d+ resolves to .* deny list"):
-        await get.fn(url=f"http://localhost:{port}/")
+        await get.fn(ctx=CTX, url=f"http://localhost:{port}/")
     # a name of ours that resolves to loopback, under the internal-ranges preset of allow *
     resolver = _answers({"intranet.test": [["127.0.0.1"]]})
     get, _ = http_tools(NetworkPolicy(allow=("*",)), resolver=resolver)
     with pytest.raises(
         ContainmentViolation, match=re.escape("resolves to 127.0.0.1, which is an internal")
     ):
-        await get.fn(url=f"http://intranet.test:{port}/")
+        await get.fn(ctx=CTX, url=f"http://intranet.test:{port}/")
     # and the cloud metadata address
     resolver = _answers({"metadata.test": [["169.254.169.254"]]})
     get, _ = http_tools(NetworkPolicy(allow=("*",)), resolver=resolver)
     with pytest.raises(
         ContainmentViolation, match=re.escape("169.254.169.254, which is an internal")
     ):
-        await get.fn(url="http://metadata.test/latest/meta-data/")
+        await get.fn(ctx=CTX, url="http://metadata.test/latest/meta-data/")
 
 
 async def test_every_resolved_address_must_pass(servers: dict[str, int]) -> None:
@@ -149,7 +153,7 @@ async def test_every_resolved_address_must_pass(servers: dict[str, int]) -> None
     with pytest.raises(
         ContainmentViolation, match=re.escape("127.0.0.9, which is on the network deny")
     ):
-        await get.fn(url=f"http://api.test:{port}/")
+        await get.fn(ctx=CTX, url=f"http://api.test:{port}/")
 
 
 async def test_the_checked_address_is_the_one_connected_to(servers: dict[str, int]) -> None:
@@ -162,13 +166,13 @@ async def test_the_checked_address_is_the_one_connected_to(servers: dict[str, in
             NetworkPolicy(allow=("rebind.test", "127.0.0.1"), deny=("127.0.0.2",)),
             resolver=resolver,
         )
-        first = json.loads((await get.fn(url=f"http://rebind.test:{port}/"))["body"])
+        first = json.loads((await get.fn(ctx=CTX, url=f"http://rebind.test:{port}/"))["body"])
         assert first == {"server": "127.0.0.1", "host": f"rebind.test:{port}"}
         assert resolver.asked == ["rebind.test"]  # one lookup, and that answer was used
         with pytest.raises(
             ContainmentViolation, match=re.escape("127.0.0.2, which is on the network deny")
         ):
-            await get.fn(url=f"http://rebind.test:{port}/")
+            await get.fn(ctx=CTX, url=f"http://rebind.test:{port}/")
     finally:
         other.shutdown()
         other.server_close()
@@ -184,12 +188,14 @@ async def test_every_redirect_hop_is_checked_on_its_address(servers: dict[str, i
         )
         for target in (f"http://127.1:{bad_port}/", f"http://localhost:{bad_port}/"):
             with pytest.raises(ContainmentViolation, match=str(bad_port)):
-                await get.fn(url=f"http://127.0.0.1:{good}/redirect?to={target}")
+                await get.fn(ctx=CTX, url=f"http://127.0.0.1:{good}/redirect?to={target}")
         # a redirect from an allowed name to a name that resolves to a denied address
         resolver = _answers({"api.test": [["127.0.0.1"]], "cdn.test": [["127.0.0.1"]]})
         get, _ = http_tools(NetworkPolicy(allow=("*.test", f"127.0.0.1:{good}")), resolver=resolver)
         with pytest.raises(ContainmentViolation, match="internal address"):
-            await get.fn(url=f"http://api.test:{good}/redirect?to=http://cdn.test:{bad_port}/")
+            await get.fn(
+                ctx=CTX, url=f"http://api.test:{good}/redirect?to=http://cdn.test:{bad_port}/"
+            )
         assert resolver.asked == ["api.test", "cdn.test"]
     finally:
         bad.shutdown()
@@ -199,14 +205,14 @@ async def test_every_redirect_hop_is_checked_on_its_address(servers: dict[str, i
 async def test_a_name_that_does_not_resolve_is_refused() -> None:
     get, _ = http_tools(NetworkPolicy(allow=("*",)), resolver=_answers({}))
     with pytest.raises(ContainmentViolation, match=re.escape("nowhere.test does not resolve")):
-        await get.fn(url="http://nowhere.test/")
+        await get.fn(ctx=CTX, url="http://nowhere.test/")
 
     async def empty(host: str) -> list[str]:
         return []
 
     get, _ = http_tools(NetworkPolicy(allow=("*",)), resolver=empty)
     with pytest.raises(ContainmentViolation, match="resolved to no usable address"):
-        await get.fn(url="http://nowhere.test/")
+        await get.fn(ctx=CTX, url="http://nowhere.test/")
 
 
 async def test_tls_keeps_the_name_while_connecting_to_the_checked_address() -> None:
@@ -224,7 +230,7 @@ async def test_tls_keeps_the_name_while_connecting_to_the_checked_address() -> N
         get, _ = http_tools(
             NetworkPolicy(allow=("pinned.test", "127.0.0.1")), resolver=resolver, verify=client_tls
         )
-        answer = await get.fn(url=f"https://pinned.test:{port}/")
+        answer = await get.fn(ctx=CTX, url=f"https://pinned.test:{port}/")
         assert json.loads(answer["body"])["host"] == f"pinned.test:{port}"
         assert names == ["pinned.test"]  # the certificate was checked against the name
     finally:

@@ -28,7 +28,7 @@ from contextos.runs import RunStatus
 from contextos.store import open_store
 from contextos.store.migrations import POSTGRES_MIGRATIONS
 from contextos.store.queue import LimitScope, Trigger, TriggerKind, queue_of
-from contextos.worker import Worker, WorkerConfig
+from contextos.workers import Worker, WorkerConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICK = f"{ROOT / 'tests' / 'workers' / 'agents.py'}:quick"

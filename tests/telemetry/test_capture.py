@@ -57,7 +57,8 @@ async def guarded_run(tmp_path: Path, **runtime: Any) -> list[ev.Event]:
 
 
 def exported(events: list[ev.Event], mode: str) -> str:
-    return json.dumps([span_json(s) for s in spans_for(events, capture_content=mode)])
+    spans = spans_for(events, capture_content=mode, pii=PiiRedaction())
+    return json.dumps([span_json(s) for s in spans])
 
 
 async def test_redacted_and_hashed_traces_export_nothing_the_pii_layer_removed(
@@ -97,7 +98,7 @@ async def test_an_unknown_mode_is_refused(tmp_path: Path, monkeypatch: pytest.Mo
     with pytest.raises(ConfigError, match="unknown trace capture mode 'everything'"):
         spans_for(events, capture_content="everything")
     monkeypatch.setenv("CONTEXTOS_OTEL_CAPTURE_CONTENT", "redacted")
-    assert EMAIL not in json.dumps([span_json(s) for s in spans_for(events)])
+    assert EMAIL not in json.dumps([span_json(s) for s in spans_for(events, pii=PiiRedaction())])
     db = tmp_path / "c.db"
     out = subprocess.run(
         [

@@ -27,12 +27,9 @@ from contextos.store import SqliteStore
 from contextos.testing import ScriptedModel, call_tool, reply
 from contextos.tools import Tool, ToolContext, as_tool, tool
 from contextos.tools.effects import confirmation
+from support.stores import Crash
 
 ORDER = {"customer": "cus_1", "amount": 1250, "order_id": "order-1"}
-
-
-class Crash(BaseException):
-    """Stands in for the worker process dying."""
 
 
 class DiesAround(SqliteStore):

@@ -13,7 +13,7 @@ from contextos import Agent, FailureReason, RunStatus, Runtime
 from contextos import events as ev
 from contextos.policy import Decision, PolicyDecision, ProposedCall
 from contextos.testing import ScriptedModel, call_tool, reply
-from contextos.tools import BaseTool, Effect, Gateway, ToolContext, as_tool, tool
+from contextos.tools import BaseTool, EffectKind, Gateway, ToolContext, as_tool, tool
 
 calls: list[tuple[str, object]] = []
 
@@ -38,7 +38,7 @@ def types(events: list[ev.Event]) -> list[str]:
 
 def test_a_plain_function_is_a_read_only_tool() -> None:
     t = as_tool(add)
-    assert (t.name, t.effect, t.risk, t.has_effect) == ("add", Effect.READ, "low", False)
+    assert (t.name, t.effect, t.risk, t.has_effect) == ("add", EffectKind.READ, "low", False)
     assert t.parameters["required"] == ["a", "b"]
     assert t.description == "Add two integers."
     assert t.output_schema == {"type": "integer"}
@@ -48,7 +48,7 @@ def test_class_form_declares_the_same_contract() -> None:
     class Transfer(BaseTool):
         """Move money between accounts."""
 
-        effect = Effect.IRREVERSIBLE
+        effect = EffectKind.IRREVERSIBLE
         risk = "high"
         idempotency_arg = "request_key"
         scopes = ("payments:write",)
@@ -61,7 +61,7 @@ def test_class_form_declares_the_same_contract() -> None:
 
     t = as_tool(Transfer)
     assert t.name == "transfer" and t.description == "Move money between accounts."
-    assert t.effect is Effect.IRREVERSIBLE and t.scopes == ("payments:write",)
+    assert t.effect is EffectKind.IRREVERSIBLE and t.scopes == ("payments:write",)
     assert t.reconcile is not None
     # the key argument is filled by the runtime, never shown to (or taken from) the model
     assert set(t.parameters["properties"]) == {"source", "target", "cents"}
@@ -73,7 +73,7 @@ def test_manifest_hash_covers_every_contract_field() -> None:
     gw = Gateway([base])
     assert Gateway([base]).manifest_hash == gw.manifest_hash
     for change in (
-        {"effect": Effect.WRITE},
+        {"effect": EffectKind.WRITE},
         {"timeout_s": 1.0},
         {"idempotent": True},
         {"description": "Adds."},
@@ -307,7 +307,7 @@ async def test_a_changed_tool_contract_stops_the_run_on_resume(tmp_path: Path) -
     async with Runtime(db) as rt:
         rid = await rt.start(Agent(name="p", model=model, tools=[pay]), "go")
     # the same agent, but `pay` now claims to be a harmless read
-    changed = dataclasses.replace(pay, effect=Effect.READ)
+    changed = dataclasses.replace(pay, effect=EffectKind.READ)
     async with Runtime(db) as rt:
         result = await rt.resume(
             rid, Agent(name="p", model=model, tools=[changed]), allow_changed_agent=True

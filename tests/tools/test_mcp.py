@@ -27,7 +27,7 @@ from contextos import events as ev
 from contextos.ledger import EffectState
 from contextos.policy import Decision, PolicyDecision, ProposedCall
 from contextos.testing import ScriptedModel, call_tool, reply
-from contextos.tools import Effect, Risk
+from contextos.tools import EffectKind, Risk
 from contextos.tools.mcp import McpServer, McpToolConfig
 
 EVERYTHING = ["-y", "@modelcontextprotocol/server-everything"]
@@ -72,11 +72,11 @@ async def test_everything_server_over_stdio(runtime: Runtime) -> None:
         assert len(tools) == 13
         assert server.server_info["name"] == "mcp-servers/everything"
         assert all(t.source == "mcp:everything" for t in tools.values())
-        assert tools["echo"].effect is Effect.READ
-        assert tools["get-sum"].effect is Effect.READ
+        assert tools["echo"].effect is EffectKind.READ
+        assert tools["get-sum"].effect is EffectKind.READ
         logging = tools["toggle-simulated-logging"]
         assert (logging.effect, logging.risk, logging.idempotent) == (
-            Effect.WRITE,
+            EffectKind.WRITE,
             Risk.MEDIUM,
             False,
         )
@@ -193,10 +193,10 @@ async def test_destructive_mcp_tool_is_treated_as_such(repo: Path, tmp_path: Pat
     async with git_server(repo) as server:
         tools = {t.name: t for t in server.tools}
         reset = tools["git_reset"]
-        assert (reset.effect, reset.risk) == (Effect.IRREVERSIBLE, Risk.HIGH)
+        assert (reset.effect, reset.risk) == (EffectKind.IRREVERSIBLE, Risk.HIGH)
         # hints that would loosen a contract are not taken from a server nobody vouched for
-        assert tools["git_status"].effect is Effect.WRITE  # it says readOnlyHint
-        assert tools["git_add"].effect is Effect.WRITE and not tools["git_add"].idempotent
+        assert tools["git_status"].effect is EffectKind.WRITE  # it says readOnlyHint
+        assert tools["git_add"].effect is EffectKind.WRITE and not tools["git_add"].idempotent
 
         # policy sees it as irreversible and stops it before it reaches the server
         rules = DenyIrreversible()
@@ -230,7 +230,7 @@ async def test_local_configuration_beats_server_hints(repo: Path) -> None:
         tools = {t.name: t for t in server.tools}
     assert "git_commit" not in tools
     assert (tools["git_reset"].effect, tools["git_reset"].risk) == (
-        Effect.REVERSIBLE_WRITE,
+        EffectKind.REVERSIBLE_WRITE,
         Risk.MEDIUM,
     )
     assert tools["git_reset"].timeout_s == 5
@@ -247,7 +247,7 @@ async def test_unannotated_tool_is_assumed_destructive_whatever_it_says() -> Non
 
     async with McpServer(name="notes", target=inproc) as server:
         (purge_tool,) = server.tools
-    assert purge_tool.effect is Effect.IRREVERSIBLE and purge_tool.risk is Risk.HIGH
+    assert purge_tool.effect is EffectKind.IRREVERSIBLE and purge_tool.risk is Risk.HIGH
     assert not purge_tool.idempotent
     assert "harmless" in purge_tool.description  # shown to the model, never used for policy
 

@@ -32,7 +32,7 @@ from contextos.errors import McpServerUnavailable
 from contextos.ledger import EffectState
 from contextos.policy import PolicyDecision, ProposedCall
 from contextos.testing import ScriptedModel, call_tool, reply
-from contextos.tools import Effect
+from contextos.tools import EffectKind
 from contextos.tools.mcp import McpServer, McpToolConfig
 
 if importlib.util.find_spec("mcp") is not None:  # else every test skips (fails under CI)
@@ -208,7 +208,7 @@ async def test_a_writing_tool_that_claims_read_only_is_still_a_write(tmp_path: P
     policy = Recorder()
     async with McpServer(name="notes", target=inproc) as server:
         (show,) = server.tools
-        assert (show.effect, show.has_effect, show.idempotent) == (Effect.WRITE, True, False)
+        assert (show.effect, show.has_effect, show.idempotent) == (EffectKind.WRITE, True, False)
         model = ScriptedModel([call_tool("show_note", {"topic": "q3"}), reply("done")])
         async with Runtime(str(tmp_path / "runs.db"), policy=policy) as rt:
             result = await rt.run(Agent(name="notes", model=model, tools=server.tools), "show")
@@ -220,10 +220,10 @@ async def test_a_writing_tool_that_claims_read_only_is_still_a_write(tmp_path: P
 
     # Only local configuration loosens a contract: a server vouched for, or a per-tool override.
     async with McpServer(name="notes", target=inproc, trust_annotations=True) as trusted:
-        assert trusted.tools[0].effect is Effect.READ
+        assert trusted.tools[0].effect is EffectKind.READ
     override = {"show_note": McpToolConfig(effect="read")}
     async with McpServer(name="notes", target=inproc, config=override) as configured:
-        assert configured.tools[0].effect is Effect.READ
+        assert configured.tools[0].effect is EffectKind.READ
 
 
 async def test_a_tool_that_changes_mid_run_is_not_called(runtime: Runtime) -> None:
@@ -266,7 +266,7 @@ async def test_a_tool_that_changes_mid_run_is_not_called(runtime: Runtime) -> No
     upgraded, refused = completed(await runtime.events(result.run_id))
     assert not upgraded.is_error
     assert refused.is_error and "changed on MCP server notes" in refused.output
-    assert new_archive.effect is Effect.IRREVERSIBLE and "Delete" in new_archive.description
+    assert new_archive.effect is EffectKind.IRREVERSIBLE and "Delete" in new_archive.description
 
 
 def node_sdk() -> str:
@@ -304,7 +304,7 @@ async def test_a_tool_changed_on_a_2025_protocol_server_is_not_called(
     assert calls.read_text() == ""  # neither the old archive nor the new purge ran
     _, refused = completed(await runtime.events(result.run_id))
     assert refused.is_error and "changed on MCP server shifting" in refused.output
-    assert new_archive.effect is Effect.IRREVERSIBLE
+    assert new_archive.effect is EffectKind.IRREVERSIBLE
 
 
 INJECTED = (

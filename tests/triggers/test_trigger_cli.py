@@ -9,10 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from trigger_helpers import LOOPER, REVIEWER, ROOT, WRITER
+from trigger_helpers import LOOPER, REVIEWER, WRITER
 
 from contextos import Runtime
-from contextos.triggers import fire_due
+from contextos.workers.triggers import fire_triggers
+from support.processes import ROOT
 
 
 def cli(store: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -54,7 +55,7 @@ async def test_trigger_commands_and_show(tmp_path: Path) -> None:
     assert ran.returncode == 0, ran.stderr
     source = json.loads(ran.stdout)["run_id"]
     async with Runtime(str(store)) as rt:
-        (fired,) = await fire_due(rt)
+        (fired,) = await fire_triggers(rt)
     assert fired.run_id is not None
     shown = cli(store, "show", fired.run_id)
     assert shown.returncode == 0, shown.stderr

@@ -14,15 +14,13 @@ from trigger_helpers import (
     created,
     queue,
     runs_of,
-    spawn_worker,
     started_after,
-    stop_all,
-    wait_until,
 )
 
 from contextos import Runtime, load_agent
 from contextos.runs import RunStatus
-from contextos.triggers import add_trigger
+from contextos.workers import add_trigger
+from support.processes import spawn_worker, stop_all, wait_until
 
 
 async def all_done(rt: Runtime, agent: str, n: int) -> bool:

@@ -18,7 +18,6 @@ from trigger_helpers import (
     created,
     queue,
     runs_of,
-    wait_until,
 )
 
 from contextos import Runtime, load_agent
@@ -26,14 +25,15 @@ from contextos.errors import ConfigError
 from contextos.runs import RunId, RunStatus
 from contextos.state import RunState
 from contextos.store.queue import TriggerKind, TriggerOn, trigger_key
-from contextos.triggers import (
+from contextos.workers.triggers import (
     add_trigger,
     check_template,
-    fire_due,
+    fire_triggers,
     render_input,
     started_by,
     trigger_run_id,
 )
+from support.processes import wait_until
 
 
 async def run_writer(rt: Runtime, ref: str = WRITER, input: str = "write it") -> RunId:
@@ -134,7 +134,7 @@ async def test_a_finished_run_starts_one_run_however_many_workers_fire(backend_u
         (owed,) = await q.due_firings()
         assert (owed.trigger, owed.run_id, owed.status) == ("review", source, "completed")
 
-        fired = await asyncio.gather(*(fire_due(r) for r in runtimes))
+        fired = await asyncio.gather(*(fire_triggers(r) for r in runtimes))
         started = {f.run_id for per_worker in fired for f in per_worker}
         assert started == {trigger_run_id("review", source)}
         (reviews,) = [await runs_of(rt, "reviewer")]
@@ -154,9 +154,9 @@ async def test_a_finished_run_starts_one_run_however_many_workers_fire(backend_u
         # The firing is gone: later passes, and a restarted process, read nothing and start
         # nothing.
         assert await q.due_firings() == []
-        assert await fire_due(runtimes[1]) == []
+        assert await fire_triggers(runtimes[1]) == []
         async with Runtime(backend_url) as restarted:
-            assert await fire_due(restarted) == []
+            assert await fire_triggers(restarted) == []
         assert await runs_of(rt, "reviewer") == reviews
     finally:
         for r in runtimes:
@@ -179,7 +179,7 @@ async def test_a_start_that_died_before_the_firing_was_done_is_not_repeated(
             idempotency_key=trigger_key("review", source),
         )
         assert len(await q.due_firings()) == 1
-        (fired,) = await fire_due(rt)
+        (fired,) = await fire_triggers(rt)
         assert fired.run_id == first
         assert await runs_of(rt, "reviewer") == [first]
         assert await q.due_firings() == []
@@ -205,7 +205,7 @@ async def test_which_endings_fire(backend_url: str) -> None:
             ("on-any", failed, "failed"),
             ("on-any", cancelled, "cancelled"),
         }
-        fired = await fire_due(rt)
+        fired = await fire_triggers(rt)
         assert len({f.run_id for f in fired}) == 5
         inputs = {(await created(rt, str(f.run_id))).input for f in fired}
         assert inputs == {
@@ -234,7 +234,7 @@ async def test_only_endings_after_the_trigger_was_added_fire_and_removal_drops_f
             ("review", after),
             ("review", pending),
         }
-        await fire_due(rt)
+        await fire_triggers(rt)
         assert len(await runs_of(rt, "reviewer")) == 2
         assert await runs_of(rt, "publisher") == []
 
@@ -246,7 +246,7 @@ async def test_a_chain_stops_at_its_depth(backend_url: str) -> None:
         run_id = await run_writer(rt, LOOPER)
         depths = []
         while True:
-            (fired,) = await fire_due(rt)
+            (fired,) = await fire_triggers(rt)
             if fired.run_id is None:
                 break
             first = await created(rt, fired.run_id)
@@ -270,7 +270,7 @@ async def test_a_firing_whose_agent_will_not_load_waits_and_the_rest_go_on(
         copy.rename(tmp_path / "gone.py")  # a deploy removed the file the trigger names
         source = await run_writer(rt)
 
-        fired = await fire_due(rt)
+        fired = await fire_triggers(rt)
         assert [(f.trigger, f.source_run) for f in fired] == [("sturdy", source)]
         assert await runs_of(rt, "reviewer") == []
         # The failed firing stays owed, backing off: not due at once.
@@ -281,7 +281,7 @@ async def test_a_firing_whose_agent_will_not_load_waits_and_the_rest_go_on(
         (tmp_path / "gone.py").rename(copy)  # the file is back
 
         async def retried() -> bool:
-            return bool(await fire_due(rt))
+            return bool(await fire_triggers(rt))
 
         await wait_until(retried, what="the back-off to pass")
         assert len(await runs_of(rt, "reviewer")) == 1
@@ -299,7 +299,7 @@ async def test_an_agent_that_raises_while_loading_holds_up_no_other_firing(
         await add_trigger(q, "sturdy", PUBLISHER, after="writer")
         second = await run_writer(rt)
         # The fragile firing of the first run is the oldest: the ones behind it still start.
-        fired = await fire_due(rt)
+        fired = await fire_triggers(rt)
         assert [(f.trigger, f.source_run) for f in fired] == [("sturdy", second)]
         owed = {(f.trigger, f.run_id, f.attempts) for f in await q.due_firings(run_id=first)}
         assert owed == {("fragile", first, 1)}

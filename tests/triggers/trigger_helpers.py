@@ -1,20 +1,12 @@
-"""Helpers for the trigger tests: worker processes, waiting, and what started each run."""
+"""Helpers for the trigger tests: the agents, and what started each run."""
 
 from __future__ import annotations
-
-import asyncio
-import os
-import subprocess
-import sys
-from collections.abc import Awaitable, Callable, Sequence
-from pathlib import Path
 
 from contextos import Runtime
 from contextos import events as ev
 from contextos.runs import RunId
 from contextos.store.queue import RunQueue, queue_of
 
-ROOT = Path(__file__).resolve().parents[2]
 AGENTS = "tests/triggers/trigger_agents.py"
 WRITER = f"{AGENTS}:writer"
 FAILING_WRITER = f"{AGENTS}:failing_writer"
@@ -28,53 +20,6 @@ def queue(rt: Runtime) -> RunQueue:
     q = queue_of(rt.store)
     assert q is not None
     return q
-
-
-def spawn_worker(
-    store_url: str, log: Path, *args: str, env: dict[str, str] | None = None
-) -> subprocess.Popen[bytes]:
-    """Start `python -m contextos.worker` on the store, logging to `log`."""
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "contextos.worker",
-                "--store",
-                store_url,
-                "--lease",
-                "2",
-                "--poll",
-                "0.1",
-                "--heartbeat",
-                "0.5",
-                *args,
-            ],
-            cwd=ROOT,
-            env={**os.environ, **(env or {})},
-            stdout=subprocess.DEVNULL,
-            stderr=out,
-        )
-
-
-def stop_all(procs: Sequence[subprocess.Popen[bytes]]) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-    for p in procs:
-        p.wait(timeout=30)
-
-
-async def wait_until(
-    check: Callable[[], Awaitable[bool]], *, timeout_s: float = 60.0, what: str = "condition"
-) -> None:
-    """Poll `check` until it holds; fail after `timeout_s` (a hang, not a timing claim)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not await check():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 async def created(rt: Runtime, run_id: str) -> ev.RunCreated:

@@ -18,17 +18,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from worker_helpers import (
-    AGENTS,
-    create_effect_tables,
-    overlapping_writers,
-    spawn_worker,
-    stop_all,
-)
+from worker_helpers import AGENTS, create_effect_tables, overlapping_writers
 
 from contextos import Runtime, load_agent
 from contextos import events as ev
 from contextos.runs import RunStatus
+from support.processes import spawn_worker, stop_all
 
 CHAOS = f"{AGENTS}:chaos"
 RUNS = int(os.environ.get("CONTEXTOS_CHAOS_RUNS", "500"))

@@ -14,13 +14,14 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from worker_helpers import AGENTS, spawn_worker, wait_until
+from worker_helpers import AGENTS
 
 from contextos import Runtime, load_agent
 from contextos import events as ev
 from contextos.runs import FailureReason, RunId, RunStatus
 from contextos.store.queue import WorkerStatus
-from contextos.worker import list_workers
+from contextos.workers import list_workers
+from support.processes import spawn_worker, wait_until
 
 DIR_ENV = "CONTEXTOS_TEST_DIR"
 """Read by the hanging tools in agents.py."""

@@ -10,16 +10,16 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from typer.testing import CliRunner, Result
-from worker_helpers import AGENTS, ROOT, stop_all
+from worker_helpers import AGENTS
 
 from contextos import Runtime, load_agent
 from contextos.cli import app
 from contextos.runs import RunStatus
+from support.processes import ROOT, stop_all, wait_for_file
 
 SLOW = f"{AGENTS}:slow"
 
@@ -34,13 +34,6 @@ def cli_json(*args: str) -> Any:
     done = cli(*args, "--json")
     assert done.exit_code == 0, done.stderr
     return json.loads(done.stdout)
-
-
-def wait_for(path: Path, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not path.exists():
-        assert time.monotonic() < deadline, f"timed out waiting for {path.name}"
-        time.sleep(0.05)
 
 
 def cli_worker(store: str, log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -78,7 +71,7 @@ def test_worker_and_workers_commands(backend_url: str, tmp_path: Path) -> None:
     rid = asyncio.run(start())
     proc = cli_worker(backend_url, tmp_path / "worker.log", {"CONTEXTOS_TEST_DIR": str(tmp_path)})
     try:
-        wait_for(tmp_path / f"started-{rid}")
+        wait_for_file(tmp_path / f"started-{rid}")
         listed = cli_json("workers", "--store", backend_url)
         (mine,) = [w for w in listed if w["worker_id"] == "cli-worker"]
         assert mine["status"] == "running"

@@ -10,14 +10,15 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from worker_helpers import AGENTS, spawn_worker, stop_all, wait_until
+from worker_helpers import AGENTS
 
 from contextos import Runtime, load_agent
 from contextos import events as ev
 from contextos.errors import ConfigError
 from contextos.runs import RunId
-from contextos.scheduler import add_schedule, fire_due, next_tick, plan
 from contextos.store.queue import CatchUp, RunQueue, Schedule, queue_of, tick_key
+from contextos.workers.scheduler import add_schedule, fire_schedules, next_tick, plan
+from support.processes import spawn_worker, stop_all, wait_until
 
 TICKER = f"{AGENTS}:ticker"
 DAY = timedelta(days=1)
@@ -113,7 +114,7 @@ async def test_workers_firing_together_start_one_run_per_tick(backend_url: str) 
         await add_schedule(queue(runtimes[0]), "minutely", TICKER, "* * * * *", input="go", now=T)
         tick = T + timedelta(minutes=1)
         at = tick + timedelta(seconds=2)
-        fired = await asyncio.gather(*(fire_due(rt, now=at) for rt in runtimes))
+        fired = await asyncio.gather(*(fire_schedules(rt, now=at) for rt in runtimes))
         run_ids = {run for per_worker in fired for f in per_worker for _, run in f.runs}
         assert len(run_ids) == 1
         assert sum(f.advanced for per_worker in fired for f in per_worker) <= 1
@@ -127,15 +128,15 @@ async def test_workers_firing_together_start_one_run_per_tick(backend_url: str) 
         assert entry is not None and entry.idempotency_key == tick_key("minutely", tick)
 
         # Again, and after a restart (a fresh runtime on the same store): nothing new.
-        assert await fire_due(runtimes[1], now=at) == []
+        assert await fire_schedules(runtimes[1], now=at) == []
         async with Runtime(backend_url) as restarted:
-            assert await fire_due(restarted, now=at) == []
+            assert await fire_schedules(restarted, now=at) == []
             (schedule,) = await queue(restarted).list_schedules()
             assert (schedule.next_tick_at, schedule.last_run_id) == (
                 tick + timedelta(minutes=1),
                 rid,
             )
-            nxt = await fire_due(restarted, now=at + timedelta(minutes=1))
+            nxt = await fire_schedules(restarted, now=at + timedelta(minutes=1))
             assert len(nxt) == 1 and len(nxt[0].runs) == 1 and nxt[0].runs[0][1] != rid
         assert len(await runtimes[0].runs()) == 2
     finally:
@@ -153,7 +154,7 @@ async def test_a_worker_dying_between_start_and_advance_does_not_fire_twice(
         first = await rt.start(
             load_agent(TICKER), "", agent_ref=TICKER, idempotency_key=tick_key("minutely", tick)
         )
-        (fired,) = await fire_due(rt, now=tick + timedelta(seconds=1))
+        (fired,) = await fire_schedules(rt, now=tick + timedelta(seconds=1))
         assert fired.runs == ((tick, first),) and fired.advanced
         assert [r.run_id for r in await rt.runs()] == [first]
 
@@ -165,7 +166,7 @@ async def test_catch_up_after_downtime(backend_url: str, catch_up: CatchUp) -> N
             queue(rt), "report", TICKER, "0 6 * * *", catch_up=catch_up, now=T - timedelta(hours=1)
         )
         back = T + 3 * DAY + timedelta(hours=4)
-        (fired,) = await fire_due(rt, now=back)
+        (fired,) = await fire_schedules(rt, now=back)
         assert fired.missed == 4
         runs = await rt.runs()
         if catch_up is CatchUp.SKIP:
@@ -175,7 +176,7 @@ async def test_catch_up_after_downtime(backend_url: str, catch_up: CatchUp) -> N
             assert fired.runs[0][0] == T + 3 * DAY
         (schedule,) = await queue(rt).list_schedules()
         assert schedule.next_tick_at == T + 4 * DAY
-        assert await fire_due(rt, now=back) == []
+        assert await fire_schedules(rt, now=back) == []
 
 
 # -- across worker processes and a restart ----------------------------------------------------

@@ -16,15 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from worker_helpers import AGENTS, spawn_worker, stop_all, wait_until
+from worker_helpers import AGENTS
 
 from contextos import Runtime, load_agent
 from contextos.events import utcnow
 from contextos.runs import RunId
-from contextos.scheduler import add_schedule
 from contextos.store.queue import RunQueue, queue_of
 from contextos.store.wakeup import CHANNEL, PostgresWakeup
-from contextos.worker import Worker, WorkerConfig
+from contextos.workers import Worker, WorkerConfig, add_schedule
+from support.processes import spawn_worker, stop_all, wait_until
 
 QUICK = f"{AGENTS}:quick"
 TICKER = f"{AGENTS}:ticker"

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from worker_helpers import AGENTS, overlapping_writers, spawn_worker, stop_all, wait_until
+from worker_helpers import AGENTS, overlapping_writers
 
 from contextos import Runtime, load_agent
 from contextos import events as ev
@@ -20,7 +20,8 @@ from contextos.errors import ConcurrencyConflict, RunIsTerminal
 from contextos.runs import FailureReason, RunId, RunStatus
 from contextos.store import open_store
 from contextos.store.queue import LimitScope, RunQueue, WorkerStatus, queue_of
-from contextos.worker import Worker, WorkerConfig, list_workers
+from contextos.workers import Worker, WorkerConfig, list_workers
+from support.processes import spawn_worker, stop_all, wait_until
 
 QUICK = f"{AGENTS}:quick"
 SLOW = f"{AGENTS}:slow"

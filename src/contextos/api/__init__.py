@@ -3,6 +3,6 @@
 Needs the `api` extra: `pip install 'contextos[api]'`.
 """
 
-from contextos.api.app import API_VERSION, ApiConfig, create_app, serve
+from contextos.api.app import API_VERSION, ApiConfig, create_app, serve, token_from_env
 
-__all__ = ["API_VERSION", "ApiConfig", "create_app", "serve"]
+__all__ = ["API_VERSION", "ApiConfig", "create_app", "serve", "token_from_env"]

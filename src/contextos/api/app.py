@@ -1,6 +1,6 @@
 """The HTTP API: a FastAPI app over one Runtime, versioned under /v1.
 
-It calls only the public facade (`Runtime`) and the trigger module, like the CLI: starting a run
+Like the CLI, it calls only the public API (`contextos` and `contextos.workers`): starting a run
 queues it for the workers (or for a worker inside the server, with `worker=True`).
 """
 
@@ -18,7 +18,16 @@ from typing import Annotated, Any
 from fastapi import Body, Depends, FastAPI, Header, Query, Request
 from fastapi.responses import JSONResponse
 
-from contextos.agents import Agent, load_agent
+from contextos import (
+    Agent,
+    ConfigError,
+    RunId,
+    RunNotFound,
+    RunState,
+    RunStatus,
+    Runtime,
+    load_agent,
+)
 from contextos.api import errors
 from contextos.api.errors import ApiError
 from contextos.api.hooks import router as hooks_router
@@ -29,16 +38,11 @@ from contextos.api.schemas import (
     CancelRun,
     Deny,
     StartRun,
-    event_view,
     jsonable,
     run_view,
     summary_view,
 )
-from contextos.errors import ConfigError, RunNotFound
-from contextos.runs import RunId, RunStatus
-from contextos.runtime import Runtime
-from contextos.state import RunState
-from contextos.triggers import SIGNATURE_TOLERANCE_S
+from contextos.workers import SIGNATURE_TOLERANCE_S, Worker, WorkerConfig
 
 API_VERSION = "v1"
 
@@ -166,8 +170,6 @@ def create_app(config: ApiConfig | None = None) -> FastAPI:
         try:
             app.state.api = Api(cfg, runtime, served)
             if cfg.worker:
-                from contextos.worker import Worker, WorkerConfig
-
                 worker = Worker(
                     cfg.store,
                     config=WorkerConfig(concurrency=cfg.worker_concurrency),
@@ -287,14 +289,14 @@ def create_app(config: ApiConfig | None = None) -> FastAPI:
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     ) -> dict[str, Any]:
         rid = _run_id(run_id)
-        events = await api.runtime.store.read(rid, after_seq=after)
-        if not events:
+        entries = await api.runtime.timeline(rid, after_seq=after)
+        if not entries:
             await api.runtime.store.get_run(rid)  # past its end, or no such run at all
-        page = events[:limit]
-        more = len(events) > limit
+        page = entries[:limit]
+        more = len(entries) > limit
         return {
             "run_id": run_id,
-            "events": [event_view(e) for e in page],
+            "events": [e.data for e in page],
             "next_after": page[-1].seq if more else None,
         }
 

@@ -17,7 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from contextos.errors import ContextOSError
+from contextos import ContextOSError
 
 log = logging.getLogger("contextos.api")
 

@@ -16,8 +16,14 @@ from fastapi import APIRouter, Header, Request
 from fastapi.responses import JSONResponse
 
 from contextos.api.errors import ApiError
-from contextos.store.queue import TriggerKind, queue_of
-from contextos.triggers import DELIVERY_HEADER, SIGNATURE_HEADER, fire_webhook, verify_signature
+from contextos.workers import (
+    DELIVERY_HEADER,
+    SIGNATURE_HEADER,
+    TriggerKind,
+    fire_webhook,
+    list_triggers,
+    verify_signature,
+)
 
 router = APIRouter()
 
@@ -47,10 +53,7 @@ async def webhook(
 ) -> JSONResponse:
     api = request.app.state.api
     runtime = api.runtime
-    queue = queue_of(runtime.store)
-    trigger = None
-    if queue is not None:
-        trigger = next((t for t in await queue.list_triggers() if t.name == name), None)
+    trigger = next((t for t in await list_triggers(runtime.store) if t.name == name), None)
     if trigger is None or trigger.kind is not TriggerKind.WEBHOOK:
         raise ApiError(
             404,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from datetime import datetime
 from enum import Enum
@@ -11,11 +10,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from contextos import events as ev
-from contextos.runs import PRIORITIES
-from contextos.state import RunState
-from contextos.store.base import RunSummary
-from contextos.triggers import started_by
+from contextos import PRIORITIES, RunState, RunSummary
+from contextos.workers import started_by
 
 MAX_DEPTH = 32
 """How deep objects and arrays may nest in a request body."""
@@ -167,19 +163,12 @@ def summary_view(summary: RunSummary) -> dict[str, Any]:
     return view
 
 
-def event_view(event: ev.Event) -> dict[str, Any]:
-    """An event as stored (the same JSON `contextos show --json` prints)."""
-    decoded: dict[str, Any] = json.loads(ev.encode(event))
-    return decoded
-
-
 __all__ = [
     "Answer",
     "Approve",
     "CancelRun",
     "Deny",
     "StartRun",
-    "event_view",
     "jsonable",
     "run_view",
     "summary_view",

@@ -15,9 +15,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from contextos.errors import ContextOSError
-from contextos.runs import RunStatus
-from contextos.runtime import RunResult, Runtime
+from contextos import ContextOSError, RunResult, RunStatus, Runtime
 
 T = TypeVar("T")
 
@@ -99,6 +97,19 @@ def age(ts: datetime) -> str:
         if seconds >= size:
             return f"{seconds // size}{unit}"
     return f"{max(seconds, 0)}s"
+
+
+def until(deadline: datetime | None, now: datetime) -> str:
+    """`in 3h`, `in 12m`, `overdue`, or `never`, for listings."""
+    if deadline is None:
+        return "never"
+    seconds = int((deadline - now).total_seconds())
+    if seconds <= 0:
+        return "overdue"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"in {seconds // size}{unit}"
+    return f"in {seconds}s"
 
 
 STATUS_STYLE = {

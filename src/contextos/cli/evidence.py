@@ -10,7 +10,16 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from contextos.agents import load_agent
+from contextos import (
+    Artifact,
+    ConfigError,
+    ContextOSError,
+    DecisionRecord,
+    ReplayPacket,
+    RunResult,
+    Runtime,
+    load_agent,
+)
 from contextos.cli.common import (
     JsonOption,
     StoreOption,
@@ -21,10 +30,6 @@ from contextos.cli.common import (
     finish,
     print_json,
 )
-from contextos.errors import ConfigError, ContextOSError
-from contextos.evidence import DecisionRecord, Receipt, ReplayPacket
-from contextos.runtime import RunResult, Runtime
-from contextos.store.artifacts import JSON, TEXT, Artifact
 
 
 @app.command()
@@ -72,7 +77,7 @@ def artifact(
     if content_only:
         sys.stdout.buffer.write(content)
         return
-    text = content.decode() if found.media_type in (TEXT, JSON) else None
+    text = content.decode() if found.is_text else None
     if as_json:
         print_json({"artifact": found, "content": text})
         return
@@ -100,10 +105,8 @@ def record(
 ) -> None:
     """Show a run's DecisionRecord: projected from its log, every part traced to event seqs."""
 
-    async def work(rt: Runtime) -> tuple[DecisionRecord, list[Receipt]]:
-        return await rt.record(run_id), await rt.receipts(run_id)
-
-    built, stored = call(store, work)
+    built = call(store, lambda rt: rt.record(run_id))
+    stored = call(store, lambda rt: rt.receipts(run_id))
     if as_json:
         sys.stdout.write(built.to_json() + "\n")
         return

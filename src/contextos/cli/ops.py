@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from contextos import ContextOSError, Runtime, open_store
 from contextos.cli.common import (
     JsonOption,
     StoreOption,
@@ -19,8 +20,23 @@ from contextos.cli.common import (
     fail,
     print_json,
 )
-from contextos.errors import ContextOSError
-from contextos.runtime import Runtime
+from contextos.workers import (
+    WorkerConfig,
+    add_schedule,
+    add_trigger,
+    list_limits,
+    list_schedules,
+    list_triggers,
+    list_workers,
+    remove_schedule,
+    remove_trigger,
+    run_worker,
+    set_limit,
+    what_fires,
+)
+from contextos.workers import (
+    doctor as checks_for,
+)
 
 schedule_app = typer.Typer(
     help="Cron schedules: start a run of an agent at every tick, once across all workers.",
@@ -67,8 +83,6 @@ def worker(
     """
     import logging
 
-    from contextos.worker import WorkerConfig, run_worker
-
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -94,8 +108,6 @@ def workers(
     as_json: JsonOption = False,
 ) -> None:
     """List live workers and the runs they hold leases on."""
-    from contextos.worker import list_workers
-
     rows = call(store, lambda rt: list_workers(rt.store, live_within_s=None if all_ else 60))
     if as_json:
         print_json(rows)
@@ -132,21 +144,12 @@ def limit(
     as_json: JsonOption = False,
 ) -> None:
     """Show or set concurrency limits (global, per tenant, per agent) shared by all workers."""
-    from contextos.store.queue import LimitScope, queue_of
-
-    scope, name = LimitScope.GLOBAL, ""
-    if tenant is not None:
-        scope, name = LimitScope.TENANT, tenant
-    if agent is not None:
-        scope, name = LimitScope.AGENT, agent
 
     async def work(rt: Runtime) -> Any:
-        queue = queue_of(rt.store)
-        if queue is None:
-            raise ContextOSError("this store keeps no run queue")
         if remove or max_running is not None:
-            await queue.set_limit(scope, name, None if remove else max_running)
-        return await queue.limits()
+            limit = None if remove else max_running
+            await set_limit(rt.store, limit, tenant=tenant, agent=agent)
+        return await list_limits(rt.store)
 
     rows = call(store, work)
     if as_json:
@@ -176,15 +179,10 @@ def schedule_add(
     store: StoreOption = None,
 ) -> None:
     """Add a cron schedule; workers fire each tick exactly once."""
-    from contextos.scheduler import add_schedule
-    from contextos.store.queue import queue_of
 
     async def work(rt: Runtime) -> Any:
-        queue = queue_of(rt.store)
-        if queue is None:
-            raise ContextOSError("this store keeps no run queue")
         return await add_schedule(
-            queue,
+            rt.store,
             name,
             agent_ref,
             cron,
@@ -206,13 +204,7 @@ def schedule_add(
 @schedule_app.command("list")
 def schedule_list(store: StoreOption = None, as_json: JsonOption = False) -> None:
     """List schedules with their next tick and last run."""
-    from contextos.store.queue import queue_of
-
-    async def work(rt: Runtime) -> Any:
-        queue = queue_of(rt.store)
-        return [] if queue is None else await queue.list_schedules()
-
-    rows = call(store, work)
+    rows = call(store, lambda rt: list_schedules(rt.store))
     if as_json:
         print_json(rows)
         return
@@ -240,13 +232,7 @@ def schedule_remove(
     store: StoreOption = None,
 ) -> None:
     """Remove a schedule (runs it started stay)."""
-    from contextos.store.queue import queue_of
-
-    async def work(rt: Runtime) -> bool:
-        queue = queue_of(rt.store)
-        return queue is not None and await queue.remove_schedule(name)
-
-    if not call(store, work):
+    if not call(store, lambda rt: remove_schedule(rt.store, name)):
         fail(ContextOSError(f"no schedule named {name!r}"))
     console.print(f"removed schedule [bold]{name}[/]")
 
@@ -281,15 +267,10 @@ def trigger_add(
     store: StoreOption = None,
 ) -> None:
     """Add a trigger; its runs start once per finished run or webhook delivery."""
-    from contextos.store.queue import queue_of
-    from contextos.triggers import add_trigger, describe
 
     async def work(rt: Runtime) -> Any:
-        queue = queue_of(rt.store)
-        if queue is None:
-            raise ContextOSError("this store keeps no run queue")
         return await add_trigger(
-            queue,
+            rt.store,
             name,
             agent_ref,
             after=after,
@@ -305,7 +286,7 @@ def trigger_add(
 
     added = call(store, work)
     console.print(
-        f"trigger [bold]{added.name}[/]: starts {added.agent_name}", Text(describe(added))
+        f"trigger [bold]{added.name}[/]: starts {added.agent_name}", Text(what_fires(added))
     )
     if added.secret_env:
         console.print(f"[dim]set {added.secret_env} where `contextos serve` runs[/]")
@@ -314,14 +295,7 @@ def trigger_add(
 @trigger_app.command("list")
 def trigger_list(store: StoreOption = None, as_json: JsonOption = False) -> None:
     """List triggers: what fires each one and what it starts."""
-    from contextos.store.queue import queue_of
-    from contextos.triggers import describe
-
-    async def work(rt: Runtime) -> Any:
-        queue = queue_of(rt.store)
-        return [] if queue is None else await queue.list_triggers()
-
-    rows = call(store, work)
+    rows = call(store, lambda rt: list_triggers(rt.store))
     if as_json:
         print_json(rows)
         return
@@ -336,7 +310,7 @@ def trigger_list(store: StoreOption = None, as_json: JsonOption = False) -> None
         loops = f"{'allowed' if t.allow_cycle else 'refused'}, depth ≤ {t.max_depth}"
         table.add_row(
             t.name,
-            Text(describe(t)),
+            Text(what_fires(t)),
             Text(f"{t.agent_name} ({t.agent_ref})"),
             Text(t.input if t.input is not None else default),
             "-" if t.kind.value == "webhook" else loops,
@@ -350,13 +324,7 @@ def trigger_remove(
     store: StoreOption = None,
 ) -> None:
     """Remove a trigger (runs it started stay; firings it still owed are dropped)."""
-    from contextos.store.queue import queue_of
-
-    async def work(rt: Runtime) -> bool:
-        queue = queue_of(rt.store)
-        return queue is not None and await queue.remove_trigger(name)
-
-    if not call(store, work):
+    if not call(store, lambda rt: remove_trigger(rt.store, name)):
         fail(ContextOSError(f"no trigger named {name!r}"))
     console.print(f"removed trigger [bold]{name}[/]")
 
@@ -399,9 +367,8 @@ def serve(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
-        from contextos.api import ApiConfig
+        from contextos.api import ApiConfig, token_from_env
         from contextos.api import serve as run_server
-        from contextos.api.app import token_from_env
     except ImportError as exc:
         fail(ContextOSError(f"the HTTP API needs {exc.name}: pip install 'contextos[api]'"))
     try:
@@ -429,8 +396,6 @@ def doctor(
     as_json: JsonOption = False,
 ) -> None:
     """Check the store (reachable, migrated) and the model configuration; changes nothing."""
-    from contextos.worker import doctor as checks_for
-
     checks = asyncio.run(checks_for(store, model=model))
     if as_json:
         print_json(checks)
@@ -449,7 +414,6 @@ def migrate(store: StoreOption = None) -> None:
     Run it as the database role that owns the tables when the other processes run as a role
     that may not change them.
     """
-    from contextos import open_store
 
     async def _migrate() -> int:
         opened = open_store(store)

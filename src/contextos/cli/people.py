@@ -20,8 +20,8 @@ from contextos.cli.common import (
     console,
     err,
     print_json,
+    until,
 )
-from contextos.deadlines import until
 
 #
 # Who is acting comes from --as (default: $CONTEXTOS_USER, else the login name); which roles

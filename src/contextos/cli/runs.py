@@ -5,14 +5,21 @@ from __future__ import annotations
 import json
 import sys
 from contextlib import nullcontext
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.table import Table
 from rich.text import Text
 
-from contextos import timeline
-from contextos.agents import load_agent
+from contextos import (
+    ContextOSError,
+    RunNotFound,
+    RunResult,
+    RunStatus,
+    Runtime,
+    TimelineEntry,
+    load_agent,
+)
 from contextos.cli.common import (
     STATUS_STYLE,
     JsonOption,
@@ -27,11 +34,7 @@ from contextos.cli.common import (
     print_json,
     print_result,
 )
-from contextos.errors import ContextOSError, RunNotFound
-from contextos.events import ModelResponded, RunCreated, encode
-from contextos.runs import RunStatus
-from contextos.runtime import RunResult, Runtime
-from contextos.triggers import started_by
+from contextos.workers import started_by
 
 
 @app.command()
@@ -162,19 +165,13 @@ def show(
 ) -> None:
     """Show a run's timeline: every recorded event, in order."""
 
-    async def work(rt: Runtime) -> tuple[Any, Any]:
-        return await rt.result(run_id), await rt.events(run_id)
+    async def work(rt: Runtime) -> tuple[RunResult, list[TimelineEntry]]:
+        return await rt.result(run_id), await rt.timeline(run_id)
 
-    result, events = call(store, work)
+    result, entries = call(store, work)
     if as_json:
         sys.stdout.write(
-            json.dumps(
-                {
-                    "result": jsonable(result),
-                    "events": [json.loads(encode(e)) for e in events],
-                },
-                indent=2,
-            )
+            json.dumps({"result": jsonable(result), "events": [e.data for e in entries]}, indent=2)
             + "\n"
         )
         return
@@ -188,48 +185,51 @@ def show(
     table.add_column("event")
     table.add_column("actor")
     table.add_column("detail", overflow="fold")
-    for e in events:
+    for e in entries:
         table.add_row(
             str(e.seq),
             f"#{e.causation_id}" if e.causation_id is not None else "",
             e.occurred_at.strftime("%H:%M:%S.%f")[:-3],
             e.type,
             e.actor,
-            Text(timeline.describe(e)),  # event text is data, never Rich markup
+            Text(e.line),  # event text is data, never Rich markup
         )
     console.print(table)
     if context:
-        _print_contexts(events)
-    origin = started_by(events[0].metadata) if isinstance(events[0], RunCreated) else None
+        _print_contexts(entries)
+    origin = started_by(entries[0].data.get("metadata") or {})
     if origin:
         console.print(Text(origin, style="dim"))
-    first = events[0]
-    if isinstance(first, RunCreated) and first.caused_by:
-        tree = first.correlation_id or run_id
-        console.print(Text(f"caused by {first.caused_by}; run tree {tree}", style="dim"))
+    first = entries[0].data
+    if first.get("caused_by"):
+        tree = first.get("correlation_id") or run_id
+        console.print(Text(f"caused by {first['caused_by']}; run tree {tree}", style="dim"))
     print_result(result, False)
 
 
-def _print_contexts(events: list[Any]) -> None:
-    """One table per model call: each item that went in, where from, and why."""
-    from contextos.context import manifest_table
+_MANIFEST = ("type", "id", "source", "version", "trust", "tokens", "why")
+"""The columns of a context manifest, as each item of a model call's lineage names them."""
 
-    calls = [e for e in events if isinstance(e, ModelResponded)]
+
+def _print_contexts(entries: list[TimelineEntry]) -> None:
+    """One table per model call: each item that went in, where from, and why."""
+    calls = [e for e in entries if e.type == "model_responded"]
     if not calls:
         console.print("[dim]no model calls recorded[/]")
     for turn, e in enumerate(calls, start=1):
-        stack = ", ".join(str(layer) for layer in e.context.get("stack", ())) or "none"
+        context = e.data.get("context") or {}
+        stack = ", ".join(str(layer) for layer in context.get("stack", ())) or "none"
         table = Table(
-            title=f"turn {turn} (event #{e.seq}) context {(e.context_hash or '')[:12]} "
+            title=f"turn {turn} (event #{e.seq}) context {(e.data.get('context_hash') or '')[:12]} "
             f"· middleware: {stack}",
             title_justify="left",
         )
-        for col in ("type", "id", "source", "version", "trust", "tokens", "why"):
+        for col in _MANIFEST:
             table.add_column(col, overflow="fold")
-        for row in manifest_table(e.context.get("manifest", ())):
-            table.add_row(*(Text(cell) for cell in row))
+        for item in context.get("manifest", ()):
+            table.add_row(*(Text(str(item.get(col, ""))) for col in _MANIFEST))
         console.print(table)
-        telemetry = e.context.get("telemetry")
+        telemetry = context.get("telemetry")
         if telemetry:
             console.print(Text(f"  telemetry: {json.dumps(telemetry, sort_keys=True)}"))
 
@@ -262,22 +262,16 @@ def trace(
     as_json: JsonOption = False,
 ) -> None:
     """Export a run's trace as OpenTelemetry spans (GenAI conventions): a tree, JSON, or OTLP."""
-    from contextos import telemetry
-
-    events = call(store, lambda rt: rt.events(run_id))
     content = capture if capture is not None else capture_content
-    try:
-        if otlp:
-            spans = telemetry.export_run(events, otlp_endpoint=otlp, capture_content=content)
-        else:
-            spans = telemetry.spans_for(events, capture_content=content)
-    except ContextOSError as exc:
-        fail(exc)
-    if not spans:
+    traced = call(
+        store,
+        lambda rt: rt.trace(run_id, capture_content=content, otlp_endpoint=otlp),
+    )
+    if not traced.spans:
         fail(RunNotFound(run_id))
     if as_json:
-        print_json([telemetry.span_json(s) for s in spans])
+        print_json(traced.to_json())
     else:
-        console.print(telemetry.span_tree(spans))
+        console.print(traced.tree())
         if otlp:
-            console.print(f"[dim]sent {len(spans)} spans to {otlp}[/]")
+            console.print(f"[dim]sent {len(traced.spans)} spans to {otlp}[/]")

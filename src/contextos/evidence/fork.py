@@ -113,7 +113,7 @@ def _check(source: str, events: Sequence[ev.Event], prefix: list[ev.Event], at: 
             run_id=source,
         )
     if state.pending_interrupts:
-        asked = min(q.seq for q in state.pending_interrupts.values())
+        asked = min(q.raised_seq for q in state.pending_interrupts.values())
         raise ForkRefused(
             f"at #{at} run {source} waits on a person (the question of #{asked}); fork before "
             f"it was asked (#{asked - 1}) or after it was answered",

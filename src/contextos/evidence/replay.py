@@ -14,9 +14,7 @@ output are the same; `replay_mismatch` with a readable diff otherwise.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import contextvars
 import dataclasses
 import json
 import tempfile
@@ -36,10 +34,9 @@ from contextos.causality import stamp
 from contextos.errors import ApprovalRefused, LiveDispatchRefused
 from contextos.events import utcnow
 from contextos.evidence.decisions import Difference, Trail, arguments, compare, trail
-from contextos.interrupts import bind_store
-from contextos.loop import Driver
-from contextos.middleware.base import ChainGateway, Services, ToolCallInput
-from contextos.middleware.budget import ledger_for
+from contextos.loop import ChainGateway, Driver
+from contextos.middleware.base import Services, ToolCallInput
+from contextos.middleware.budget import daily_spend_of
 from contextos.models.base import ModelAdapter
 from contextos.policy.authority import Authority
 from contextos.policy.identity import RunContext
@@ -306,22 +303,20 @@ async def replay(
                 transcript,
                 chain_layers=agent.middleware,
                 model=model,
-                services=Services(model=model, ledger=ledger_for(store)),
+                services=Services(model=model, spend=daily_spend_of(store)),
                 metadata=state.metadata,
-                policy=authority.gate(store, agent.tool_list) if authority is not None else None,
             )
             while True:
                 driver = Driver(
                     store=store,
                     agent=agent,
                     model=model,
-                    gateway=gateway,
                     state=state,
                     worker_id="replay",
+                    authority=authority,
+                    gateway=gateway,
                 )
-                context = contextvars.copy_context()
-                context.run(bind_store, store)
-                state = await asyncio.create_task(driver.drive(), context=context)
+                state = await driver.drive()
                 if state.status is not RunStatus.INPUT_REQUIRED or authority is None:
                     break
                 if not await _answer_again(store, state, transcript, gateway, authority):
@@ -410,20 +405,18 @@ async def _answer_again(
         try:
             match recorded:
                 case ev.ApprovalGranted():
-                    await authority.approve(
-                        store, interrupt.interrupt_id, approver=recorded.approver
-                    )
+                    await authority.approve(store, interrupt.id, approver=recorded.approver)
                 case ev.ApprovalDenied():
                     await authority.deny(
                         store,
-                        interrupt.interrupt_id,
+                        interrupt.id,
                         approver=recorded.approver,
                         reason=recorded.reason,
                     )
                 case ev.InterruptAnswered():
                     await authority.answer(
                         store,
-                        interrupt.interrupt_id,
+                        interrupt.id,
                         recorded.value,
                         answered_by=recorded.answered_by,
                     )

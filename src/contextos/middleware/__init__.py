@@ -10,6 +10,7 @@ from contextos.middleware.base import (
     Chain,
     Compacted,
     ContentGuard,
+    DailySpend,
     Middleware,
     ModelCall,
     ModelHandler,
@@ -21,12 +22,11 @@ from contextos.middleware.base import (
     Stop,
     ToolCallInput,
     ToolHandler,
-    UsageLedger,
     principal_of,
     stack_identity,
     validate_stack,
 )
-from contextos.middleware.budget import BudgetGate, StoreUsageLedger, ledger_for
+from contextos.middleware.budget import BudgetGate, StoreDailySpend, daily_spend_of
 from contextos.middleware.compaction import Compaction
 from contextos.middleware.pii import Detection, Detector, PiiRedaction, Strategy, custom, detect
 from contextos.middleware.profile import Profile
@@ -42,6 +42,7 @@ __all__ = [
     "Compacted",
     "Compaction",
     "ContentGuard",
+    "DailySpend",
     "Detection",
     "Detector",
     "Middleware",
@@ -58,15 +59,14 @@ __all__ = [
     "Skill",
     "Skills",
     "Spend",
-    "StoreUsageLedger",
+    "StoreDailySpend",
     "Stop",
     "Strategy",
     "ToolCallInput",
     "ToolHandler",
-    "UsageLedger",
     "custom",
     "detect",
-    "ledger_for",
+    "daily_spend_of",
     "principal_of",
     "spotlight",
     "stack_identity",

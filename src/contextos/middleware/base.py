@@ -35,7 +35,6 @@ from contextos.messages import Usage
 from contextos.models.base import ModelAdapter, ModelRequest, ModelResponse
 from contextos.runs import Budget, FailureReason, RunStatus
 from contextos.tools.contract import Tool, ToolContext
-from contextos.tools.gateway import Gateway
 
 
 def principal_of(metadata: Mapping[str, Any]) -> str:
@@ -202,7 +201,7 @@ class Spend:
 
 
 @runtime_checkable
-class UsageLedger(Protocol):
+class DailySpend(Protocol):
     """Per-principal daily spend, kept in the store."""
 
     async def spent(self, principal: str, day: date) -> Spend: ...
@@ -214,8 +213,8 @@ class Services:
 
     model: ModelAdapter
     """The agent's model (compaction summarizes with it unless given another)."""
-    ledger: UsageLedger | None = None
-    """Daily usage per principal, when the store keeps it."""
+    spend: DailySpend | None = None
+    """Daily spend per principal, when the store keeps it."""
 
 
 ModelHandler = Callable[[ModelCall], Awaitable[ModelResult]]
@@ -459,33 +458,3 @@ def _tool_layer(layer: Middleware, inner: ToolHandler) -> ToolHandler:
 
 async def _no_dispatch(call: ToolCallInput) -> Any:
     raise RuntimeError("this chain was built without a tool dispatcher")
-
-
-class ChainGateway(Gateway):
-    """The tool gateway with every dispatch attempt going through a chain's tool hooks."""
-
-    def __init__(
-        self,
-        tools: Sequence[Tool],
-        *,
-        chain_layers: Sequence[Middleware] = (),
-        model: ModelAdapter,
-        services: Services | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        **gateway_options: Any,
-    ) -> None:
-        super().__init__(tools, **gateway_options)
-        self.metadata = dict(metadata or {})
-        self.chain = Chain(chain_layers, model=model, dispatch=self._dispatch, services=services)
-
-    async def dispatch(
-        self, tool: Tool, args: BaseModel, ctx: ToolContext, *, timeout_s: float | None = None
-    ) -> Any:
-        view = RunView(run_id=ctx.run_id, turn=0, metadata=self.metadata)
-        call = ToolCallInput(run=view, tool=tool, arguments=args, ctx=ctx, timeout_s=timeout_s)
-        return await self.chain.tool_call(call)
-
-    async def _dispatch(self, call: ToolCallInput) -> Any:
-        return await Gateway.dispatch(
-            self, call.tool, call.arguments, call.ctx, timeout_s=call.timeout_s
-        )

@@ -18,6 +18,7 @@ from contextos.errors import ConfigError
 from contextos.events import utcnow
 from contextos.middleware.base import (
     BaseMiddleware,
+    DailySpend,
     Middleware,
     ModelCall,
     ModelHandler,
@@ -25,7 +26,6 @@ from contextos.middleware.base import (
     Services,
     Spend,
     Stop,
-    UsageLedger,
 )
 from contextos.runs import FailureReason
 
@@ -54,10 +54,10 @@ class BudgetGate(BaseMiddleware):
         self.daily_cost_usd = daily_cost_usd
         self.reserve_output_tokens = reserve_output_tokens
         self.clock = clock
-        self.ledger: UsageLedger | None = None
+        self.spend: DailySpend | None = None
 
     @property
-    def needs_ledger(self) -> bool:
+    def needs_daily_spend(self) -> bool:
         return any(
             c is not None for c in (self.daily_tokens, self.daily_calls, self.daily_cost_usd)
         )
@@ -73,13 +73,13 @@ class BudgetGate(BaseMiddleware):
         }
 
     def bind(self, services: Services) -> Middleware:
-        if self.needs_ledger and services.ledger is None:
+        if self.needs_daily_spend and services.spend is None:
             raise ConfigError(
-                "the budget gate has daily caps but the store keeps no usage ledger",
+                "the budget gate has daily caps but the store keeps no daily usage counters",
                 layer=self.name,
             )
         bound = copy.copy(self)
-        bound.ledger = services.ledger
+        bound.spend = services.spend
         return bound
 
     async def wrap_model_call(self, call: ModelCall, call_next: ModelHandler) -> ModelResult:
@@ -103,12 +103,12 @@ class BudgetGate(BaseMiddleware):
                 f"this call (about {estimate} tokens) would take the run past its cap of "
                 f"{self.run_tokens} tokens ({spent} used)"
             )
-        if not self.needs_ledger:
+        if not self.needs_daily_spend:
             return None
-        assert self.ledger is not None  # bind() guarantees it
+        assert self.spend is not None  # bind() guarantees it
         principal = run.principal
         day = self.clock().date()
-        today = await self.ledger.spent(principal, day)
+        today = await self.spend.spent(principal, day)
         if self.daily_tokens is not None and today.tokens + estimate > self.daily_tokens:
             return (
                 f"this call (about {estimate} tokens) would take {principal} past the daily cap "
@@ -123,16 +123,16 @@ class BudgetGate(BaseMiddleware):
         return None
 
 
-class DailyUsage(Protocol):
+class UsageCounters(Protocol):
     async def daily_usage(self, principal: str, day: str) -> tuple[int, int, float]:
         """A principal's tokens, calls and money on a UTC day."""
         ...
 
 
-class StoreUsageLedger:
+class StoreDailySpend:
     """Reads the daily usage counters an event store keeps (SQLite and PostgreSQL both do)."""
 
-    def __init__(self, store: DailyUsage) -> None:
+    def __init__(self, store: UsageCounters) -> None:
         self.store = store
 
     async def spent(self, principal: str, day: date) -> Spend:
@@ -140,8 +140,8 @@ class StoreUsageLedger:
         return Spend(tokens=tokens, calls=calls, cost_usd=cost)
 
 
-def ledger_for(store: object) -> UsageLedger | None:
-    """The usage ledger a store keeps, if it keeps one."""
+def daily_spend_of(store: object) -> DailySpend | None:
+    """The daily spend a store counts, if it counts it."""
     if callable(getattr(store, "daily_usage", None)):
-        return StoreUsageLedger(store)  # type: ignore[arg-type]
+        return StoreDailySpend(store)  # type: ignore[arg-type]
     return None

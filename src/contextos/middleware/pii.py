@@ -39,7 +39,7 @@ from contextos.middleware.base import (
     ToolHandler,
 )
 from contextos.runs import FailureReason
-from contextos.tools.contract import Effect
+from contextos.tools.contract import EffectKind as Effect
 from contextos.tools.gateway import render_output
 
 

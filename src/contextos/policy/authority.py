@@ -1,27 +1,23 @@
-"""Authority at run time: binding a run's context, the gate every tool call passes, and people
-approving, denying, answering and revoking.
+"""Authority at run time: a runtime's policy, approver directory and clock; binding a run's
+context; people approving, denying, answering and revoking.
 
-The gate re-reads the run's own log before each decision, so everything it relies on (the bound
-context, approvals, denials, revocations, what already ran) is durable and survives restarts:
-a run resumed in a new process is judged exactly as it would have been in the old one, under
-the policy, roles and clock in force now.
+Everything it relies on (the bound context, approvals, denials, revocations, what already ran)
+is in the run's log and read through its folded state, so it survives restarts: a run resumed
+in a new process is judged exactly as it would have been in the old one, under the policy,
+roles and clock in force now. The gate that decides each tool call is `contextos.policy.gate`.
 """
 
 from __future__ import annotations
 
 import os
-from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from pydantic import ValidationError
-
 from contextos import events as ev
 from contextos.causality import stamp
-from contextos.deadlines import Expiry
 from contextos.errors import (
     AnswerTooLate,
     ApprovalRefused,
@@ -31,34 +27,27 @@ from contextos.errors import (
     RunNotFound,
 )
 from contextos.events import utcnow
-from contextos.expiry import deadline_for, expire_overdue, expired_decision, overdue, what_happened
-from contextos.interrupts import (
-    Approval,
-    Book,
-    FrozenAction,
-    Interrupt,
-    InterruptKind,
-    bind_store,
-    check_approval,
-    default_blast_radius,
-    default_preview,
-    fmt_roles,
-    parse_answer,
-    render_template,
-    run_of_interrupt,
-)
 from contextos.numbers import seconds
-from contextos.policy.ask import HumanTool
-from contextos.policy.containment import activate
-from contextos.policy.decision import Check, Decision, PolicyDecision, ProposedCall
-from contextos.policy.engine import CallHistory, Engine
+from contextos.policy.engine import Engine
+from contextos.policy.expiry import deadline_for, expire_overdue, overdue, what_happened
+from contextos.policy.hook import ProposedCall
 from contextos.policy.identity import Principal, RunContext
 from contextos.policy.rules import Policy, check_constraints, constraints_problem
+from contextos.records.deadlines import Expiry
+from contextos.records.decisions import Decision, PolicyDecision
+from contextos.records.interrupts import (
+    Approval,
+    Interrupt,
+    InterruptKind,
+    approval_id_for,
+    fmt_roles,
+    parse_answer,
+    run_of_approval,
+    run_of_interrupt,
+)
 from contextos.runs import RunId, RunStatus
-from contextos.state import fold
+from contextos.state import RunState, apply
 from contextos.store.base import EventStore, load_state
-from contextos.tools.contract import Tool
-from contextos.tools.effects import confirmation
 
 POLICY_ENV = "CONTEXTOS_POLICY"
 """Path of the policy file a runtime loads when it is given none."""
@@ -146,36 +135,29 @@ class Authority:
         """A child run's context must be within its parent's (AuthorityWidened otherwise)."""
         if context.parent_run_id is None:
             return
-        parent = await self.book(store, context.parent_run_id)
-        context.check_narrows(parent.context or RunContext.local())
-
-    def gate(self, store: EventStore, tools: Sequence[Tool]) -> Gate:
-        """The policy hook for a gateway over `tools`."""
-        return Gate(self, store, tools)
+        parent = await load_state(store, RunId(context.parent_run_id))
+        context.check_narrows(RunContext.of_run(parent.context))
 
     # -- reading ------------------------------------------------------------------------------
 
-    async def book(self, store: EventStore, run_id: str) -> Book:
-        return Book.of(run_id, await store.read(RunId(run_id)))
-
-    async def find(self, store: EventStore, interrupt_id: str) -> tuple[Book, Interrupt]:
-        """The run and interrupt an id names; only that run's log is read."""
+    async def find(self, store: EventStore, interrupt_id: str) -> tuple[RunState, Interrupt]:
+        """The run and interrupt an id names; only that run is read."""
         run_id = run_of_interrupt(interrupt_id)
         if run_id is not None:
             try:
-                book = await self.book(store, run_id)
+                state = await load_state(store, RunId(run_id))
             except RunNotFound:
                 pass
             else:
-                if interrupt_id in book.interrupts:
-                    return book, book.interrupts[interrupt_id]
+                if interrupt_id in state.interrupts:
+                    return state, state.interrupts[interrupt_id]
         raise InterruptNotFound(f"no interrupt with id {interrupt_id!r}", interrupt_id=interrupt_id)
 
     async def inbox(self, store: EventStore, *, limit: int = 200) -> list[Interrupt]:
         """Pending interrupts across runs waiting for a person, oldest first."""
         out: list[Interrupt] = []
         for summary in await store.list_runs(status=RunStatus.INPUT_REQUIRED, limit=limit):
-            out.extend((await self.book(store, summary.run_id)).pending)
+            out.extend((await load_state(store, summary.run_id)).pending_interrupts.values())
         return sorted(out, key=lambda i: i.raised_at)
 
     # -- people -------------------------------------------------------------------------------
@@ -194,8 +176,8 @@ class Authority:
         approval. Refused (ApprovalRefused) for a hash that is not the action's, an approver
         without the role, the run's own principal, or conditions the action already breaks."""
         while True:
-            book, found = await self.find(store, interrupt_id)
-            if await self._lapsed(store, book, found, f"user:{approver}"):
+            state, found = await self.find(store, interrupt_id)
+            if await self._lapsed(store, state, found, f"user:{approver}"):
                 continue
             if not found.kind.is_approval:
                 raise ApprovalRefused(
@@ -217,8 +199,8 @@ class Authority:
                     + (f" by {found.denied_by}" if found.denied_by else ""),
                     interrupt_id=interrupt_id,
                 )
-            _check_waiting(book, interrupt_id)
-            context = book.context or RunContext.local()
+            _check_waiting(state, interrupt_id)
+            context = RunContext.of_run(state.context)
             roles = await self.directory.roles_of(approver, tenant=context.tenant)
             required = found.approver_roles
             missing = [r for r in required if r not in roles]
@@ -251,11 +233,11 @@ class Authority:
                 )
             now = self.clock()
             event = ev.ApprovalGranted(
-                run_id=RunId(book.run_id),
-                seq=book.seq + 1,
+                run_id=state.run_id,
+                seq=state.seq + 1,
                 actor=f"user:{approver}",
                 occurred_at=now,
-                approval_id=f"apr.{book.run_id}.{book.seq + 1}",
+                approval_id=approval_id_for(state.run_id, state.seq + 1),
                 interrupt_id=interrupt_id,
                 action_hash=found.action_hash,
                 approver=approver,
@@ -264,18 +246,16 @@ class Authority:
                 conditions=conds,
                 snapshot_hash=self.policy.snapshot_hash,
             )
-            if await self._append(store, book, event):
-                book.apply(event)
-                approval = book.approvals[event.approval_id]
-                return approval
+            if await self._append(store, state, event):
+                return apply(state, event).approvals[event.approval_id]
 
     async def deny(
         self, store: EventStore, interrupt_id: str, *, approver: str, reason: str = ""
     ) -> None:
         """Refuse the action of a pending interrupt; the model is told, the run goes on."""
         while True:
-            book, found = await self.find(store, interrupt_id)
-            if await self._lapsed(store, book, found, f"user:{approver}"):
+            state, found = await self.find(store, interrupt_id)
+            if await self._lapsed(store, state, found, f"user:{approver}"):
                 continue
             if found.status == "denied":
                 return
@@ -284,8 +264,8 @@ class Authority:
                 raise ApprovalRefused(
                     f"{interrupt_id} is already {found.status}{hint}", interrupt_id=interrupt_id
                 )
-            _check_waiting(book, interrupt_id)
-            context = book.context or RunContext.local()
+            _check_waiting(state, interrupt_id)
+            context = RunContext.of_run(state.context)
             roles = await self.directory.roles_of(approver, tenant=context.tenant)
             required = found.approver_roles
             if approver != context.principal.id and any(r not in roles for r in required):
@@ -295,8 +275,8 @@ class Authority:
                     interrupt_id=interrupt_id,
                 )
             event = ev.ApprovalDenied(
-                run_id=RunId(book.run_id),
-                seq=book.seq + 1,
+                run_id=state.run_id,
+                seq=state.seq + 1,
                 actor=f"user:{approver}",
                 occurred_at=self.clock(),
                 interrupt_id=interrupt_id,
@@ -304,7 +284,7 @@ class Authority:
                 approver=approver,
                 reason=reason,
             )
-            if await self._append(store, book, event):
+            if await self._append(store, state, event):
                 return
 
     async def answer(
@@ -313,8 +293,8 @@ class Authority:
         """Answer an interrupt with a value matching its kind's schema (approval kinds take
         `approve` / `deny`)."""
         while True:
-            book, found = await self.find(store, interrupt_id)
-            if await self._lapsed(store, book, found, f"user:{answered_by}"):
+            state, found = await self.find(store, interrupt_id)
+            if await self._lapsed(store, state, found, f"user:{answered_by}"):
                 continue
             parsed = parse_answer(found.kind, value, found.payload)
             if found.kind.is_approval:
@@ -342,10 +322,10 @@ class Authority:
                 raise ApprovalRefused(
                     f"{interrupt_id} is {found.status}", interrupt_id=interrupt_id
                 )
-            _check_waiting(book, interrupt_id)
+            _check_waiting(state, interrupt_id)
             event = ev.InterruptAnswered(
-                run_id=RunId(book.run_id),
-                seq=book.seq + 1,
+                run_id=state.run_id,
+                seq=state.seq + 1,
                 actor=f"user:{answered_by}",
                 occurred_at=self.clock(),
                 interrupt_id=interrupt_id,
@@ -353,28 +333,29 @@ class Authority:
                 value=parsed,
                 answered_by=answered_by,
             )
-            settled = await self._settlement(store, book, found, parsed, answered_by)
-            if await self._append(store, book, event, *settled):
+            if await self._append(store, state, event):
                 return parsed
 
     async def revoke(
         self, store: EventStore, approval_id: str, *, revoked_by: str, reason: str = ""
     ) -> Approval:
         """Withdraw an approval. If its action has not run yet, it will not run on it."""
-        run_id = _run_of_approval(approval_id)
+        run_id = run_of_approval(approval_id)
+        if run_id is None:
+            raise ApprovalRefused(f"{approval_id!r} is not an approval id (apr.RUN.SEQ)")
         while True:
             try:
-                book = await self.book(store, run_id)
+                state = await load_state(store, RunId(run_id))
             except RunNotFound:
                 raise ApprovalRefused(f"no approval with id {approval_id!r}") from None
-            approval = book.approvals.get(approval_id)
+            approval = state.approvals.get(approval_id)
             if approval is None:
                 raise ApprovalRefused(f"no approval with id {approval_id!r}")
             if approval.revoked:
                 return approval
-            context = book.context or RunContext.local()
+            context = RunContext.of_run(state.context)
             roles = await self.directory.roles_of(revoked_by, tenant=context.tenant)
-            found = book.interrupts.get(approval.interrupt_id)
+            found = state.interrupts.get(approval.interrupt_id)
             required = found.approver_roles if found else ()
             if revoked_by != approval.approver and any(r not in roles for r in required):
                 raise ApprovalRefused(
@@ -382,21 +363,22 @@ class Authority:
                     f"of role {fmt_roles(required)} can"
                 )
             event = ev.ApprovalRevoked(
-                run_id=RunId(book.run_id),
-                seq=book.seq + 1,
+                run_id=state.run_id,
+                seq=state.seq + 1,
                 actor=f"user:{revoked_by}",
                 occurred_at=self.clock(),
                 approval_id=approval_id,
                 revoked_by=revoked_by,
                 reason=reason,
             )
-            if await self._append(store, book, event):
-                book.apply(event)
-                return book.approvals[approval_id]
+            if await self._append(store, state, event):
+                return apply(state, event).approvals[approval_id]
 
     # -- helpers ------------------------------------------------------------------------------
 
-    async def _lapsed(self, store: EventStore, book: Book, found: Interrupt, actor: str) -> bool:
+    async def _lapsed(
+        self, store: EventStore, state: RunState, found: Interrupt, actor: str
+    ) -> bool:
         """Refuse an answer to an expired interrupt (AnswerTooLate). An overdue one is expired
         first, with the fence, so whichever of the answer and the expiry commits first wins;
         True: it was, read again."""
@@ -405,16 +387,16 @@ class Authority:
                 f"{found.id} expired unanswered at {found.expiry.expires_at.isoformat()}; "
                 f"{what_happened(found)}. The answer was not recorded.",
                 interrupt_id=found.id,
-                run_id=book.run_id,
+                run_id=state.run_id,
                 expired_at=found.expiry.expires_at.isoformat(),
                 on_expiry=found.expiry.on_expiry,
             )
-        if found in overdue(book, self.clock()):
-            await expire_overdue(store, book.run_id, now=self.clock(), actor=actor)
+        if found in overdue(state, self.clock()):
+            await expire_overdue(store, state.run_id, now=self.clock(), actor=actor)
             return True
         return False
 
-    def with_deadline(self, decision: PolicyDecision, tool: Tool | None) -> PolicyDecision:
+    def with_deadline(self, decision: PolicyDecision, call: ProposedCall) -> PolicyDecision:
         """An interrupt about to be raised gets its deadline, when anything declares one."""
         if decision.decision is not Decision.REQUIRE_APPROVAL or not decision.interrupt_kind:
             return decision
@@ -424,8 +406,8 @@ class Authority:
             now=self.clock(),
             policy=self.policy,
             rule_ids=decision.rule_ids,
-            tool_name=tool.name if tool is not None else "",
-            tool_expiry=tool.expiry if isinstance(tool, HumanTool) else None,
+            tool_name=call.tool,
+            tool_expiry=call.expiry if call.asks is not None else None,
             fallback=self.expiry,
         )
         if deadline is None:
@@ -448,275 +430,27 @@ class Authority:
             )
         return timedelta(seconds=ttl)
 
-    async def _settlement(
-        self,
-        store: EventStore,
-        book: Book,
-        found: Interrupt,
-        answer: Mapping[str, Any],
-        who: str,
-    ) -> list[ev.Event]:
-        """For a confirmed external outcome: the event that settles the effect in the ledger,
-        appended with the answer, so the call is never sent again and the model is told."""
-        if found.kind is not InterruptKind.EXTERNAL_CONFIRMATION_REQUIRED or not found.effect_id:
-            return []
-        state = fold(await store.read(RunId(book.run_id)), book.run_id)
-        effect = state.effects.get(found.effect_id)
-        if effect is None or not effect.state.in_flight:
-            return []
-        receipt = str(answer.get("receipt") or "")
-        return [
-            confirmation(
-                state,
-                found.effect_id,
-                happened=answer["outcome"] == "committed",
-                actor=f"user:{who}",
-                note=str(answer.get("note") or ""),
-                receipts={"confirmation": receipt} if receipt else None,
-                seq=book.seq + 2,
-            )
-        ]
-
-    async def _append(self, store: EventStore, book: Book, *events: ev.Event) -> bool:
-        """Append at the book's tail; False when the log moved on (the caller re-reads)."""
-        state = await load_state(store, RunId(book.run_id))
-        if state.seq != book.seq:
-            return False
+    async def _append(self, store: EventStore, state: RunState, *events: ev.Event) -> bool:
+        """Append at the run's tail; False when the log moved on (the caller re-reads)."""
         try:
-            await store.append(RunId(book.run_id), stamp(state, events), expected_seq=book.seq)
+            await store.append(state.run_id, stamp(state, events), expected_seq=state.seq)
         except ConcurrencyConflict:
             return False
         except RunIsTerminal as exc:
             raise ApprovalRefused(
-                f"run {book.run_id} has ended ({exc.status}); nothing to decide any more",
-                run_id=book.run_id,
+                f"run {state.run_id} has ended ({exc.status}); nothing to decide any more",
+                run_id=state.run_id,
             ) from exc
         return True
 
-    def freeze(self, call: ProposedCall, tool: Tool | None, context: RunContext) -> FrozenAction:
-        """The frozen action for a proposed call, with the policy's preview when it has one.
 
-        Fields the tool's contract redacts are shown as `[redacted]` (in the preview too); the
-        hash still covers their real values.
-        """
-        preview = blast = None
-        for rule in self.policy.rules:
-            if (rule.preview or rule.blast_radius) and rule.matches(call, context):
-                preview = preview or rule.preview
-                blast = blast or rule.blast_radius
-        full = dict(call.arguments)
-        shown = tool.redacted(full) if tool is not None and tool.redact_fields else full
-        action = FrozenAction(
-            run_id=call.run_id,
-            call_id=call.call_id,
-            tool=call.tool,
-            arguments=full,
-            contract_hash=tool.contract_hash() if tool is not None else "",
-            effect=call.effect,
-            risk=call.risk,
-            preview=(
-                render_template(preview, shown) if preview else default_preview(call.tool, shown)
-            ),
-            blast_radius=(
-                render_template(blast, shown)
-                if blast
-                else default_blast_radius(
-                    call.effect, call.risk, tool.compensation if tool is not None else None
-                )
-            ),
-        )
-        if shown is full:
-            return action
-        return replace(action, arguments=shown, digest=action.hash)
-
-
-class Gate:
-    """The policy hook of one gateway: decides each proposed call from the run's own log."""
-
-    def __init__(self, authority: Authority, store: EventStore, tools: Sequence[Tool]) -> None:
-        self.authority = authority
-        self.store = store
-        self.tools = {t.name: t for t in tools}
-        self._books: OrderedDict[str, Book] = OrderedDict()
-        self._done: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
-
-    async def _book(self, run_id: str) -> Book:
-        book = self._books.pop(run_id, None) or Book(run_id=run_id)
-        for event in await self.store.read(RunId(run_id), after_seq=book.seq):
-            book.apply(event)
-        self._books[run_id] = book
-        while len(self._books) > 256:
-            self._done.pop(self._books.popitem(last=False)[0], None)
-        return book
-
-    def _history(self, book: Book) -> CallHistory:
-        """What already succeeded, each call's arguments as its tool validated them (as the
-        call being decided has them), so limits and the repeat guard compare like with like."""
-        done = self._done.setdefault(book.run_id, [])
-        for name, raw in book.succeeded[len(done) :]:
-            tool = self.tools.get(name)
-            try:
-                args = tool.args_model.model_validate(raw).model_dump(mode="json") if tool else raw
-            except ValidationError:
-                args = raw
-            done.append((name, args))
-        return CallHistory(succeeded=tuple(done))
-
-    async def evaluate(self, call: ProposedCall) -> PolicyDecision:
-        a = self.authority
-        book = await self._book(call.run_id)
-        context = book.context or RunContext.local()
-        # The built-in file and HTTP tools read the run's containment at the moment they act,
-        # and the tools that ask a person read the answer from the run's log.
-        activate(context.containment)
-        bind_store(self.store)
-        tool = self.tools.get(call.tool)
-        if a.implicit and book.snapshot_hash and book.snapshot_hash != a.policy.snapshot_hash:
-            # Fail closed: deciding under "no policy" would silently widen the run's authority.
-            return PolicyDecision(
-                decision=Decision.DENY,
-                rule_ids=("policy:missing",),
-                reasons=(
-                    f"the run is bound to policy snapshot {book.snapshot_hash[:12]}, and this "
-                    "runtime has no policy; give it the run's policy (CONTEXTOS_POLICY)",
-                ),
-                absolute=True,
-            )
-        decision = a.engine.evaluate(call, context, tool=tool, history=self._history(book))
-        action = a.freeze(call, tool, context)
-        decision = replace(decision, action_hash=action.hash)
-        if isinstance(tool, HumanTool) and decision.allowed:
-            return a.with_deadline(_ask_person(decision, call, tool, book), tool)
-        exception = (
-            decision.decision is Decision.DENY
-            and not decision.absolute
-            and decision.exception_role is not None
-        )
-        if decision.decision is not Decision.REQUIRE_APPROVAL and not exception:
-            return decision
-        kind = (
-            InterruptKind.POLICY_EXCEPTION_REQUESTED
-            if exception
-            else InterruptKind.APPROVAL_REQUIRED
-        )
-        latest = book.latest_for_call(call.call_id)
-        stale: list[str] = []
-        if latest is not None and latest.status == "expired":
-            return expired_decision(decision, latest)
-        if latest is not None and latest.status == "denied":
-            who = latest.denied_by or "an approver"
-            why = f": {latest.deny_reason}" if latest.deny_reason else ""
-            return replace(
-                decision,
-                decision=Decision.DENY,
-                rule_ids=(*decision.rule_ids, f"denied:{latest.id}"),
-                reasons=(f"{who} denied this action{why}",),
-                exception_role=None,
-                checks=(
-                    *decision.checks,
-                    Check(layer="approval", decision=Decision.DENY, rule_id=latest.id),
-                ),
-            )
-        if latest is not None and latest.status == "approved" and latest.approval is not None:
-            approval = latest.approval
-            roles = await a.directory.roles_of(approval.approver, tenant=context.tenant)
-            problems = check_approval(
-                approval,
-                action_hash=action.hash,
-                arguments=call.arguments,
-                now=a.clock(),
-                approver_roles=roles,
-                required_roles=decision.approver_roles,
-                run_principal=context.principal.id,
-                allow_self_approval=a.policy.allow_self_approval,
-            )
-            if not problems:
-                return replace(
-                    decision,
-                    decision=Decision.CONSTRAIN if decision.constraints else Decision.ALLOW,
-                    rule_ids=(*decision.rule_ids, f"approval:{approval.id}"),
-                    reasons=(
-                        *decision.reasons,
-                        f"approved by {approval.approver} until {approval.expires_at.isoformat()}",
-                    ),
-                    approval_id=approval.id,
-                    checks=(
-                        *decision.checks,
-                        Check(
-                            layer="approval",
-                            decision=Decision.ALLOW,
-                            rule_id=approval.id,
-                            reason=f"approved by {approval.approver}",
-                        ),
-                    ),
-                )
-            stale = [p.reason for p in problems]
-        asked = replace(
-            decision,
-            decision=Decision.REQUIRE_APPROVAL,
-            reasons=(*decision.reasons, *stale),
-            interrupt_kind=kind.value,
-            interrupt_payload={
-                "action": action.to_dict(),
-                "approver_roles": list(decision.approver_roles),
-                "rule_ids": list(decision.rule_ids),
-                "reasons": [*decision.reasons, *stale],
-                "snapshot_hash": decision.snapshot_hash,
-                "replaces": latest.id if latest is not None else None,
-            },
-        )
-        return a.with_deadline(asked, tool)
-
-
-def _ask_person(
-    decision: PolicyDecision, call: ProposedCall, tool: HumanTool, book: Book
-) -> PolicyDecision:
-    """A call that asks a person: raise its interrupt, or let it complete once answered."""
-    latest = book.latest_for_call(call.call_id)
-    if latest is not None and latest.status == "expired":
-        return expired_decision(decision, latest)
-    if latest is not None and latest.status == "answered":
-        who = latest.answered_by or "a person"
-        return replace(
-            decision,
-            rule_ids=(*decision.rule_ids, f"answered:{latest.id}"),
-            reasons=(*decision.reasons, f"answered by {who}"),
-            checks=(
-                *decision.checks,
-                Check(layer="person", decision=Decision.ALLOW, rule_id=latest.id, reason=who),
-            ),
-        )
-    options = call.arguments.get("options") or None
-    kind = InterruptKind.CHOICE_REQUIRED if options else tool.interrupt_kind
-    question = call.arguments.get("question") or call.arguments.get("summary") or ""
-    return replace(
-        decision,
-        decision=Decision.REQUIRE_APPROVAL,
-        rule_ids=(*decision.rule_ids, "ask:person"),
-        reasons=(*decision.reasons, f"{call.tool} asks a person"),
-        interrupt_kind=kind.value,
-        interrupt_payload={
-            "question": str(question),
-            "options": list(options) if options else None,
-            "tool": call.tool,
-            "replaces": latest.id if latest is not None else None,
-        },
-    )
-
-
-def _check_waiting(book: Book, interrupt_id: str) -> None:
+def _check_waiting(state: RunState, interrupt_id: str) -> None:
     """Only a run waiting for a person takes an answer: the answer moves it back to the queue,
     which is a legal move from `input_required` only."""
-    if book.status != RunStatus.INPUT_REQUIRED.value:
+    if state.status is not RunStatus.INPUT_REQUIRED:
         raise ApprovalRefused(
-            f"run {book.run_id} is {book.status}, not waiting for an answer; {interrupt_id} "
+            f"run {state.run_id} is {state.status}, not waiting for an answer; {interrupt_id} "
             "can be answered when the run asks again",
             interrupt_id=interrupt_id,
-            run_id=book.run_id,
+            run_id=state.run_id,
         )
-
-
-def _run_of_approval(approval_id: str) -> str:
-    if not approval_id.startswith("apr.") or approval_id.count(".") < 2:
-        raise ApprovalRefused(f"{approval_id!r} is not an approval id (apr.RUN.SEQ)")
-    return approval_id[4:].rsplit(".", 1)[0]

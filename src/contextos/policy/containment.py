@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -169,27 +168,17 @@ def _within(path: str, root: str) -> bool:
         return False
 
 
-_ACTIVE: ContextVar[Containment | None] = ContextVar("contextos_containment", default=None)
-
-
-def active_containment() -> Containment | None:
-    """The containment of the run whose tool call is executing, if the runtime bound one."""
-    return _ACTIVE.get()
-
-
-def activate(containment: Containment | None) -> Token[Containment | None]:
-    """Bind the run's containment for the tool calls that follow in this task."""
-    return _ACTIVE.set(containment)
-
-
-def _layers(own: Containment | None) -> list[Containment]:
+def _layers(run: Containment | None, own: Containment | None) -> list[Containment]:
     # The run's containment first: relative paths are taken from the narrowest roots.
-    return [c for c in (active_containment(), own) if c is not None]
+    return [c for c in (run, own) if c is not None]
 
 
-def confine_path(path: str, access: Access, own: Containment | None = None) -> Path:
-    """Resolve `path` for a built-in tool: every containment in force must permit it."""
-    layers = _layers(own)
+def confine_path(
+    path: str, access: Access, own: Containment | None = None, run: Containment | None = None
+) -> Path:
+    """Resolve `path` for a built-in tool: every containment in force (the tool's own, and the
+    run's) must permit it."""
+    layers = _layers(run, own)
     if not layers:
         raise ContainmentViolation(
             f"{access} access to {path!r} refused: no filesystem roots are configured",
@@ -215,10 +204,12 @@ class Placed:
     """Whether every containment in force allows files with several hard links."""
 
 
-def place(path: str, access: Access, own: Containment | None = None) -> Placed:
+def place(
+    path: str, access: Access, own: Containment | None = None, run: Containment | None = None
+) -> Placed:
     """Check `path` like `confine_path`, and say where a walk that opens it starts."""
-    real = confine_path(path, access, own)
-    layers = _layers(own)
+    real = confine_path(path, access, own, run)
+    layers = _layers(run, own)
     first = layers[0]
     root = min((r for r in first.roots + first.read_only if _within(str(real), r)), key=len)
     return Placed(
@@ -229,9 +220,9 @@ def place(path: str, access: Access, own: Containment | None = None) -> Placed:
     )
 
 
-def confine_url(url: str, own: Containment | None = None) -> None:
+def confine_url(url: str, own: Containment | None = None, run: Containment | None = None) -> None:
     """Refuse a URL unless every containment in force permits it."""
-    layers = _layers(own)
+    layers = _layers(run, own)
     if not layers:
         raise ContainmentViolation(
             f"request to {url!r} refused: no network allow list is configured", url=url
@@ -241,11 +232,16 @@ def confine_url(url: str, own: Containment | None = None) -> None:
 
 
 def confine_reach(
-    url: str, host: str, port: int, addresses: list[IP], own: Containment | None
+    url: str,
+    host: str,
+    port: int,
+    addresses: list[IP],
+    own: Containment | None,
+    run: Containment | None = None,
 ) -> None:
     """Refuse to connect to `host` at `addresses` unless every containment in force permits
     each of them (the resolved half of `confine_url`)."""
-    for c in _layers(own):
+    for c in _layers(run, own):
         why = c.network.why_not_reach(host, port, addresses)
         if why is not None:
             raise ContainmentViolation(f"request to {url!r} refused: {why}", url=url)

@@ -15,32 +15,19 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Context, Decimal, DecimalException, Inexact, localcontext
-from typing import Any, Literal
+from typing import Any
 
 from contextos.errors import ContainmentViolation
 from contextos.numbers import exact
-from contextos.policy.containment import Containment
-from contextos.policy.decision import Check, Decision, PolicyDecision, ProposedCall
+from contextos.policy.hook import ProposedCall
 from contextos.policy.identity import RunContext
 from contextos.policy.rules import MISSING, Limit, Policy, Rule, check_constraints, lookup
-from contextos.tools.contract import Tool
+from contextos.records.decisions import Check, Decision, PolicyDecision
 
 _EXACT = Context(prec=200, traps=[Inexact])
 """Budget sums: 200 significant digits, and an error rather than a rounded total."""
 
 _RANK = {Decision.ALLOW: 0, Decision.CONSTRAIN: 1, Decision.REQUIRE_APPROVAL: 2, Decision.DENY: 3}
-
-Confine = Literal["read", "write", "url"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class ConfinedTool(Tool):
-    """A tool whose arguments name paths or URLs that the run's containment must permit."""
-
-    confine: tuple[tuple[str, Confine], ...] = ()
-    """(argument, read | write | url) pairs checked before dispatch."""
-    containment: Containment | None = None
-    """The tool's own walls; the run's containment, when it has one, applies as well."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -75,13 +62,14 @@ class Engine:
         call: ProposedCall,
         context: RunContext,
         *,
-        tool: Tool | None,
+        in_manifest: bool = True,
         history: CallHistory | None = None,
     ) -> PolicyDecision:
-        """The decision before any approval is considered."""
+        """The decision before any approval is considered (`in_manifest`: the call names one of
+        the run's tools, as every call the gateway proposes does)."""
         findings = [
-            *self._manifest(call, tool),
-            *self._containment(call, context, tool),
+            *self._manifest(call, in_manifest),
+            *self._containment(call, context),
             *self._allowlist(call, context),
             *self._scopes(call, context),
             *self._classification(call, context),
@@ -92,21 +80,19 @@ class Engine:
 
     # -- layers -----------------------------------------------------------------------------
 
-    def _manifest(self, call: ProposedCall, tool: Tool | None) -> list[_Finding]:
-        if tool is None or tool.name != call.tool:
+    def _manifest(self, call: ProposedCall, in_manifest: bool) -> list[_Finding]:
+        if not in_manifest:
             return [_deny("manifest", "manifest", f"{call.tool} is not in the run's manifest")]
         return [_ok("manifest", "manifest")]
 
-    def _containment(
-        self, call: ProposedCall, context: RunContext, tool: Tool | None
-    ) -> list[_Finding]:
-        if not isinstance(tool, ConfinedTool) or not tool.confine:
+    def _containment(self, call: ProposedCall, context: RunContext) -> list[_Finding]:
+        if not call.confine:
             return []
-        layers = [c for c in (context.containment, tool.containment) if c is not None]
+        layers = [c for c in (context.containment, call.containment) if c is not None]
         if not layers:
-            return [_deny("containment", "containment", f"{tool.name}: no containment configured")]
+            return [_deny("containment", "containment", f"{call.tool}: no containment configured")]
         out: list[_Finding] = []
-        for arg, kind in tool.confine:
+        for arg, kind in call.confine:
             value = lookup(call.arguments, arg)
             if not isinstance(value, str):
                 continue  # argument validation already ran; a missing optional path is fine

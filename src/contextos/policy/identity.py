@@ -16,6 +16,7 @@ from enum import StrEnum
 from typing import Any
 
 from contextos.errors import AuthorityWidened
+from contextos.events import ContextBound
 from contextos.policy.containment import Containment
 
 
@@ -243,6 +244,12 @@ class RunContext:
     def hash(self) -> str:
         blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()
+
+    @classmethod
+    def of_run(cls, bound: ContextBound | None) -> RunContext:
+        """The context a run's `ContextBound` event recorded; the local one for a run that
+        bound none."""
+        return cls.from_dict(bound.context) if bound is not None else cls.local()
 
     @classmethod
     def local(cls, *, containment: Containment | None = None) -> RunContext:

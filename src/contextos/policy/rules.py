@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from contextos.deadlines import on_expiry
 from contextos.errors import PolicyLoadError
 from contextos.numbers import exact, finite, is_count, is_number, seconds
-from contextos.policy.decision import Decision, ProposedCall
+from contextos.policy.hook import ProposedCall
+from contextos.records.deadlines import on_expiry
+from contextos.records.decisions import Decision
 
 if TYPE_CHECKING:
     from contextos.policy.identity import RunContext

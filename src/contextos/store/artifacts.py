@@ -41,7 +41,7 @@ class Artifact:
     content_hash: str
     """sha256 of the content, hex: the blob's address."""
     media_type: str
-    """`text/plain; charset=utf-8` or `application/json`."""
+    """`text/plain; charset=utf-8`, `application/json` or `application/octet-stream`."""
     size: int
     """Bytes of content."""
     run_id: str
@@ -56,6 +56,11 @@ class Artifact:
     """Most sensitive data classification of what went into it."""
     created_at: datetime | None = None
     """When the store first saw it (UTC)."""
+
+    @property
+    def is_text(self) -> bool:
+        """Whether its content reads as text (plain or JSON)."""
+        return self.media_type in (TEXT, JSON)
 
     def event_fields(self) -> dict[str, Any]:
         """The fields of the `artifact_recorded` event that names it."""

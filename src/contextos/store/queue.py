@@ -14,6 +14,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
+from contextos.errors import ConfigError
 from contextos.runs import RunId
 
 
@@ -74,7 +75,7 @@ DEFAULT_LIMIT_NAME = "*"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Limit:
+class ConcurrencyLimit:
     """At most `max_running` leased runs at once in a scope, across all workers."""
 
     scope: LimitScope
@@ -273,7 +274,7 @@ class RunQueue(Protocol):
         """Set (or with None, remove) a concurrency limit."""
         ...
 
-    async def limits(self) -> list[Limit]:
+    async def limits(self) -> list[ConcurrencyLimit]:
         """All concurrency limits."""
         ...
 
@@ -358,12 +359,20 @@ def queue_of(store: object) -> RunQueue | None:
     return store if isinstance(store, RunQueue) else None
 
 
+def require_queue(store: object) -> RunQueue:
+    """The store's queue; ConfigError when the backend keeps none."""
+    queue = queue_of(store)
+    if queue is None:
+        raise ConfigError(f"the store {getattr(store, 'url', store)!r} keeps no run queue")
+    return queue
+
+
 __all__ = [
     "DEFAULT_LIMIT_NAME",
     "CatchUp",
     "Firing",
     "Lease",
-    "Limit",
+    "ConcurrencyLimit",
     "LimitScope",
     "QueueEntry",
     "RunQueue",
@@ -374,6 +383,7 @@ __all__ = [
     "WorkerInfo",
     "WorkerStatus",
     "queue_of",
+    "require_queue",
     "tick_key",
     "trigger_key",
 ]

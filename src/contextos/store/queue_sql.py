@@ -19,9 +19,9 @@ from contextos.store import wakeup
 from contextos.store.queue import (
     DEFAULT_LIMIT_NAME,
     CatchUp,
+    ConcurrencyLimit,
     Firing,
     Lease,
-    Limit,
     LimitScope,
     QueueEntry,
     Schedule,
@@ -428,9 +428,12 @@ class SqlQueue:
         statement = _UNSET_LIMIT if max_running is None else _SET_LIMIT
         await self._execute(lambda: changed_rows(statement, params))
 
-    async def limits(self) -> list[Limit]:
+    async def limits(self) -> list[ConcurrencyLimit]:
         rows = await self._execute(lambda: all_rows(_LIMITS, {}))
-        return [Limit(scope=LimitScope(s), name=str(n), max_running=int(m)) for s, n, m in rows]
+        return [
+            ConcurrencyLimit(scope=LimitScope(s), name=str(n), max_running=int(m))
+            for s, n, m in rows
+        ]
 
     # -- workers --------------------------------------------------------------------------
 

@@ -56,6 +56,7 @@ _SOURCES = (
     "contextos.events",
     "contextos.messages",
     "contextos.ledger",
+    "contextos.records.interrupts",
     "contextos.runs",
 )
 

@@ -8,16 +8,20 @@ after it crashed and resumed in another process) give one trace with the same id
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from contextos.errors import ConfigError
-from contextos.telemetry._capture import CAPTURE_ENV, Capture, CaptureMode, capture_mode
+from contextos.telemetry._capture import CAPTURE_ENV, Capture, CaptureMode, Redactor, capture_mode
 from contextos.telemetry._ids import trace_id_for
 from contextos.telemetry._render import span_json, span_tree
+from contextos.telemetry.timeline import TimelineEntry, timeline
 
 if TYPE_CHECKING:
+    from rich.tree import Tree
+
     from contextos import events as ev
-    from contextos.middleware.pii import PiiRedaction
     from contextos.telemetry._export import LiveTraces
     from contextos.telemetry._spans import SpanRecord
 
@@ -37,11 +41,44 @@ Content = CaptureMode | str | bool | None
 metadata, or None for CONTEXTOS_OTEL_CAPTURE_CONTENT (metadata when unset)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Trace:
+    """A run's trace: its spans, children first and the run's `invoke_agent` span last."""
+
+    spans: tuple[SpanRecord, ...]
+    """The spans, as OpenTelemetry records them."""
+
+    def tree(self) -> Tree:
+        """The run's span with its children in start order, for a terminal."""
+        return span_tree(list(self.spans))
+
+    def to_json(self) -> list[dict[str, Any]]:
+        """The spans as JSON data, ids in hex as OTLP shows them."""
+        return [span_json(s) for s in self.spans]
+
+
+def trace_of(
+    events: Sequence[ev.Event],
+    *,
+    capture_content: Content = None,
+    pii: Redactor | None = None,
+    otlp_endpoint: str | None = None,
+) -> Trace:
+    """A recorded run's trace; sent over OTLP/HTTP too when `otlp_endpoint` is given."""
+    if otlp_endpoint is not None:
+        spans = export_run(
+            list(events), otlp_endpoint=otlp_endpoint, capture_content=capture_content, pii=pii
+        )
+    else:
+        spans = spans_for(list(events), capture_content=capture_content, pii=pii)
+    return Trace(tuple(spans))
+
+
 def spans_for(
-    events: list[ev.Event], *, capture_content: Content = None, pii: PiiRedaction | None = None
+    events: list[ev.Event], *, capture_content: Content = None, pii: Redactor | None = None
 ) -> list[SpanRecord]:
     """The run's spans (children first, the run's `invoke_agent` span last), with content as
-    `capture_content` says; `redacted` goes through `pii` (default: `PiiRedaction()`)."""
+    `capture_content` says; `redacted` goes through `pii` (the PII layer, e.g. `PiiRedaction`)."""
     _require()
     from contextos.telemetry._spans import build
 
@@ -54,7 +91,7 @@ def export_run(
     *,
     otlp_endpoint: str | None = None,
     capture_content: Content = None,
-    pii: PiiRedaction | None = None,
+    pii: Redactor | None = None,
     meter_provider: Any = None,
 ) -> list[SpanRecord]:
     """Export a recorded run's trace to `tracer_provider`, or over OTLP/HTTP to `otlp_endpoint`
@@ -88,7 +125,7 @@ def live_traces(
     tracer_provider: Any = None,
     capture_content: Content = None,
     meter_provider: Any = None,
-    pii: PiiRedaction | None = None,
+    pii: Redactor | None = None,
 ) -> LiveTraces | None:
     """The runtime's live exporter: spans for `tracer_provider`, or an OTLP one when the env
     sets OTEL_EXPORTER_OTLP_ENDPOINT (or ..._TRACES_ENDPOINT), and GenAI metrics for
@@ -115,6 +152,9 @@ __all__ = [
     "Capture",
     "CaptureMode",
     "Content",
+    "Redactor",
+    "TimelineEntry",
+    "Trace",
     "capture_mode",
     "export_run",
     "live_traces",
@@ -122,5 +162,7 @@ __all__ = [
     "span_json",
     "span_tree",
     "spans_for",
+    "timeline",
     "trace_id_for",
+    "trace_of",
 ]

@@ -15,15 +15,18 @@ import hashlib
 import os
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from contextos.errors import ConfigError
 
-if TYPE_CHECKING:
-    from contextos.middleware.pii import PiiRedaction
-
 CAPTURE_ENV = "CONTEXTOS_OTEL_CAPTURE_CONTENT"
 """A capture mode, or true (full) / false (metadata)."""
+
+
+class Redactor(Protocol):
+    """The PII layer as a trace sees it (`contextos.middleware.PiiRedaction` is one)."""
+
+    def redact_text(self, text: str) -> str: ...
 
 
 class CaptureMode(StrEnum):
@@ -60,15 +63,16 @@ class Capture:
     """A capture mode, with the PII layer that `redacted` goes through."""
 
     mode: CaptureMode = CaptureMode.METADATA
-    pii: PiiRedaction | None = None
+    pii: Redactor | None = None
 
     @classmethod
-    def of(cls, value: CaptureMode | str | bool | None, pii: PiiRedaction | None = None) -> Capture:
+    def of(cls, value: CaptureMode | str | bool | None, pii: Redactor | None = None) -> Capture:
         mode = capture_mode(value)
         if mode is CaptureMode.REDACTED and pii is None:
-            from contextos.middleware.pii import PiiRedaction
-
-            pii = PiiRedaction()
+            raise ConfigError(
+                "redacted traces go through the PII layer: pass pii=PiiRedaction() "
+                "(contextos.middleware), or read the trace with Runtime.trace"
+            )
         return cls(mode, pii)
 
     @property
@@ -89,4 +93,4 @@ class Capture:
         return {"seq": seq} if self.mode is CaptureMode.HASHES else {}
 
 
-__all__ = ["CAPTURE_ENV", "Capture", "CaptureMode", "capture_mode"]
+__all__ = ["CAPTURE_ENV", "Capture", "CaptureMode", "Redactor", "capture_mode"]

@@ -140,7 +140,7 @@ def _error_of(name: str, error: BaseException) -> Exception:
     if isinstance(error, Exception):
         return error
     crashed = ToolCrashed(
-        f"it raised {describe(error)}", tool=name, error_type=type(error).__name__
+        f"it raised {error_text(error)}", tool=name, error_type=type(error).__name__
     )
     crashed.__cause__ = error
     return crashed
@@ -214,7 +214,7 @@ def error_type(error: BaseException) -> str:
     return type(error).__name__
 
 
-def describe(error: BaseException) -> str:
+def error_text(error: BaseException) -> str:
     """`TypeName: message` of an exception raised by user code, fit to be recorded."""
     message = safe_text(error)
     return f"{type(error).__name__}: {message}" if message else type(error).__name__

@@ -19,13 +19,15 @@ from typing import Any, get_type_hints, overload
 from pydantic import BaseModel, ConfigDict, create_model
 
 from contextos.messages import ToolSpec
+from contextos.policy.containment import Containment
+from contextos.policy.hook import ProposedCall
 from contextos.tools.arguments import MAX_BYTES, MAX_DEPTH
 
 DEFAULT_MAX_OUTPUT_CHARS = 16_000
 """Characters of a tool's rendered output kept by default; the rest is cut with a note."""
 
 
-class Effect(StrEnum):
+class EffectKind(StrEnum):
     """What calling the tool does to the world."""
 
     READ = "read"
@@ -83,6 +85,12 @@ class ToolContext:
     receipts: dict[str, str] = field(default_factory=dict)
     """A tool may put receipts here (provider request id, confirmation id); they are stored
     on the effect even when the call then fails."""
+    containment: Containment | None = None
+    """The run's containment, when it acts under one: the built-in file and HTTP tools stay
+    within it as well as within their own."""
+    answer: dict[str, Any] | None = None
+    """For a tool that asks a person: the answer given to this call's question, as the run's
+    log records it (None: nobody has answered)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -109,7 +117,7 @@ class Tool:
     """Pydantic model of the arguments."""
     version: str = "1"
     """Bumped when behaviour changes."""
-    effect: Effect = Effect.READ
+    effect: EffectKind = EffectKind.READ
     """What a call does to the world."""
     risk: Risk = Risk.LOW
     """How bad a wrong call is."""
@@ -220,11 +228,28 @@ class Tool:
     @property
     def has_effect(self) -> bool:
         """True for every tool whose calls go through the effect ledger."""
-        return self.effect is not Effect.READ
+        return self.effect is not EffectKind.READ
 
     def redacted(self, arguments: dict[str, Any]) -> dict[str, Any]:
         """Arguments as they may be written to logs and traces."""
         return {k: "[redacted]" if k in self.redact_fields else v for k, v in arguments.items()}
+
+    def proposal(self, run_id: str, call_id: str, arguments: dict[str, Any]) -> ProposedCall:
+        """What policy is asked about a call of this tool with these validated arguments: the
+        call, and what the contract says that policy weighs."""
+        return ProposedCall(
+            run_id=run_id,
+            call_id=call_id,
+            tool=self.name,
+            arguments=arguments,
+            effect=self.effect.value,
+            risk=self.risk.value,
+            scopes=self.scopes,
+            data_classification=self.data_classification,
+            contract_hash=self.contract_hash(),
+            redact_fields=self.redact_fields,
+            compensation=self.compensation,
+        )
 
 
 def _hash(data: Any) -> str:
@@ -247,7 +272,7 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     version: str = "1",
-    effect: Effect | str = Effect.READ,
+    effect: EffectKind | str = EffectKind.READ,
     risk: Risk | str = Risk.LOW,
     scopes: tuple[str, ...] = (),
     data_classification: str = "internal",
@@ -275,7 +300,7 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     version: str = "1",
-    effect: Effect | str = Effect.READ,
+    effect: EffectKind | str = EffectKind.READ,
     risk: Risk | str = Risk.LOW,
     scopes: tuple[str, ...] = (),
     data_classification: str = "internal",
@@ -304,7 +329,7 @@ def tool(
             fn=f,
             args_model=args_model,
             version=version,
-            effect=Effect(effect),
+            effect=EffectKind(effect),
             risk=Risk(risk),
             scopes=tuple(scopes),
             data_classification=data_classification,
@@ -340,7 +365,7 @@ class BaseTool:
     name: str = ""
     description: str = ""
     version: str = "1"
-    effect: Effect | str = Effect.READ
+    effect: EffectKind | str = EffectKind.READ
     risk: Risk | str = Risk.LOW
     scopes: tuple[str, ...] = ()
     data_classification: str = "internal"

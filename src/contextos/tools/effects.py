@@ -7,8 +7,9 @@ tells exactly which calls may have happened without their outcome being known. T
 re-run blindly: they are reconciled through the tool, re-sent with the same idempotency key when
 the contract says that is safe, or put to a person as an interrupt.
 
-When a run fails or is cancelled after committed reversible writes, `settle` runs the declared
-compensations (the saga) before the terminal event is written.
+When a run fails or is cancelled after committed reversible writes, the saga
+(`contextos.tools.saga`) settles its effects through this runner before the terminal event is
+written.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import asyncio
 import dataclasses
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import Any, Protocol
 
 from pydantic import BaseModel
@@ -28,7 +30,6 @@ from contextos.errors import (
     ToolOutcomeUnknown,
     ToolOutputInvalid,
 )
-from contextos.interrupts import approval_interrupt, interrupt_id_for
 from contextos.ledger import (
     MAX_DISPATCHES,
     Effect,
@@ -38,11 +39,14 @@ from contextos.ledger import (
     idempotency_key,
 )
 from contextos.messages import ToolCall
-from contextos.policy.decision import Decision, PolicyDecision
-from contextos.runs import FailureReason, RunId
+from contextos.policy.containment import Containment
+from contextos.policy.identity import RunContext
+from contextos.records.decisions import Decision, PolicyDecision
+from contextos.records.interrupts import InterruptKind, approval_interrupt, interrupt_id_for
+from contextos.runs import RunId
 from contextos.state import RunState
 from contextos.store.base import EventStore
-from contextos.tools._invoke import describe, error_type, safe_text, stray_cancellation
+from contextos.tools._invoke import error_text, error_type, safe_text, stray_cancellation
 from contextos.tools.contract import Tool, ToolContext
 from contextos.tools.gateway import (
     Gateway,
@@ -54,12 +58,9 @@ from contextos.tools.gateway import (
     timeout_message,
     unshowable_outcome,
 )
-from contextos.tools.saga import Saga, needs_settling, unsettled
 
 CANCEL_POLL_S = 0.25
 """How often an in-flight tool call checks whether its run is being ended."""
-
-EXTERNAL_CONFIRMATION = "external_confirmation_required"
 
 
 class Journal(Protocol):
@@ -188,14 +189,14 @@ class ToolRunner:
         if decided is None and self.gw.policy is not None:
             decision = await self.gw.decide(self.gw.propose(self.state.run_id, call, tool, args))
             b = self.batch()
-            b.add(ev.PolicyDecided, **_decision_fields(call, tool, decision, None))
+            b.add(ev.PolicyDecided, **decision.recorded(call.id, tool.name, None))
             await b.commit()
             decided = self.state.policy_by_call[call.id]
         if decided is not None and decided.decision in (Decision.DENY, Decision.REQUIRE_APPROVAL):
             if decided.decision == Decision.REQUIRE_APPROVAL:
                 await self.approval_required(call, tool, None, decided)
             else:
-                await self._complete(call, refusal_outcome(tool.name, _as_decision(decided)))
+                await self._complete(call, refusal_outcome(tool.name, PolicyDecision.of(decided)))
             return
         attempt = 1
         while True:
@@ -254,7 +255,7 @@ class ToolRunner:
             compensation=tool.compensation,
         )
         b.add(ev.EffectChanged, effect_id=eid, state=EffectState.VALIDATED)
-        b.add(ev.PolicyDecided, **_decision_fields(call, tool, decision, eid))
+        b.add(ev.PolicyDecided, **decision.recorded(call.id, tool.name, eid))
         if decision.decision in (Decision.ALLOW, Decision.CONSTRAIN):
             b.add(ev.EffectChanged, effect_id=eid, state=EffectState.AUTHORISED)
         await b.commit()
@@ -332,7 +333,7 @@ class ToolRunner:
     async def _settle_refused(
         self, call: ToolCall, tool: Tool, effect: Effect, decided: ev.PolicyDecided
     ) -> None:
-        outcome = refusal_outcome(tool.name, _as_decision(decided))
+        outcome = refusal_outcome(tool.name, PolicyDecision.of(decided))
         b = self.batch()
         b.add(
             ev.EffectChanged,
@@ -351,8 +352,8 @@ class ToolRunner:
         """Policy asked for a person: raise the interrupt once per decision (the run waits,
         holding nothing); once it has been answered, ask policy again, which revalidates the
         approval (or applies the denial), and carry on with that decision."""
-        raised = self.state.interrupt_by_call.get(call.id)
-        if raised is None or raised.seq < decided.seq:
+        raised = self.state.latest_interrupt(call.id)
+        if raised is None or raised.raised_seq < decided.seq:
             b = self.batch()
             b.add(
                 ev.InterruptRaised,
@@ -368,7 +369,7 @@ class ToolRunner:
         decision = await self.gw.decide(self.gw.propose(self.state.run_id, call, tool, args))
         eid = effect.effect_id if effect is not None else None
         b = self.batch()
-        b.add(ev.PolicyDecided, **_decision_fields(call, tool, decision, eid))
+        b.add(ev.PolicyDecided, **decision.recorded(call.id, tool.name, eid))
         if eid is not None and decision.allowed:
             b.add(ev.EffectChanged, effect_id=eid, state=EffectState.AUTHORISED)
         await b.commit()
@@ -460,7 +461,7 @@ class ToolRunner:
                 found = await self.gw.reconcile(tool, effect.idempotency_key)
                 receipts = None if found is None else self.gw.render(found, tool).receipts
             except Exception as exc:
-                receipts, why = None, f"verification could not run: {describe(exc)}"
+                receipts, why = None, f"verification could not run: {error_text(exc)}"
             else:
                 why = "verification found no record of the call"
             if receipts is not None:
@@ -487,6 +488,16 @@ class ToolRunner:
         Returns True when it settled, False when a person has to confirm (the run now waits).
         """
         eid = effect.effect_id
+        asked = self.state.latest_interrupt(effect.call_id)
+        if (
+            asked is not None
+            and asked.effect_id == eid
+            and asked.kind is InterruptKind.EXTERNAL_CONFIRMATION_REQUIRED
+            and asked.status == "answered"
+            and asked.answer is not None
+        ):
+            await self._confirmed(call, effect, asked.answer, who=asked.answered_by or "")
+            return True
         if tool.reconcile is not None:
             b = self.batch()
             b.add(ev.EffectChanged, effect_id=eid, state=EffectState.RECONCILING)
@@ -500,7 +511,7 @@ class ToolRunner:
                     effect_id=eid,
                     state=EffectState.OUTCOME_UNKNOWN,
                     error_code="reconcile_failed",
-                    note=f"reconcile failed: {describe(exc)}",
+                    note=f"reconcile failed: {error_text(exc)}",
                 )
                 await b.commit()
             else:
@@ -542,6 +553,24 @@ class ToolRunner:
         await self._ask_person(effect, tool)
         return False
 
+    async def _confirmed(
+        self, call: ToolCall | None, effect: Effect, answer: dict[str, Any], *, who: str
+    ) -> None:
+        """Settle an effect as the person who answered its confirmation said: the call is never
+        sent again, and the model is told the confirmed outcome."""
+        receipt = str(answer.get("receipt") or "")
+        settled = confirmation(
+            self.state,
+            effect.effect_id,
+            happened=answer.get("outcome") == "committed",
+            actor=f"user:{who}",
+            note=str(answer.get("note") or ""),
+            receipts={"confirmation": receipt} if receipt else None,
+        )
+        await self.j.commit(settled)
+        if call is not None:
+            await self._complete_from_effect(call, self.state.effects[effect.effect_id])
+
     async def _ask_person(self, effect: Effect, tool: Tool) -> None:
         """Nothing can tell what happened: a person confirms (the run waits, holding nothing)."""
         if any(i.effect_id == effect.effect_id for i in self.state.pending_interrupts.values()):
@@ -550,7 +579,7 @@ class ToolRunner:
         b.add(
             ev.InterruptRaised,
             interrupt_id=interrupt_id_for(self.state.run_id, self.state.seq + 1),
-            kind=EXTERNAL_CONFIRMATION,
+            kind=InterruptKind.EXTERNAL_CONFIRMATION_REQUIRED.value,
             call_id=effect.call_id,
             effect_id=effect.effect_id,
             payload={
@@ -579,22 +608,17 @@ class ToolRunner:
         )
         await b.commit()
 
-    # -- the saga -------------------------------------------------------------------------
-
-    def needs_settling(self) -> bool:
-        """True when ending the run must first resolve or compensate some effect."""
-        return any(unsettled(e) for e in self.state.effects.values())
-
-    async def settle(self) -> bool:
-        """Resolve unsettled effects and compensate committed reversible writes (the saga).
-
-        Returns False when a person must confirm an effect first (the run waits).
-        """
-        return await Saga(self).settle()
-
     # -- shared steps ---------------------------------------------------------------------
 
+    @cached_property
+    def containment(self) -> Containment | None:
+        """The containment the run acts under (bound once, at its start)."""
+        bound = self.state.context
+        return RunContext.from_dict(bound.context).containment if bound is not None else None
+
     def _context(self, call: ToolCall, effect: Effect | None, attempt: int) -> ToolContext:
+        asked = self.state.latest_interrupt(call.id)
+        answered = asked is not None and asked.status in ("answered", "expired")
         return ToolContext(
             run_id=self.state.run_id,
             call_id=call.id,
@@ -604,6 +628,8 @@ class ToolRunner:
             attempt=attempt,
             effect_id=effect.effect_id if effect else None,
             compensates=effect.compensates if effect else None,
+            containment=self.containment,
+            answer=asked.answer if asked is not None and answered else None,
         )
 
     async def _attempt(self, tool: Tool, args: BaseModel, ctx: ToolContext) -> Any:
@@ -719,8 +745,8 @@ def confirmation(
     seq: int | None = None,
 ) -> ev.EffectChanged:
     """The event that settles an effect a person confirmed (the answer to an
-    `external_confirmation_required` interrupt). Append it, let the run go on, and the model is
-    told the confirmed outcome; the call itself is never re-sent."""
+    `external_confirmation_required` interrupt): the runner appends it when the run resumes,
+    and the model is told the confirmed outcome; the call itself is never re-sent."""
     effect = state.effects[effect_id]
     if not effect.state.in_flight:
         raise ValueError(f"effect {effect_id} is {effect.state}, not waiting for a confirmation")
@@ -738,67 +764,12 @@ def confirmation(
     )
 
 
-def ending_failure(state: RunState) -> tuple[FailureReason, str, dict[str, Any]]:
-    """The failure a RunEnding(outcome=failed) announced."""
-    ending = state.ending
-    assert ending is not None
-    try:
-        reason = FailureReason(ending.reason)
-    except ValueError:
-        reason = FailureReason.TOOL_FAILED
-    return reason, ending.message, dict(ending.error)
-
-
-def _decision_fields(
-    call: ToolCall, tool: Tool, decision: PolicyDecision, effect_id: str | None
-) -> dict[str, Any]:
-    return {
-        "call_id": call.id,
-        "tool": tool.name,
-        "decision": decision.decision.value,
-        "rule_ids": tuple(decision.rule_ids),
-        "reasons": tuple(decision.reasons),
-        "constraints": dict(decision.constraints),
-        "approver_role": decision.approver_role,
-        "snapshot_hash": decision.snapshot_hash,
-        "absolute": decision.absolute,
-        "effect_id": effect_id,
-        "approver_roles": tuple(decision.approver_roles),
-        "exception_role": decision.exception_role,
-        "action_hash": decision.action_hash,
-        "approval_id": decision.approval_id,
-        "interrupt_kind": decision.interrupt_kind,
-        "interrupt_payload": dict(decision.interrupt_payload),
-        "checks": tuple(
-            {
-                "layer": c.layer,
-                "decision": c.decision.value,
-                "rule_id": c.rule_id,
-                "reason": c.reason,
-            }
-            for c in decision.checks
-        ),
-    }
-
-
-def _as_decision(d: ev.PolicyDecided) -> PolicyDecision:
-    return PolicyDecision(
-        decision=Decision(d.decision),
-        rule_ids=d.rule_ids,
-        reasons=d.reasons,
-        constraints=dict(d.constraints),
-        approver_role=d.approver_role,
-        snapshot_hash=d.snapshot_hash,
-        absolute=d.absolute,
-    )
-
-
 def _unknown_note(tool: Tool, exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):
         return f"{timeout_message(tool, exc).rstrip('.')}; it may have acted"
     if isinstance(exc, ToolCrashed):
         return f"{tool.name} crashed ({safe_text(exc)}); it may have acted"
-    return describe(exc)
+    return error_text(exc)
 
 
 def _now() -> datetime:
@@ -810,13 +781,10 @@ def _ms_since(started: datetime) -> float:
 
 
 __all__ = [
-    "EXTERNAL_CONFIRMATION",
     "MAX_DISPATCHES",
     "Journal",
     "ToolRunner",
     "confirmation",
     "effect_id_for",
-    "ending_failure",
     "idempotency_key",
-    "needs_settling",
 ]

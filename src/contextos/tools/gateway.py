@@ -23,8 +23,9 @@ from contextos.errors import (
     ToolOutputInvalid,
 )
 from contextos.messages import ToolCall, ToolSpec
-from contextos.policy.decision import Decision, PolicyDecision, PolicyHook, ProposedCall
-from contextos.tools._invoke import CallTimedOut, describe, invoke, safe_text
+from contextos.policy.hook import PolicyHook, ProposedCall
+from contextos.records.decisions import Decision, PolicyDecision
+from contextos.tools._invoke import CallTimedOut, error_text, invoke, safe_text
 from contextos.tools.arguments import check_finite, decode
 from contextos.tools.contract import Tool, ToolContext, ToolResult, manifest_hash
 
@@ -138,16 +139,21 @@ class Gateway:
     # -- policy ---------------------------------------------------------------------------
 
     def propose(self, run_id: str, call: ToolCall, tool: Tool, args: BaseModel) -> ProposedCall:
-        return ProposedCall(
-            run_id=run_id,
-            call_id=call.id,
-            tool=tool.name,
-            arguments=args.model_dump(mode="json"),
-            effect=tool.effect.value,
-            risk=tool.risk.value,
-            scopes=tool.scopes,
-            data_classification=tool.data_classification,
-        )
+        return tool.proposal(run_id, call.id, args.model_dump(mode="json"))
+
+    def validated(self, name: str, arguments: Mapping[str, Any]) -> Mapping[str, Any]:
+        """A recorded call's arguments as its tool validates them (as given, when they do not
+        validate or the tool is gone): what the policy gate compares a new call with."""
+        tool = self.tools.get(name)
+        if tool is None:
+            return arguments
+        try:
+            validated: Mapping[str, Any] = tool.args_model.model_validate(arguments).model_dump(
+                mode="json"
+            )
+        except ValidationError:
+            return arguments
+        return validated
 
     async def decide(self, proposal: ProposedCall) -> PolicyDecision:
         """Ask the policy hook; without one every call is allowed (and says so)."""
@@ -265,7 +271,7 @@ def render_output(result: Any) -> str:
     except BaseException as exc:  # user code runs here (__str__, serializers): no await, so
         # not even a CancelledError can be the runtime's
         raise ToolOutputInvalid(
-            f"its output could not be turned into text: {describe(exc)}"
+            f"its output could not be turned into text: {error_text(exc)}"
         ) from exc
 
 
@@ -302,7 +308,7 @@ def failure_outcome(tool: Tool, exc: Exception, *, started: float | None = None)
     elif isinstance(exc, ValidationError):
         code, message = "tool_error", f"{tool.name} returned data that failed validation."
     else:
-        code, message = "tool_error", f"{tool.name} failed: {describe(exc)}"
+        code, message = "tool_error", f"{tool.name} failed: {error_text(exc)}"
     return error_outcome(code, message, started=started)
 
 

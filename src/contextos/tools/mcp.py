@@ -33,7 +33,7 @@ from contextos.errors import (
     ToolOutcomeUnknown,
 )
 from contextos.middleware.sanitize import defang, flag_injections
-from contextos.tools.contract import Effect, RetryPolicy, Risk, Tool, ToolContext
+from contextos.tools.contract import EffectKind, RetryPolicy, Risk, Tool, ToolContext
 from contextos.tools.mcp_connection import Connection, ConnectionLost
 
 IDEMPOTENCY_META_KEY = "io.contextos/idempotency-key"
@@ -57,7 +57,7 @@ class McpToolError(ToolError):
 class McpToolConfig:
     """Local decisions about one MCP tool; every field set here beats the server's hints."""
 
-    effect: Effect | str | None = None
+    effect: EffectKind | str | None = None
     """Declared effect, instead of the one derived from the annotations."""
     risk: Risk | str | None = None
     """Declared risk."""
@@ -209,7 +209,7 @@ class McpServer:
             description=untrusted_description(self.name, text),
             fn=self._caller(described.name, definition_hash(described)),
             args_model=schema_model(described.name, schema),
-            effect=Effect(conf.effect) if conf.effect is not None else effect,
+            effect=EffectKind(conf.effect) if conf.effect is not None else effect,
             risk=Risk(conf.risk) if conf.risk is not None else risk,
             idempotent=conf.idempotent if conf.idempotent is not None else idempotent,
             scopes=conf.scopes,
@@ -304,8 +304,8 @@ def _list_page(cursor: str | None) -> Callable[[Any], Awaitable[Any]]:
     return send
 
 
-def contract_defaults(annotations: Any, *, trusted: bool = False) -> tuple[Effect, Risk, bool]:
-    """Effect, risk and idempotency from MCP tool annotations.
+def contract_defaults(annotations: Any, *, trusted: bool = False) -> tuple[EffectKind, Risk, bool]:
+    """EffectKind, risk and idempotency from MCP tool annotations.
 
     Untrusted (the default), the hints can only raise a remote tool above `write`: a
     destructive one (`destructiveHint` true, or absent on a tool not claiming to be
@@ -317,11 +317,11 @@ def contract_defaults(annotations: Any, *, trusted: bool = False) -> tuple[Effec
     if destructive is None:
         destructive = not read_only
     if trusted and read_only:
-        return Effect.READ, Risk.LOW, True
+        return EffectKind.READ, Risk.LOW, True
     idempotent = trusted and bool(getattr(annotations, "idempotent_hint", None) or False)
     if destructive:
-        return Effect.IRREVERSIBLE, Risk.HIGH, idempotent
-    return Effect.WRITE, Risk.MEDIUM, idempotent
+        return EffectKind.IRREVERSIBLE, Risk.HIGH, idempotent
+    return EffectKind.WRITE, Risk.MEDIUM, idempotent
 
 
 def definition_hash(described: Any) -> str:

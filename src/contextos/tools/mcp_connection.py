@@ -124,7 +124,7 @@ class Connection:
                 self.client = client
                 await self._serve(client, ready)
         except (Exception, asyncio.CancelledError, BaseExceptionGroup) as exc:
-            self._lost = _describe(exc)
+            self._lost = _why_lost(exc)
         finally:
             self.client = None
             if not ready.done():
@@ -181,7 +181,7 @@ def _observe(task: asyncio.Future[Any]) -> None:
         task.exception()
 
 
-def _describe(exc: BaseException) -> str:
+def _why_lost(exc: BaseException) -> str:
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
     if isinstance(exc, asyncio.CancelledError):

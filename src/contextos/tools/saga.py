@@ -10,21 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel
 
 from contextos import events as ev
 from contextos.errors import ToolCrashed, ToolOutcomeUnknown, ToolOutputInvalid
-from contextos.ledger import MAX_DISPATCHES, Effect, EffectState, effect_id_for
+from contextos.ledger import MAX_DISPATCHES, Effect, EffectState, compensable, effect_id_for
 from contextos.messages import ToolCall
-from contextos.state import RunState
-from contextos.tools._invoke import describe, error_type, safe_text
+from contextos.tools._invoke import error_text, error_type, safe_text
 from contextos.tools.contract import Tool
+from contextos.tools.effects import ToolRunner
 from contextos.tools.gateway import ToolOutcome, safe_receipts, unshowable_outcome
-
-if TYPE_CHECKING:
-    from contextos.tools.effects import ToolRunner
 
 
 class Saga:
@@ -192,7 +189,7 @@ class Saga:
                     state=EffectState.OUTCOME_UNKNOWN if unknown else EffectState.FAILED,
                     receipts=safe_receipts(ctx.receipts),
                     error_code=type(exc).__name__,
-                    output=describe(exc),
+                    output=error_text(exc),
                 )
                 await b.commit()
                 if unknown:
@@ -209,7 +206,7 @@ class Saga:
     def _compensation_arguments(self, original: Effect, comp_tool: Tool) -> dict[str, Any]:
         """The original call's arguments and receipts, by the compensation's parameter names."""
         arguments: dict[str, Any] = {}
-        call = _find_call(self.r.state, original.call_id)
+        call = self.r.state.tool_call(original.call_id)
         if call is not None:
             try:
                 arguments = json.loads(call.arguments) or {}
@@ -217,37 +214,3 @@ class Saga:
                 arguments = {}
         pool = {**arguments, **original.receipts}
         return {k: v for k, v in pool.items() if k in comp_tool.args_model.model_fields}
-
-
-def _find_call(state: RunState, call_id: str) -> ToolCall | None:
-    for message in reversed(state.messages):
-        for c in message.tool_calls:
-            if c.id == call_id:
-                return c
-    return None
-
-
-def compensable(effect: Effect) -> bool:
-    """A committed reversible write whose contract names a compensation."""
-    return (
-        effect.state.took_effect
-        and effect.compensation is not None
-        and effect.kind == "reversible_write"
-    )
-
-
-def unsettled(effect: Effect) -> bool:
-    """Must this effect be resolved or compensated before its run may end?"""
-    if effect.compensates is not None:
-        return not effect.state.is_final
-    return (
-        effect.state in (EffectState.PROPOSED, EffectState.VALIDATED, EffectState.AUTHORISED)
-        or effect.state.in_flight
-        or effect.state is EffectState.COMPENSATING
-        or compensable(effect)
-    )
-
-
-def needs_settling(state: RunState) -> bool:
-    """For a canceller: must this run settle effects before it can end?"""
-    return any(unsettled(e) for e in state.effects.values())

@@ -1,0 +1,112 @@
+"""The knowledge-base scan at scale: `python -m bench.kb [--pages 1000 5000]`.
+
+For each size, in a fresh process: generate a synthetic knowledge base (faults planted at 5%),
+run a full scan (checks, gate against the loopback fixture, reduce, report), change 1% of the
+pages and run an incremental scan; then a second full scan on a fresh index under tracemalloc
+for the peak of Python memory. Prints one row per size. The scan streams (one page in memory
+at a time, summaries in the index), so peak memory should stay flat as the size grows while
+the text of the knowledge base grows with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from contextos.jobs.kb import Fixture, LinkVerifier, scan_kb
+from contextos.jobs.kb.scan import RACY_NS
+from contextos.jobs.kb.synthetic import generate, page_path
+
+CHANGED = 0.01
+"""Fraction of pages edited before the incremental scan."""
+
+
+async def _scan(root: Path, index: Path, site: Fixture, *, full: bool = False) -> Any:
+    verifier = LinkVerifier(
+        root, network=site.network, resolver=site.resolver, aliases=site.aliases, timeout_s=5
+    )
+    return await scan_kb(root, index=index, verifier=verifier, full=full)
+
+
+def measure(pages: int, rate: float) -> dict[str, Any]:
+    """One size, measured in this process."""
+    with tempfile.TemporaryDirectory() as tmp, Fixture() as site:
+        root = Path(tmp) / "kb"
+        expected = generate(root, pages=pages, rate=rate)
+        size = sum(f.stat().st_size for f in root.rglob("*.md"))
+        time.sleep(RACY_NS / 1e9)  # a knowledge base is not scanned the instant it is written
+
+        start = time.perf_counter()
+        first = asyncio.run(_scan(root, Path(tmp) / "index.db", site))
+        full_s = time.perf_counter() - start
+        found = first.report.counts.new
+        assert found == sum(expected.values()), (found, expected)
+
+        step = max(1, round(1 / CHANGED))
+        for i in range(0, pages, step):
+            with open(root / page_path(i), "a") as f:
+                f.write("\nEdited for the incremental benchmark.\n")
+        start = time.perf_counter()
+        second = asyncio.run(_scan(root, Path(tmp) / "index.db", site))
+        incremental_s = time.perf_counter() - start
+
+        tracemalloc.start()
+        asyncio.run(_scan(root, Path(tmp) / "fresh.db", site))
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+    return {
+        "pages": pages,
+        "text_mb": size / 1e6,
+        "findings": found,
+        "full_s": full_s,
+        "edited": len(range(0, pages, step)),
+        "reread": second.plan.read,
+        "incremental_s": incremental_s,
+        "peak_mb": peak / 1e6,
+        "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pages", type=int, nargs="+", default=[1000, 5000])
+    parser.add_argument("--rate", type=float, default=0.05, help="fault rate (default 0.05)")
+    parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # a child measuring one size
+    args = parser.parse_args(argv)
+    if args.one:
+        print(json.dumps(measure(args.one, args.rate)))
+        return
+    print(
+        f"{'pages':>6} {'text MB':>8} {'findings':>8} {'full s':>7} {'edited':>6} "
+        f"{'re-read':>7} {'incr. s':>7} {'incr/full':>9} {'peak MB':>8} {'max RSS MB':>10}"
+    )
+    for pages in args.pages:
+        out = subprocess.run(
+            [sys.executable, "-m", "bench.kb", "--one", str(pages), "--rate", str(args.rate)],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": "0"},
+        )
+        r = json.loads(out.stdout)
+        print(
+            f"{r['pages']:>6} {r['text_mb']:>8.1f} {r['findings']:>8} {r['full_s']:>7.2f} "
+            f"{r['edited']:>6} {r['reread']:>7} {r['incremental_s']:>7.2f} "
+            f"{r['incremental_s'] / r['full_s']:>9.3f} {r['peak_mb']:>8.2f} "
+            f"{r['max_rss_mb']:>10.1f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+"""The knowledge-base scan: dead links and anchors, frontmatter, structure; only what is new.
+
+Everything here is deterministic and needs no model: contained read-only tools for a scan
+node, the checks, the index that makes scans incremental and streaming, the reduce, the link
+verifier and the report. `scan_kb` runs them end to end.
+"""
+
+from contextos.jobs.kb.checks import Rules
+from contextos.jobs.kb.findings import Finding, FindingKind
+from contextos.jobs.kb.fixture import Fixture
+from contextos.jobs.kb.gate import Gated, gate
+from contextos.jobs.kb.index import Index, Occurrence
+from contextos.jobs.kb.job import Outcome, scan_kb
+from contextos.jobs.kb.reduce import Delta, dedupe, reduce
+from contextos.jobs.kb.report import Counts, Report
+from contextos.jobs.kb.scan import Plan, Scan, Scanner, parts
+from contextos.jobs.kb.tools import ReadOnlyDir
+from contextos.jobs.kb.verify import LinkStatus, LinkVerdict, LinkVerifier, Reason
+
+__all__ = [
+    "Counts",
+    "Delta",
+    "Finding",
+    "FindingKind",
+    "Fixture",
+    "Gated",
+    "Index",
+    "LinkStatus",
+    "LinkVerdict",
+    "LinkVerifier",
+    "Occurrence",
+    "Outcome",
+    "Plan",
+    "ReadOnlyDir",
+    "Reason",
+    "Report",
+    "Rules",
+    "Scan",
+    "Scanner",
+    "dedupe",
+    "gate",
+    "parts",
+    "reduce",
+    "scan_kb",
+]
