@@ -1,7 +1,8 @@
 """Trace capture modes (metadata, redacted, hashes, full) and the GenAI client metrics.
 
-The agent's PII layer keeps the customer's e-mail from the model; a redacted or hashed trace
-must not carry it either, wherever it appears (the user's input, a tool's result)."""
+The agent's PII layer keeps the customer's e-mail from the model; no trace carries it either,
+wherever it appears (the user's input, a tool's result): a full trace shows the content as the
+model saw it."""
 
 from __future__ import annotations
 
@@ -37,22 +38,23 @@ def customer(email: str) -> dict[str, str]:
     return {"email": email, "order": "A-1", "status": "shipped"}
 
 
-def guarded() -> tuple[Agent, ScriptedModel]:
+def guarded(pii: bool = True) -> tuple[Agent, ScriptedModel]:
     model = ScriptedModel(
         [call_tool("customer", {"email": EMAIL}), reply("Order A-1 has shipped.")]
     )
-    agent = Agent(name="support", model=model, tools=[customer], middleware=[PiiRedaction()])
+    layers = [PiiRedaction()] if pii else []
+    agent = Agent(name="support", model=model, tools=[customer], middleware=layers)
     return agent, model
 
 
-async def guarded_run(tmp_path: Path, **runtime: Any) -> list[ev.Event]:
-    agent, model = guarded()
-    async with Runtime(str(tmp_path / "c.db"), **runtime) as rt:
+async def guarded_run(tmp_path: Path, pii: bool = True, **runtime: Any) -> list[ev.Event]:
+    agent, model = guarded(pii)
+    async with Runtime(str(tmp_path / ("c.db" if pii else "plain.db")), **runtime) as rt:
         done = await rt.run(agent, ASK)
         assert done.ok
         events = await rt.events(done.run_id)
-    # the PII layer kept the e-mail from the model
-    assert EMAIL not in json.dumps([[m.content for m in r.messages] for r in model.requests])
+    seen = json.dumps([[m.content for m in r.messages] for r in model.requests])
+    assert (EMAIL in seen) is not pii  # the PII layer kept the e-mail from the model
     return events
 
 
@@ -61,17 +63,22 @@ def exported(events: list[ev.Event], mode: str) -> str:
     return json.dumps([span_json(s) for s in spans])
 
 
-async def test_redacted_and_hashed_traces_export_nothing_the_pii_layer_removed(
-    tmp_path: Path,
-) -> None:
+async def test_no_trace_exports_what_the_pii_layer_removed(tmp_path: Path) -> None:
     events = await guarded_run(tmp_path)
+    assert EMAIL in events[0].input  # the user's input is recorded as given
     full, redacted, hashes, metadata = (
         exported(events, mode) for mode in ("full", "redacted", "hashes", "metadata")
     )
-    assert EMAIL in full  # the user's input is recorded as given: full is for trusted eyes
-    for mode, text in (("redacted", redacted), ("hashes", hashes), ("metadata", metadata)):
+    for mode, text in (
+        ("full", full),
+        ("redacted", redacted),
+        ("hashes", hashes),
+        ("metadata", metadata),
+    ):
         assert EMAIL not in text, mode
     assert "[REDACTED:EMAIL]" in redacted and "gen_ai.tool.call.arguments" in redacted
+    # full is the content as the model saw it: the input as the PII layer rewrote it
+    assert "[REDACTED:EMAIL]" in full and '"contextos.capture.through_pii": true' in full
     assert "gen_ai.input.messages" not in metadata
 
     [root] = [s for s in spans_for(events, capture_content="hashes") if s.parent_id is None]
@@ -84,11 +91,21 @@ async def test_redacted_and_hashed_traces_export_nothing_the_pii_layer_removed(
     }
 
 
+async def test_full_exports_as_recorded_a_run_no_pii_layer_guarded(tmp_path: Path) -> None:
+    events = await guarded_run(tmp_path, pii=False)
+    assert EMAIL in exported(events, "full")  # what the model saw: for trusted collectors only
+    assert EMAIL not in exported(events, "redacted")
+    guarded_events = await guarded_run(tmp_path)
+    with pytest.raises(ConfigError, match="pass pii=PiiRedaction"):
+        spans_for(guarded_events, capture_content="full")  # no PII layer to show it through
+
+
+@pytest.mark.parametrize("mode", ["redacted", "full"])
 async def test_the_runtime_exports_live_in_the_mode_it_is_given(
-    tmp_path: Path, memory: Memory
+    tmp_path: Path, memory: Memory, mode: str
 ) -> None:
     provider, exporter = memory
-    await guarded_run(tmp_path, tracer_provider=provider, capture_content="redacted")
+    await guarded_run(tmp_path, tracer_provider=provider, capture_content=mode)
     text = json.dumps([dict(s.attributes or {}) for s in exporter.get_finished_spans()])
     assert "[REDACTED:EMAIL]" in text and EMAIL not in text
 

@@ -255,8 +255,8 @@ def trace(
         str | None,
         typer.Option(
             "--capture",
-            help="Content in spans: metadata, redacted, hashes or full (full also exports what "
-            "PII redaction kept from the model).",
+            help="Content in spans: metadata, redacted, hashes or full (as the model saw it: "
+            "a run without a PII layer as recorded).",
         ),
     ] = None,
     as_json: JsonOption = False,

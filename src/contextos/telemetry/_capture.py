@@ -5,19 +5,26 @@
   `PiiRedaction` middleware applies before the model sees anything).
 - `hashes`: a sha256 of each piece of content and the event it came from, never the text:
   enough to match a trace against the log or a DecisionRecord, nothing to leak.
-- `full`: the content as recorded. It includes what the PII layer kept from the model (the
-  user's input is recorded as given), so it is for trusted collectors only.
+- `full`: the content as the model saw it. A run whose model calls went through a PII layer
+  records the user's input as given, so its content goes through the PII layer again: a full
+  trace never exports what that layer kept from the model. Any other run's content is exported
+  as recorded, so it is for trusted collectors only.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any, Protocol
 
+from contextos import events as ev
 from contextos.errors import ConfigError
+
+PII_LAYER = "pii"
+"""The name the PII layer records in a model call's stack (and as the layer that stopped a run)."""
 
 CAPTURE_ENV = "CONTEXTOS_OTEL_CAPTURE_CONTENT"
 """A capture mode, or true (full) / false (metadata)."""
@@ -60,10 +67,13 @@ def capture_mode(value: CaptureMode | str | bool | None) -> CaptureMode:
 
 @dataclass(frozen=True, slots=True)
 class Capture:
-    """A capture mode, with the PII layer that `redacted` goes through."""
+    """A capture mode, with the PII layer that `redacted` (and `full`, for a run the PII layer
+    guarded) goes through."""
 
     mode: CaptureMode = CaptureMode.METADATA
     pii: Redactor | None = None
+    guarded: bool = False
+    """The run's model saw its content through a PII layer: `full` shows it that way too."""
 
     @classmethod
     def of(cls, value: CaptureMode | str | bool | None, pii: Redactor | None = None) -> Capture:
@@ -75,6 +85,19 @@ class Capture:
             )
         return cls(mode, pii)
 
+    def for_run(self, events: Sequence[ev.Event]) -> Capture:
+        """This capture for one run's events: `full` of a run the PII layer guarded goes
+        through the PII layer, so it exports nothing that layer kept from the model."""
+        if self.mode is not CaptureMode.FULL or self.guarded or not guarded(events):
+            return self
+        if self.pii is None:
+            raise ConfigError(
+                f"run {events[0].run_id} went through the PII layer, and a full trace shows its "
+                "content as the model saw it: pass pii=PiiRedaction() (contextos.middleware), "
+                "or read the trace with Runtime.trace"
+            )
+        return replace(self, guarded=True)
+
     @property
     def content(self) -> bool:
         """Whether spans carry content attributes at all."""
@@ -82,9 +105,9 @@ class Capture:
 
     def text(self, value: str) -> str:
         """A piece of content as this mode exports it."""
-        if self.mode is CaptureMode.FULL:
+        if self.mode is CaptureMode.FULL and not self.guarded:
             return value
-        if self.mode is CaptureMode.REDACTED and self.pii is not None:
+        if self.mode is not CaptureMode.HASHES and self.pii is not None:
             return self.pii.redact_text(value)
         return "sha256:" + hashlib.sha256(value.encode()).hexdigest()
 
@@ -93,4 +116,23 @@ class Capture:
         return {"seq": seq} if self.mode is CaptureMode.HASHES else {}
 
 
-__all__ = ["CAPTURE_ENV", "Capture", "CaptureMode", "Redactor", "capture_mode"]
+def guarded(events: Sequence[ev.Event]) -> bool:
+    """Whether a PII layer stood between the run's content and its model: a model call's
+    recorded stack names it, or it stopped the run before any call."""
+    for e in events:
+        if isinstance(e, ev.ModelResponded) and PII_LAYER in e.context.get("stack", ()):
+            return True
+        if isinstance(e, ev.RunFailed | ev.RunEnding) and e.error.get("layer") == PII_LAYER:
+            return True
+    return False
+
+
+__all__ = [
+    "CAPTURE_ENV",
+    "PII_LAYER",
+    "Capture",
+    "CaptureMode",
+    "Redactor",
+    "capture_mode",
+    "guarded",
+]

@@ -84,6 +84,7 @@ def build(events: list[ev.Event], *, capture: Capture = METADATA) -> list[SpanRe
     `capture` says (none by default)."""
     if not events or not isinstance(events[0], ev.RunCreated):
         return []
+    capture = capture.for_run(events)
     created = events[0]
     run_id = created.run_id
     # One trace per run tree: a run a trigger or a parent started is a child of that run's span.
@@ -250,6 +251,8 @@ def build(events: list[ev.Event], *, capture: Capture = METADATA) -> list[SpanRe
         attrs["contextos.run.caused_by"] = created.caused_by
     if capture.content:
         attrs["contextos.capture.mode"] = capture.mode.value
+        if capture.guarded:
+            attrs["contextos.capture.through_pii"] = True
         attrs[gen_ai.GEN_AI_INPUT_MESSAGES] = json.dumps(
             [_message(capture, "user", created.input, created.seq)]
         )
