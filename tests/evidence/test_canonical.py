@@ -70,6 +70,16 @@ def test_a_record_with_an_unknown_field_is_refused_by_schema_and_model(name: str
         c.RECORDS[name].from_json(json.dumps(data))
 
 
+@pytest.mark.parametrize("name", sorted(c.RECORDS))
+def test_a_record_of_an_unknown_version_is_refused_as_such(name: str) -> None:
+    data = json.loads((FIXTURES / f"{name}.json").read_text())
+    versioned = data["call"] if name == "ToolEnvelope" else data
+    field = "envelope_version" if name == "ToolEnvelope" else "record_type"
+    versioned[field] = versioned[field].replace(".v1", ".v2")
+    with pytest.raises(RecordInvalid, match=r"version '.*\.v2' is not one this ContextOS reads"):
+        c.RECORDS[name].from_json(json.dumps(data))
+
+
 async def test_a_runs_records_validate_against_the_kept_schemas(tmp_path: Path) -> None:
     async with Runtime(str(tmp_path / "c.db"), policy=POLICY) as rt:
         agent = support()

@@ -3,6 +3,7 @@ wherever it is rebuilt."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sqlite3
@@ -241,3 +242,51 @@ def test_record_command(tmp_path: Path) -> None:
     assert "evaluated by confirmed" in shown.stdout and "passed" in shown.stdout
     missing = cli("record", "run_nope")
     assert missing.returncode == 1 and "no run with id" in missing.stderr
+
+
+def test_a_stored_record_that_is_corrupt_or_of_an_unknown_version_fails_loudly(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "c.db"
+    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "300", "EVIDENCE_LEDGER": str(tmp_path / "l")}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "contextos", *args, "--store", str(db)],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    ran = cli("run", "tests/evidence/support_agents.py:agent", "Refund A-1", "--json")
+    run_id = json.loads(ran.stdout)["run_id"]
+    assert cli("record", run_id).returncode == 0
+    conn = sqlite3.connect(db)
+    artifact_id, digest = conn.execute(
+        "SELECT artifact_id, content_hash FROM artifacts WHERE type = 'decision_record'"
+    ).fetchone()
+    [content] = conn.execute("SELECT content FROM blobs WHERE sha256 = ?", (digest,)).fetchone()
+    conn.execute("DROP TRIGGER blobs_are_append_only_u")  # someone with the file rewrites it
+    conn.execute("DROP TRIGGER artifacts_are_append_only_u")
+    conn.execute("UPDATE blobs SET content = ? WHERE sha256 = ?", (content + b" ", digest))
+    conn.commit()
+    corrupt = cli("record", run_id)
+    assert corrupt.returncode == 1 and "Traceback" not in corrupt.stderr
+    assert f"DIFFERS from the log: artifact {artifact_id}: its stored content" in corrupt.stdout
+
+    newer = json.loads(content)
+    newer["record_type"] = "contextos.decision_record.v2"
+    blob = json.dumps(newer).encode()
+    digest = hashlib.sha256(blob).hexdigest()
+    conn.execute("INSERT INTO blobs VALUES (?, ?, ?)", (digest, len(blob), blob))
+    conn.execute(
+        "UPDATE artifacts SET content_hash = ? WHERE artifact_id = ?", (digest, artifact_id)
+    )
+    conn.commit()
+    conn.close()
+    unknown = cli("record", run_id)
+    assert unknown.returncode == 1
+    newer_version = "version 'contextos.decision_record.v2' is not one this ContextOS reads"
+    assert newer_version in unknown.stdout

@@ -113,11 +113,13 @@ def record(
     for line in _record_lines(built):
         console.print(line)
     for r in stored:
-        mark = "identical to the log" if r.matches else "DIFFERS from the log"
+        mark = "identical to the log" if r.matches else f"DIFFERS from the log: {r.problem}"
         style = "green" if r.matches else "bold red"
         console.print(Text(f"stored at #{r.at_seq} ({r.artifact_id}): {mark}", style=style))
     if not stored:
         console.print(Text("not stored yet (it is when the run ends or waits)", style="dim"))
+    if not all(r.matches for r in stored):
+        raise typer.Exit(1)  # a stored record the log no longer gives is a finding, not a view
 
 
 def _seqs(seqs: list[int]) -> str:

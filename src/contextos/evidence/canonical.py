@@ -34,6 +34,9 @@ APPROVAL_MODES: tuple[ApprovalMode, ...] = (
 
 R = TypeVar("R", bound="Record")
 
+_VERSION_FIELDS = ("record_type", "envelope_version")
+"""The fields that name a record's version: an unknown one is refused as a version."""
+
 
 class Record(BaseModel):
     """A canonical record: strict on the way in, canonical JSON on the way out."""
@@ -50,6 +53,13 @@ class Record(BaseModel):
         try:
             return cls.model_validate_json(text)
         except ValidationError as exc:
+            for e in exc.errors(include_url=False):
+                if e["type"] == "literal_error" and e["loc"][-1] in _VERSION_FIELDS:
+                    raise RecordInvalid(
+                        f"{cls.__name__} version {e['input']!r} is not one this ContextOS reads "
+                        f"({e['ctx']['expected']}): upgrade ContextOS to read it",
+                        record=cls.__name__,
+                    ) from None
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}"
                 for e in exc.errors(include_url=False)[:5]

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from contextos import events as ev
-from contextos.errors import RecordInvalid
+from contextos.errors import ArtifactCorrupt, RecordInvalid
 from contextos.evidence.canonical import (
     ActionPart,
     ApprovalPart,
@@ -398,6 +398,8 @@ class Receipt:
     """Its hash."""
     matches: bool
     """True when the log up to `at_seq` still gives exactly this record."""
+    problem: str = ""
+    """Why it does not match, in one line ("" when it does)."""
 
 
 async def materialise(store: object, events: Sequence[ev.Event]) -> Artifact | None:
@@ -431,21 +433,33 @@ async def receipts(store: object, events: Sequence[ev.Event]) -> list[Receipt]:
     for artifact in await artifacts.run_artifacts(events[0].run_id):
         if artifact.type != RECORD_TYPE:
             continue
-        content = await artifacts.artifact_content(artifact.artifact_id)
+        at = artifact.source_events[0] if artifact.source_events else -1
         try:
+            content = await artifacts.artifact_content(artifact.artifact_id)
             stored = DecisionRecord.from_json(content).verify()
-        except RecordInvalid:
+        except (ArtifactCorrupt, RecordInvalid) as exc:
             out.append(
-                Receipt(artifact_id=artifact.artifact_id, at_seq=-1, record_hash="", matches=False)
+                Receipt(
+                    artifact_id=artifact.artifact_id,
+                    at_seq=at,
+                    record_hash="",
+                    matches=False,
+                    problem=str(exc),
+                )
             )
             continue
         rebuilt = build_record(events[: stored.at_seq]) if stored.at_seq <= len(events) else None
+        matches = rebuilt is not None and rebuilt.record_hash == stored.record_hash
         out.append(
             Receipt(
                 artifact_id=artifact.artifact_id,
                 at_seq=stored.at_seq,
                 record_hash=stored.record_hash,
-                matches=rebuilt is not None and rebuilt.record_hash == stored.record_hash,
+                matches=matches,
+                problem=""
+                if matches
+                else f"the log up to #{stored.at_seq} gives another record "
+                "(the log was changed after it was stored)",
             )
         )
     return sorted(out, key=lambda r: r.at_seq)
