@@ -133,3 +133,4 @@ async def test_show_prints_each_events_cause(tmp_path: Path) -> None:
     [row] = [line for line in out.stdout.splitlines() if "run_completed" in line]
     cells = [c.strip() for c in row.strip("│ ").split("│")]
     assert cells[:2] == [str(completed.seq), f"#{completed.causation_id}"]
+    assert "correlation_id=" not in out.stdout  # the run tree is said once, not on every line

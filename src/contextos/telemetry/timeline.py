@@ -12,7 +12,7 @@ from typing import Any
 from contextos import events as ev
 from contextos.records.interrupts import canonical_json, fmt_roles
 
-_ENVELOPE = {"run_id", "seq", "occurred_at", "actor", "causation_id", "type"}
+_ENVELOPE = {"run_id", "seq", "occurred_at", "actor", "causation_id", "correlation_id", "type"}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
