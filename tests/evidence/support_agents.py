@@ -64,7 +64,7 @@ POLICY = Policy(
             reason="refunds over 100 EUR need a finance approver",
         ),
     ),
-    roles={"finance": ("alice",)},
+    roles={"finance": ("alice", "alice@acme")},  # the default tenant and acme
 )
 
 

@@ -243,7 +243,22 @@ BEGIN
         calls = calls + excluded.calls;
 END;
 """,
-    # 8: artifacts and the content-addressed blobs they name (store/artifacts.py). A blob is
+    # 8: API tokens: each acts for one user of one tenant with the roles and scopes it was
+    # issued with. Only a hash of the secret is kept; a revoked token stays, marked.
+    """
+CREATE TABLE api_tokens (
+    token_id TEXT PRIMARY KEY,
+    secret_hash TEXT NOT NULL,
+    tenant TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    roles TEXT NOT NULL,
+    scopes TEXT NOT NULL,
+    label TEXT NOT NULL DEFAULT '',
+    created_at REAL NOT NULL,
+    revoked_at REAL
+);
+""",
+    # 9: artifacts and the content-addressed blobs they name (store/artifacts.py). A blob is
     # stored once per sha256; both tables are append-only, like the log.
     """
 CREATE TABLE blobs (
@@ -576,7 +591,21 @@ BEGIN
     RETURN NULL;
 END $$;
 """,
-    # 9: artifacts and their blobs, as SQLite's migration 8.
+    # 9: API tokens, as SQLite's migration 8.
+    """
+CREATE TABLE api_tokens (
+    token_id text PRIMARY KEY,
+    secret_hash text NOT NULL,
+    tenant text NOT NULL,
+    user_id text NOT NULL,
+    roles text NOT NULL,
+    scopes text NOT NULL,
+    label text NOT NULL DEFAULT '',
+    created_at timestamptz NOT NULL,
+    revoked_at timestamptz
+);
+""",
+    # 10: artifacts and their blobs, as SQLite's migration 9.
     """
 CREATE TABLE blobs (
     sha256 text PRIMARY KEY,
