@@ -14,6 +14,7 @@ from contextos.errors import (
     RunNotFound,
     Unauthenticated,
 )
+from contextos.evidence import DecisionRecord, ReplayPacket, ReplayReport
 from contextos.graph import RunTree, Workflow, load_runnable
 from contextos.messages import FinishReason, Message, ToolCall, Usage
 from contextos.models import ModelAdapter, ModelRequest, ModelResponse, resolve_model
@@ -38,6 +39,7 @@ from contextos.runs import PRIORITIES, Budget, FailureReason, RunId, RunStatus
 from contextos.runtime import RunResult, Runtime, run
 from contextos.state import RunState, fold
 from contextos.store import EventStore, RunSummary, open_store
+from contextos.store.artifacts import Artifact
 from contextos.store.queue import RunOwner
 from contextos.telemetry import TimelineEntry, Trace
 from contextos.tools import (
@@ -60,6 +62,7 @@ __all__ = [
     "AgentChanged",
     "ApiToken",
     "Approval",
+    "Artifact",
     "BaseTool",
     "Budget",
     "ConcurrencyConflict",
@@ -67,6 +70,7 @@ __all__ = [
     "Containment",
     "ContextOSError",
     "DelegationContract",
+    "DecisionRecord",
     "EffectKind",
     "EffectState",
     "EventDecodeError",
@@ -86,6 +90,8 @@ __all__ = [
     "Policy",
     "PolicyDecision",
     "Principal",
+    "ReplayPacket",
+    "ReplayReport",
     "RetryPolicy",
     "Risk",
     "Rule",

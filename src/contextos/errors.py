@@ -38,6 +38,12 @@
     └── Unauthenticated               a bearer token that is missing, unknown or revoked
     SignatureInvalid (ContextOSError) a webhook delivery's signature is missing or wrong
     └── SignatureExpired              it was signed outside the tolerance window (a replay)
+    EvidenceError (ContextOSError)    evidence: artifacts, decision records, replay, fork
+    ├── ArtifactNotFound              no artifact with that id
+    ├── ArtifactCorrupt               an artifact's stored bytes do not match its hash
+    ├── RecordInvalid                 a canonical record does not match its schema or its hash
+    ├── ForkRefused                   a run cannot be forked at that seq
+    └── LiveDispatchRefused           a replay reached for a live tool; nothing was sent
 
 Cancelling a run cancels its in-flight asyncio task: `asyncio.CancelledError` is a
 BaseException, so a tool's `except Exception` cannot swallow it.
@@ -306,3 +312,37 @@ class SignatureExpired(SignatureInvalid):
     replayed later, or a sender whose clock is off."""
 
     code = "signature_expired"
+
+
+class EvidenceError(ContextOSError):
+    code = "evidence_error"
+
+
+class ArtifactNotFound(EvidenceError):
+    code = "artifact_not_found"
+
+    def __init__(self, artifact_id: str) -> None:
+        super().__init__(f"no artifact with id {artifact_id!r}", artifact_id=artifact_id)
+        self.artifact_id = artifact_id
+
+
+class ArtifactCorrupt(EvidenceError):
+    code = "artifact_corrupt"
+
+
+class RecordInvalid(EvidenceError):
+    """A canonical record given as JSON does not match its schema, or its hash does not match
+    its content: nothing was done with it."""
+
+    code = "record_invalid"
+
+
+class ForkRefused(EvidenceError):
+    code = "fork_refused"
+
+
+class LiveDispatchRefused(EvidenceError):
+    """Raised by the tools of a replay if anything reaches for them: a replay serves recorded
+    results and never sends a call."""
+
+    code = "live_dispatch_refused"

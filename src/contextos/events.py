@@ -9,6 +9,8 @@ old shape under tests/fixtures/events/):
 - every type: v1, the first shape.
 - run_completed v2: `answer_seq` names the model answer that holds the output, which is then
   not repeated in `output` (v1 always repeated it; it reads as v2 without `answer_seq`).
+- every type: the optional `correlation_id` (rows written before it read with none), and on
+  run_created the optional `caused_by`; no version bump, since no older reader is misled.
 """
 
 from __future__ import annotations
@@ -48,7 +50,11 @@ class _Event:
     actor: str = "runtime"
     """Who caused it: `runtime`, `worker:<id>`, `user:<id>`, `model`, `tool:<name>`."""
     causation_id: int | None = None
-    """Seq of the event that caused this one, when there is one."""
+    """Seq of the event that caused this one, when there is one (set by the runtime before
+    every append, see `contextos.causality`)."""
+    correlation_id: str | None = None
+    """The run tree it belongs to: the id of the tree's root run (the run itself, unless a
+    trigger or a parent run started it)."""
 
 
 # --- lifecycle ------------------------------------------------------------------------------
@@ -78,6 +84,9 @@ class RunCreated(_Event):
     """Hash of the tools visible to the run."""
     metadata: dict[str, Any] = field(default_factory=dict)
     """Free-form labels given at start."""
+    caused_by: str | None = None
+    """`RUN_ID#SEQ` of the event in another run that started this one: the source run's end
+    for a triggered run, the parent's step for a child run."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -636,6 +645,85 @@ class NodeFailed(_Event):
     """For output_invalid: each problem with the output, by field."""
 
 
+# --- evidence -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunForked(_Event):
+    """This run's history up to here is a copy of another run's first `at_seq` events; it goes
+    on from there (with the agent named here). Effects the source run dispatched for calls in
+    that history follow this event as the source recorded them, so none is sent again."""
+
+    SETS_STATUS = RunStatus.QUEUED
+    type: Literal["run_forked"] = "run_forked"
+    source_run_id: str
+    """The run forked."""
+    at_seq: int
+    """The last event of the source's history this run copies."""
+    agent_name: str
+    """The agent that goes on (the source's, or another)."""
+    agent_version: str
+    """Its version."""
+    agent_hash: str
+    """Its identity hash."""
+    agent_ref: str | None = None
+    """Where to import it from."""
+    tool_manifest_hash: str = ""
+    """Hash of its tools."""
+    inherited_effects: tuple[str, ...] = ()
+    """Effects whose later history in the source run follows this event."""
+    inherited_actions: tuple[tuple[str, str, str], ...] = ()
+    """(effect id, action key, contract hash) of each effect the source sent for a call made
+    after `at_seq`: a call of this run asking the same of the same tool takes that effect's
+    outcome instead of being sent (see `contextos.ledger.action_key`)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EvaluationRecorded(_Event):
+    """An evaluator judged the run's answer (a pass as well as a failure)."""
+
+    type: Literal["evaluation_recorded"] = "evaluation_recorded"
+    evaluator: str
+    """The evaluator's name (a verifier's `name`)."""
+    evaluator_kind: str = ""
+    """What it is: `function`, `output_type`, or the class of a custom verifier."""
+    evaluator_version: str = ""
+    """Which version judged: its declared `version`, or a hash of its code."""
+    subject_seq: int
+    """Seq of the answer it judged."""
+    passed: bool
+    """Its verdict."""
+    gaps: tuple[str, ...] = ()
+    """What it found missing or wrong."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ArtifactRecorded(_Event):
+    """The run produced an artifact; its content is a blob in the artifact store, by hash."""
+
+    type: Literal["artifact_recorded"] = "artifact_recorded"
+    artifact_id: str
+    """Stable id of the artifact."""
+    artifact_type: str
+    """What it is: `run_output`, `child_result`, `report`, …"""
+    schema_version: str = "1"
+    """Version of its content's shape."""
+    content_hash: str
+    """sha256 of its content (hex)."""
+    media_type: str
+    """Media type of the content."""
+    size: int
+    """Bytes of content."""
+    source_events: tuple[int, ...] = ()
+    """Seqs of this run's events it was made from."""
+    input_artifacts: tuple[str, ...] = ()
+    """Artifacts it was made from."""
+    policy_snapshot: str = ""
+    """The policy snapshot the run was bound to."""
+    classification: str = "internal"
+    """Most sensitive data classification of what went into it."""
+
+
 Event = Annotated[
     RunCreated
     | RunStarted
@@ -669,7 +757,10 @@ Event = Annotated[
     | NodeStarted
     | NodeRoundCompleted
     | NodeCompleted
-    | NodeFailed,
+    | NodeFailed
+    | EvaluationRecorded
+    | ArtifactRecorded
+    | RunForked,
     Field(discriminator="type"),
 ]
 
@@ -759,6 +850,7 @@ __all__ = [
     "ApprovalRevoked",
     "ChildRunFinished",
     "ChildRunStarted",
+    "ArtifactRecorded",
     "ContextBound",
     "ContextCompacted",
     "DelegationBound",
@@ -767,6 +859,7 @@ __all__ = [
     "Event",
     "EffectChanged",
     "EffectProposed",
+    "EvaluationRecorded",
     "InterruptRaised",
     "ModelResponded",
     "NodeCompleted",
@@ -780,6 +873,7 @@ __all__ = [
     "RunEnding",
     "RunExpired",
     "RunFailed",
+    "RunForked",
     "RunReleased",
     "RunStarted",
     "RuntimeCrashDetected",

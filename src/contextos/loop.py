@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
+import json
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
@@ -24,6 +26,7 @@ from pydantic import BaseModel
 
 from contextos import events as ev
 from contextos.agents import Agent
+from contextos.causality import stamp
 from contextos.context.compiled import HistoryIndex, compile_context
 from contextos.errors import ConcurrencyConflict, ModelError, ToolManifestChanged
 from contextos.events import utcnow
@@ -42,9 +45,10 @@ from contextos.models.base import ModelAdapter, ModelRequest, ModelResponse, che
 from contextos.policy.authority import Authority
 from contextos.policy.gate import Gate
 from contextos.policy.hook import PolicyHook
-from contextos.policy.identity import RunContext
+from contextos.policy.identity import RunContext, classification_rank
 from contextos.runs import FailureReason, RunStatus
 from contextos.state import RunState, apply
+from contextos.store.artifacts import record_artifact
 from contextos.store.base import EventStore
 from contextos.tools.ask import HumanTool
 from contextos.tools.batch import independent_reads, run_together
@@ -52,7 +56,8 @@ from contextos.tools.contract import Tool, ToolContext
 from contextos.tools.effects import ToolRunner
 from contextos.tools.gateway import Gateway
 from contextos.tools.saga import Saga
-from contextos.verify import feedback, verify_all
+from contextos.verify import feedback, verify_each
+from contextos.verify import identity as verifier_identity
 
 T = TypeVar("T")
 
@@ -88,12 +93,13 @@ class Driver:
         authority: Authority | None = None,
         hook: PolicyHook | None = None,
         clock: Callable[[], datetime] = utcnow,
+        gateway: ChainGateway | None = None,
     ) -> None:
         self.store = store
         self.agent = agent
         self.model = model
         self.state = state
-        self.gateway = _ChainGateway(
+        self.gateway = gateway or ChainGateway(
             agent.tool_list,
             chain_layers=agent.middleware,
             model=model,
@@ -101,6 +107,7 @@ class Driver:
             metadata=state.metadata,
             shown=_shown(agent, state),
         )
+        """Where tool calls go (a replay passes one that serves recorded results)."""
         self.chain: Chain = self.gateway.chain
         """The agent's middleware stack bound to this run."""
         self.gateway.policy = self._gate(authority, hook)
@@ -145,6 +152,7 @@ class Driver:
         the next step flushes it.
         """
         while True:
+            events = tuple(stamp(self.state, events))
             try:
                 await self.store.append(
                     self.state.run_id, events, expected_seq=self.state.seq, synchronous=synchronous
@@ -463,17 +471,46 @@ class Driver:
     async def finish(self) -> None:
         s = self.state
         answer = s.last_message.content if s.last_message else ""
-        verdict, verifier = await verify_all(self.agent.verifiers, answer)
-        if verdict.passed:
-            # The answer is the last model answer's text: named, not stored a second time.
-            await self.commit(
+        answer_seq = s.message_seqs[-1]
+        verdicts = await verify_each(self.agent.verifiers, answer)
+        events: list[ev.Event] = []
+        for v, verdict in verdicts:  # every verdict is evidence, passes included
+            kind, version = verifier_identity(v)
+            events.append(
                 self.event(
-                    ev.RunCompleted,
-                    answer_seq=s.message_seqs[-1],
-                    structured_output=verdict.structured_output,
+                    ev.EvaluationRecorded,
+                    offset=len(events) + 1,
+                    evaluator=v.name,
+                    evaluator_kind=kind,
+                    evaluator_version=version,
+                    subject_seq=answer_seq,
+                    passed=verdict.passed,
+                    gaps=verdict.gaps,
                 )
             )
-        elif s.verification_attempts >= s.budget.max_verification_attempts:
+        failed = next(((v, d) for v, d in verdicts if not d.passed), None)
+        if failed is None:
+            structured = None
+            for _, verdict in verdicts:
+                if verdict.structured_output is not None:
+                    structured = verdict.structured_output
+            output = await self.output_artifact(answer, structured, answer_seq)
+            if output is not None:
+                events.append(self.event(ev.ArtifactRecorded, offset=len(events) + 1, **output))
+            # The answer is the last model answer's text: named, not stored a second time.
+            events.append(
+                self.event(
+                    ev.RunCompleted,
+                    offset=len(events) + 1,
+                    answer_seq=answer_seq,
+                    structured_output=structured,
+                )
+            )
+            await self.commit(*events)
+            return
+        verifier, verdict = failed[0].name, failed[1]
+        if s.verification_attempts >= s.budget.max_verification_attempts:
+            await self.commit(*events)
             await self.fail(
                 FailureReason.VERIFICATION_FAILED,
                 f"{verifier} still rejected the answer after "
@@ -481,17 +518,56 @@ class Driver:
                 verifier=verifier,
             )
         else:
-            await self.commit(
+            events.append(
                 self.event(
                     ev.VerificationFailed,
+                    offset=len(events) + 1,
                     verifier=verifier,
                     gaps=verdict.gaps,
                     feedback=feedback(verdict.gaps),
                 )
             )
+            await self.commit(*events)
+
+    async def output_artifact(
+        self, answer: str, structured: Any, answer_seq: int
+    ) -> dict[str, Any] | None:
+        """Store the run's final output as an artifact; the event fields that name it.
+
+        Its lineage is the answer and every tool result the model had seen; its
+        classification the most sensitive of what those tools return.
+        """
+        s = self.state
+        tools_seen = [
+            (m.name or "", seq)
+            for m, seq in zip(s.messages, s.message_seqs, strict=True)
+            if m.role == "tool"
+        ]
+        levels = ["internal"]
+        for name, _ in tools_seen:
+            t = self.gateway.tools.get(name)
+            if t is not None:
+                levels.append(t.output_classification or t.data_classification)
+        output_type = self.agent.output_type
+        schema = "text"
+        if structured is not None and output_type is not None:
+            digest = hashlib.sha256(
+                json.dumps(output_type.model_json_schema(), sort_keys=True).encode()
+            ).hexdigest()
+            schema = f"{output_type.__name__}@{digest[:12]}"
+        return await record_artifact(
+            self.store,
+            s,
+            structured if structured is not None else answer,
+            type="run_output",
+            source_events=[answer_seq, *(seq for _, seq in tools_seen)],
+            input_artifacts=s.artifacts,
+            schema_version=schema,
+            classification=max(levels, key=classification_rank),
+        )
 
 
-class _ChainGateway(Gateway):
+class ChainGateway(Gateway):
     """The tool gateway of one run: every dispatch attempt goes through the chain's tool hooks."""
 
     def __init__(

@@ -49,7 +49,8 @@ TERMINAL = frozenset(
 _ENDS = {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.EXPIRED}
 
 TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
-    RunStatus.QUEUED: frozenset({RunStatus.RUNNING, *_ENDS}),
+    # A queued run stays queued when it is forked (its copied history ends queued).
+    RunStatus.QUEUED: frozenset({RunStatus.QUEUED, RunStatus.RUNNING, *_ENDS}),
     # A running run can go back to the queue when its worker releases it (shutdown, lease loss).
     RunStatus.RUNNING: frozenset(
         {RunStatus.RUNNING, RunStatus.QUEUED, RunStatus.INPUT_REQUIRED, *_ENDS}

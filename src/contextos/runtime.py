@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import os
 import socket
 import time
@@ -19,7 +20,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from contextos import events as ev
-from contextos.agents import Agent, load_ref
+from contextos.agents import Agent, load_agent, load_ref
+from contextos.causality import stamp
 from contextos.delegation import DelegationContract
 from contextos.errors import (
     AgentChanged,
@@ -30,6 +32,13 @@ from contextos.errors import (
     RunNotFound,
 )
 from contextos.events import utcnow
+from contextos.evidence.canonical import DecisionRecord, ReplayPacket
+from contextos.evidence.fork import fork_events
+from contextos.evidence.packet import make_packet, packet_events
+from contextos.evidence.record import Receipt, build_record, materialise
+from contextos.evidence.record import receipts as stored_receipts
+from contextos.evidence.replay import ReplayReport
+from contextos.evidence.replay import replay as replay_run
 from contextos.graph.children import ChildHost, ChildStart, carve
 from contextos.graph.engine import WorkflowDriver
 from contextos.graph.subagents import SubagentCalls
@@ -37,6 +46,7 @@ from contextos.graph.tree import RunTree, run_tree
 from contextos.graph.workflow import Workflow
 from contextos.loop import Driver
 from contextos.messages import Usage
+from contextos.middleware import PiiRedaction
 from contextos.models import resolve_model
 from contextos.models.base import ModelAdapter
 from contextos.policy.authority import Authority
@@ -46,8 +56,9 @@ from contextos.policy.identity import Principal, RunContext
 from contextos.policy.rules import Policy
 from contextos.records.interrupts import Approval, Interrupt
 from contextos.runs import FailureReason, RunId, RunStatus, check_priority
-from contextos.state import RunState, apply
+from contextos.state import RunState, apply, fold
 from contextos.store import EventStore, RunSummary, open_store, wakeup
+from contextos.store.artifacts import Artifact, artifacts_of
 from contextos.store.base import load_state
 from contextos.store.queue import (
     Lease,
@@ -58,8 +69,11 @@ from contextos.store.queue import (
     WorkerStatus,
     queue_of,
 )
-from contextos.telemetry import TimelineEntry, Trace, live_traces, timeline, trace_of
+from contextos.telemetry import Content, TimelineEntry, Trace, live_traces, timeline, trace_of
+from contextos.tools.ask import HumanTool
 from contextos.tools.gateway import Gateway
+
+log = logging.getLogger("contextos.runtime")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -110,6 +124,10 @@ def new_run_id() -> RunId:
     return RunId(f"run_{uuid.uuid4().hex[:20]}")
 
 
+def new_run_id_for_fork() -> RunId:
+    return RunId(f"fork_{uuid.uuid4().hex[:20]}")
+
+
 def default_worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:4]}"
 
@@ -129,7 +147,8 @@ class Runtime:
         policy: PolicyHook | Authority | Policy | str | os.PathLike[str] | None = None,
         lease_s: float = 30.0,
         tracer_provider: Any = None,
-        capture_content: bool | None = None,
+        capture_content: bool | str | None = None,
+        meter_provider: Any = None,
         register: bool = True,
     ) -> None:
         self.store: EventStore = store if isinstance(store, EventStore) else open_store(store)
@@ -158,9 +177,13 @@ class Runtime:
         """Whether to enter itself in the worker registry while it drives runs (a Worker
         enters itself), so that others see who drives them."""
         self._announced = False
-        self._traces = live_traces(tracer_provider, capture_content)
-        """Spans of runs as their events commit (`tracer_provider`, or OTEL_EXPORTER_OTLP_*);
-        message content only with `capture_content` or CONTEXTOS_OTEL_CAPTURE_CONTENT."""
+        self._traces = live_traces(
+            tracer_provider, capture_content, meter_provider, pii=PiiRedaction()
+        )
+        """Spans of runs as their events commit (`tracer_provider`, or OTEL_EXPORTER_OTLP_*),
+        content as `capture_content` (or CONTEXTOS_OTEL_CAPTURE_CONTENT) says: `metadata` by
+        default, `redacted` (through the PII layer), `hashes` or `full`; GenAI metrics on
+        `meter_provider`."""
 
     async def __aenter__(self) -> Runtime:
         return self
@@ -194,6 +217,7 @@ class Runtime:
         not_before: datetime | None = None,
         principal: Principal | None = None,
         context: RunContext | None = None,
+        caused_by: str | None = None,
     ) -> RunId:
         """Create a queued run and return its id (nothing is executed yet).
 
@@ -206,6 +230,10 @@ class Runtime:
         be within its parent's.
 
         A workflow runs like an agent; its `input` is validated against its input type.
+
+        `caused_by` (`RUN_ID#SEQ`) names the event of another run that starts this one; the
+        new run joins that run's tree (its correlation id). A child run's context names its
+        parent, which does the same.
         """
         check_priority(priority)
         bound = await self._context_for(principal, context)
@@ -224,6 +252,7 @@ class Runtime:
                 not_before=not_before,
             ),
             context=bound,
+            caused_by=caused_by,
         )
         return rid
 
@@ -241,6 +270,7 @@ class Runtime:
         announce: bool = False,
         contract: DelegationContract | None = None,
         started: bool = False,
+        caused_by: str | None = None,
     ) -> tuple[RunId, Lease | None]:
         """Queue the run, then record RunCreated; with `hold`, leased to this runtime.
 
@@ -283,6 +313,7 @@ class Runtime:
             budget, deadline_at = contract.budget, contract.deadline_at
         elif context is not None and context.parent_run_id is not None:
             budget, deadline_at = carve(await self.state(context.parent_run_id), budget, now)
+        caused_by, correlation = await self._lineage(caused_by, context)
         created = ev.RunCreated(
             run_id=rid,
             seq=1,
@@ -299,6 +330,8 @@ class Runtime:
                 Gateway(agent.tool_list).manifest_hash if isinstance(agent, Agent) else ""
             ),
             metadata=metadata or {},
+            correlation_id=correlation or rid,
+            caused_by=caused_by,
         )
         first: list[ev.Event] = [created, *self._bind(rid, context)]
         if contract is not None:
@@ -322,6 +355,7 @@ class Runtime:
                     actor=f"worker:{self.worker_id}",
                 )
             )
+        first = stamp(RunState(run_id=rid), first)
         try:
             await self.store.append(rid, first, expected_seq=0)
         except ConcurrencyConflict:
@@ -335,6 +369,19 @@ class Runtime:
         if lease is None:  # a worker in this process need not wait for its next poll
             wakeup.wake_local(self.store)
         return rid, lease
+
+    async def _lineage(
+        self, caused_by: str | None, context: RunContext | None
+    ) -> tuple[str | None, str | None]:
+        """The event of another run that starts a new one (`RUN_ID#SEQ`), and the run tree
+        it joins: given, or the parent's when the context names one; (None, None) for a root."""
+        parent = caused_by.partition("#")[0] if caused_by else None
+        if parent is None and context is not None:
+            parent = context.parent_run_id
+        if not parent:
+            return None, None
+        source = await self.state(parent)
+        return caused_by or f"{parent}#{source.seq}", source.correlation_id or parent
 
     async def run(
         self,
@@ -493,6 +540,7 @@ class Runtime:
         try:
             await task
             await driver.after_run()
+            await self._materialise(driver.state)
         except asyncio.CancelledError:
             # Cancelled from outside. While draining (a worker's second SIGTERM) the step is
             # abandoned to the lease; otherwise (Ctrl-C in a script) the run is handed back
@@ -724,7 +772,7 @@ class Runtime:
             actor=f"worker:{self.worker_id}",
         )
         with contextlib.suppress(ConcurrencyConflict, RunIsTerminal):
-            await self.store.append(state.run_id, [event], expected_seq=state.seq)
+            await self.store.append(state.run_id, stamp(state, [event]), expected_seq=state.seq)
 
     async def release(
         self,
@@ -813,10 +861,13 @@ class Runtime:
                 )
             else:
                 event = ev.RunCancelled(run_id=rid, seq=state.seq + 1, reason=reason, actor=actor)
+            [event] = stamp(state, [event])
             try:
                 await self.store.append(rid, [event], expected_seq=state.seq)
                 if self._traces is not None:
                     await self._traces.committed(self.store, rid, [event])
+                if isinstance(event, ev.RunCancelled):
+                    await self._materialise(apply(state, event))
                 if isinstance(event, ev.RunEnding) and state.status is not RunStatus.RUNNING:
                     with contextlib.suppress(ConfigError, AgentChanged, RunInUse):
                         # without its agent it stays ending; the next resume settles it
@@ -926,17 +977,21 @@ class Runtime:
         self,
         run_id: str,
         *,
-        capture_content: bool | None = None,
+        capture_content: Content = None,
         otlp_endpoint: str | None = None,
     ) -> Trace:
         """The run's trace, its child runs' spans included, as OpenTelemetry GenAI spans, sent
-        over OTLP/HTTP to `otlp_endpoint` when given; message content only with
-        `capture_content` (default: CONTEXTOS_OTEL_CAPTURE_CONTENT). Needs the `otel` extra."""
+        over OTLP/HTTP to `otlp_endpoint` when given; content as `capture_content` says
+        (`metadata`, `redacted` through the PII layer, `hashes` or `full`; default:
+        CONTEXTOS_OTEL_CAPTURE_CONTENT). Needs the `otel` extra."""
         runs = [run_id, *(await self.tree(run_id)).child_run_ids()]  # one trace for all
         spans: list[Any] = []
+        pii = PiiRedaction()
         for rid in runs:
             events = await self.store.read(RunId(rid))
-            traced = trace_of(events, capture_content=capture_content, otlp_endpoint=otlp_endpoint)
+            traced = trace_of(
+                events, capture_content=capture_content, pii=pii, otlp_endpoint=otlp_endpoint
+            )
             spans += traced.spans
         return Trace(tuple(spans))
 
@@ -965,6 +1020,115 @@ class Runtime:
                 status=status, limit=limit, tenant=tenant, top_level=True
             )
         return await self.store.list_runs(status=status, limit=limit, tenant=tenant)
+
+    async def replay(
+        self,
+        source: str | ReplayPacket,
+        agent: Agent | None = None,
+        *,
+        policy: Policy | Authority | str | os.PathLike[str] | None = None,
+        keep: str | os.PathLike[str] | None = None,
+    ) -> ReplayReport:
+        """Re-run a recorded run (its id, or a ReplayPacket) against `agent` and compare their
+        decisions; the recorded tool results and people's answers are served from the log, and
+        no tool is ever called.
+
+        Without `agent`, the agent is imported from the recorded reference. `policy` decides
+        the replay's tool calls (default: this runtime's). The replay's own log is thrown away
+        unless `keep` names a SQLite file to write it to.
+        """
+        if isinstance(source, ReplayPacket):
+            events, ref = packet_events(source), source.agent_ref
+        else:
+            events = await self.events(source)
+            ref = events[0].agent_ref if isinstance(events[0], ev.RunCreated) else None
+        if agent is None:
+            if not ref:
+                raise ConfigError(
+                    "the run was recorded without an agent reference; pass the agent to replay"
+                )
+            agent = load_agent(ref)
+        authority = _authority_from(policy) if policy is not None else self.authority
+        governed = any(isinstance(e, ev.ContextBound) for e in events) or any(
+            isinstance(t, HumanTool) for t in agent.tool_list
+        )
+        if authority is None and governed:
+            authority = self.governance
+        return await replay_run(
+            events,
+            agent,
+            model=self.model_for(agent),
+            authority=authority,
+            keep=os.fspath(keep) if keep is not None else None,
+        )
+
+    async def fork(
+        self,
+        run_id: str,
+        *,
+        at: int,
+        agent: Agent | None = None,
+        agent_ref: str | None = None,
+        new_run_id: str | None = None,
+    ) -> RunId:
+        """Start a run whose history is the first `at` events of `run_id` and that goes on from
+        there (queued, like `start`), with the recorded agent or `agent` (`agent_ref`: where
+        workers import it from). No effect is sent twice: the fork sees the outcome and receipts
+        of the calls the source run sent (`contextos.evidence.fork`). ForkRefused when `at` is
+        not a point a run can go on from (the message says which seqs are)."""
+        events = await self.events(run_id)
+        rid = RunId(new_run_id) if new_run_id else new_run_id_for_fork()
+        forked = fork_events(events, fork_id=rid, at=at, agent=agent, agent_ref=agent_ref)
+        queue = queue_of(self.store)
+        if queue is not None:
+            source = await queue.queue_entry(RunId(run_id))
+            entry = QueueEntry(
+                run_id=rid,
+                agent_name=fold(forked).agent_name,
+                tenant=source.tenant if source is not None else "",
+            )
+            await queue.enqueue(entry, lease_owner=None, lease_s=self.lease_s)
+        await self.store.append(rid, forked, expected_seq=0)
+        wakeup.wake_local(self.store)
+        return rid
+
+    async def packet(self, run_id: str, *, agent_ref: str | None = None) -> ReplayPacket:
+        """The ReplayPacket of a recorded run: its log and what it decided, pinned, to replay
+        anywhere (`agent_ref`: the agent to replay by default, if not the recorded one)."""
+        return make_packet(await self.events(run_id), agent_ref=agent_ref)
+
+    async def record(self, run_id: str) -> DecisionRecord:
+        """The run's DecisionRecord, projected from its log now."""
+        return build_record(await self.events(run_id))
+
+    async def receipts(self, run_id: str) -> list[Receipt]:
+        """The DecisionRecords stored when the run stopped, each checked against its log."""
+        return await stored_receipts(self.store, await self.events(run_id))
+
+    async def _materialise(self, state: RunState) -> None:
+        """Store the DecisionRecord of a run that ended or waits on a person (a receipt: it can
+        always be rebuilt from the log, so failing to store one never fails the run)."""
+        if not (state.is_terminal or state.status is RunStatus.INPUT_REQUIRED):
+            return
+        try:
+            await materialise(self.store, await self.events(state.run_id))
+        except Exception:
+            log.warning("run %s: could not store its decision record", state.run_id, exc_info=True)
+
+    async def artifacts(self, run_id: str) -> list[Artifact]:
+        """The artifacts a run recorded, in the order it recorded them."""
+        return [
+            Artifact.from_event(e)
+            for e in await self.events(run_id)
+            if isinstance(e, ev.ArtifactRecorded)
+        ]
+
+    async def artifact(self, artifact_id: str) -> tuple[Artifact, bytes]:
+        """An artifact and its content (checked against its hash)."""
+        store = artifacts_of(self.store)
+        if store is None:
+            raise ConfigError(f"the store {self.store.url} keeps no artifacts")
+        return await store.get_artifact(artifact_id), await store.artifact_content(artifact_id)
 
 
 def _authority_from(

@@ -99,6 +99,18 @@ class RunState:
     """For a workflow run: its graph as bound at start."""
     nodes: dict[str, NodeRun] = field(default_factory=dict)
     """For a workflow run: each node that started, in start order."""
+    correlation_id: str = ""
+    """The run tree the run belongs to: its root run's id (see `RunCreated.correlation_id`)."""
+    forked_from: str | None = None
+    """For a forked run: the run whose history it copied."""
+    inherited: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """For a forked run: effects its source sent that no call of this run took yet, by effect
+    id: (action key, contract hash)."""
+    artifacts: list[str] = field(default_factory=list)
+    """Ids of the artifacts the run recorded, in order."""
+    causes: dict[str, int] = field(default_factory=dict)
+    """The latest event about each tool call, effect and interrupt (`call:ID`, `effect:ID`,
+    `interrupt:ID`) by seq: what the next event about it follows from (`contextos.causality`)."""
 
     @property
     def is_terminal(self) -> bool:
@@ -156,8 +168,11 @@ def apply(state: RunState, event: ev.Event) -> RunState:
             event.seq,
             f"{event.type} moves a {state.status} run to {new_status}, which is not allowed",
         )
+    for key in threads(state, event):
+        state.causes[key] = event.seq
     match event:
         case ev.RunCreated():
+            state.correlation_id = event.correlation_id or event.run_id
             state.agent_name = event.agent_name
             state.agent_version = event.agent_version
             state.agent_hash = event.agent_hash
@@ -214,6 +229,7 @@ def apply(state: RunState, event: ev.Event) -> RunState:
                 history=[(event.seq, EffectState.PROPOSED)],
             )
             state.effect_by_call[event.call_id] = event.effect_id
+            state.inherited.pop(event.effect_id, None)
         case ev.EffectChanged():
             _move_effect(state, event)
         case ev.ToolAttemptFailed():
@@ -262,7 +278,20 @@ def apply(state: RunState, event: ev.Event) -> RunState:
             state.context_summary = event.summary
             state.context_cursor = event.through_seq
             state.usage = state.usage + event.usage
-        case ev.RuntimeCrashDetected() | ev.RunReleased():
+        case ev.ArtifactRecorded():
+            state.artifacts.append(event.artifact_id)
+        case ev.RunForked():
+            state.agent_name = event.agent_name
+            state.agent_version = event.agent_version
+            state.agent_hash = event.agent_hash
+            state.agent_ref = event.agent_ref
+            state.tool_manifest_hash = event.tool_manifest_hash
+            state.worker_id = None
+            state.forked_from = event.source_run_id
+            state.inherited = {
+                eid: (key, contract) for eid, key, contract in event.inherited_actions
+            }
+        case ev.RuntimeCrashDetected() | ev.RunReleased() | ev.EvaluationRecorded():
             pass
         case ev.DelegationBound():
             state.delegation = event.contract
@@ -364,6 +393,40 @@ def _node(
     if node is None or node.status is not NodeStatus.RUNNING:
         raise EventDecodeError(state.run_id, event.seq, f"node {event.node} is not running")
     return node
+
+
+_IDS = {
+    cls: tuple(f for f in ("call_id", "effect_id", "interrupt_id") if f in cls.__dataclass_fields__)
+    for cls in ev.EVENT_TYPES.values()
+}
+"""For each event type, the fields that name a tool call, an effect or an interrupt."""
+
+
+def threads(state: RunState, event: ev.Event) -> list[str]:
+    """The tool calls, effects and interrupts an event is about, as `causes` keys.
+
+    An answer to an interrupt is also about the call and effect the interrupt asked about, so
+    the decision taken after an approval follows from the approval.
+    """
+    if isinstance(event, ev.ModelResponded):
+        return [f"call:{c.id}" for c in event.message.tool_calls]
+    fields = _IDS[type(event)]
+    if not fields:
+        return []
+    call_id = getattr(event, "call_id", None)
+    effect_id = getattr(event, "effect_id", None)
+    interrupt_id = getattr(event, "interrupt_id", None)
+    keys: list[str] = []
+    if interrupt_id is not None:
+        keys.append(f"interrupt:{interrupt_id}")
+        asked = state.pending_interrupts.get(interrupt_id)
+        if asked is not None and not isinstance(event, ev.InterruptRaised):
+            call_id, effect_id = call_id or asked.call_id, effect_id or asked.effect_id
+    if call_id is not None:
+        keys.append(f"call:{call_id}")
+    if effect_id is not None:
+        keys.append(f"effect:{effect_id}")
+    return keys
 
 
 def _answer(state: RunState, event: ev.RunCompleted) -> str:

@@ -28,7 +28,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("tools",),
     ("policy", "telemetry", "models"),
     ("store",),
-    ("state",),
+    ("state", "causality"),
     ("records",),
     ("events",),
     ("errors", "runs", "messages", "ledger", "delegation", "numbers"),

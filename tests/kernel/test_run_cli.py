@@ -60,7 +60,7 @@ def test_run_list_and_show(tmp_path: Path) -> None:
 
     as_json = json.loads(cli("show", run_id, "--json", store=db).stdout)
     assert [e["type"] for e in as_json["events"]][-1] == "run_completed"
-    assert [e["seq"] for e in as_json["events"]] == list(range(1, 7))
+    assert [e["seq"] for e in as_json["events"]] == list(range(1, 8))
 
 
 def test_store_from_the_environment(tmp_path: Path) -> None:

@@ -295,6 +295,7 @@ def show(
         title=f"run {run_id} [{style}]{result.status}[/]", title_justify="left", show_lines=False
     )
     table.add_column("#", justify="right")
+    table.add_column("cause", justify="right")
     table.add_column("time")
     table.add_column("event")
     table.add_column("actor")
@@ -302,6 +303,7 @@ def show(
     for e in entries:
         table.add_row(
             str(e.seq),
+            f"#{e.causation_id}" if e.causation_id is not None else "",
             e.occurred_at.strftime("%H:%M:%S.%f")[:-3],
             e.type,
             e.actor,
@@ -315,6 +317,10 @@ def show(
     origin = started_by(entries[0].data.get("metadata") or {})
     if origin:
         console.print(Text(origin, style="dim"))
+    first = entries[0].data
+    if first.get("caused_by"):
+        tree_id = first.get("correlation_id") or run_id
+        console.print(Text(f"caused by {first['caused_by']}; run tree {tree_id}", style="dim"))
     if owner is None and entries[-1].type == "run_released":
         console.print(Text(f"released, resumable: {entries[-1].line}", style="yellow"))
     print_result(result, False, owner=owner)
@@ -394,12 +400,21 @@ def trace(
             help="Include messages and tool arguments (default: $CONTEXTOS_OTEL_CAPTURE_CONTENT).",
         ),
     ] = None,
+    capture: Annotated[
+        str | None,
+        typer.Option(
+            "--capture",
+            help="Content in spans: metadata, redacted, hashes or full (as the model saw it: "
+            "a run without a PII layer as recorded).",
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Export a run's trace as OpenTelemetry spans (GenAI conventions): a tree, JSON, or OTLP."""
+    content = capture if capture is not None else capture_content
     traced = call(
         store,
-        lambda rt: rt.trace(run_id, capture_content=capture_content, otlp_endpoint=otlp),
+        lambda rt: rt.trace(run_id, capture_content=content, otlp_endpoint=otlp),
     )
     if not traced.spans:
         fail(RunNotFound(run_id))

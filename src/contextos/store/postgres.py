@@ -31,6 +31,7 @@ from contextos.errors import (
 )
 from contextos.runs import TERMINAL, RunId, RunStatus
 from contextos.store import snapshots
+from contextos.store.artifacts import SqlArtifacts
 from contextos.store.base import (
     RunSummary,
     check_batch,
@@ -107,7 +108,7 @@ def redact(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-class PostgresStore(PostgresQueue, SqlTokens, snapshots.Snapshotting):
+class PostgresStore(PostgresQueue, SqlTokens, snapshots.Snapshotting, SqlArtifacts):
     """EventStore (and RunQueue) on a PostgreSQL database.
 
     The pool opens, and the schema is migrated, on first use. `search_path` in the URL

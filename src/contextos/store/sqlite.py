@@ -32,6 +32,7 @@ from contextos.errors import (
 )
 from contextos.runs import TERMINAL, RunId, RunStatus
 from contextos.store import snapshots
+from contextos.store.artifacts import SqlArtifacts
 from contextos.store.base import (
     RunSummary,
     SummaryDelta,
@@ -80,7 +81,7 @@ class _Job:
     """False when the commit need not wait for the disk (see `EventStore.append`)."""
 
 
-class SqliteStore(SqliteQueue, SqlTokens, snapshots.Snapshotting):
+class SqliteStore(SqliteQueue, SqlTokens, snapshots.Snapshotting, SqlArtifacts):
     """EventStore on a SQLite file."""
 
     def __init__(

@@ -13,7 +13,7 @@ from contextos import events as ev
 from contextos.delegation import DelegationContract
 from contextos.records.interrupts import canonical_json, fmt_roles
 
-_ENVELOPE = {"run_id", "seq", "occurred_at", "actor", "causation_id", "type"}
+_ENVELOPE = {"run_id", "seq", "occurred_at", "actor", "causation_id", "correlation_id", "type"}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -28,6 +28,8 @@ class TimelineEntry:
     """The event type (`run_created`, `model_responded`, …)."""
     actor: str
     """Who caused it."""
+    causation_id: int | None = None
+    """The seq of the event, in the same run, that this one follows from (None: none)."""
     line: str
     """What happened, in one readable line (the event's text is data: never markup)."""
     data: dict[str, Any]
@@ -42,6 +44,7 @@ def timeline(events: Sequence[ev.Event]) -> list[TimelineEntry]:
             occurred_at=e.occurred_at,
             type=e.type,
             actor=e.actor,
+            causation_id=e.causation_id,
             line=describe(e),
             data=json.loads(ev.encode(e)),
         )

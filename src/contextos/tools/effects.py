@@ -15,6 +15,7 @@ written.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cached_property
@@ -33,6 +34,7 @@ from contextos.ledger import (
     MAX_DISPATCHES,
     Effect,
     EffectState,
+    action_key,
     effect_id_for,
     idempotency_key,
 )
@@ -41,6 +43,7 @@ from contextos.policy.containment import Containment
 from contextos.policy.identity import RunContext
 from contextos.records.decisions import Decision, PolicyDecision
 from contextos.records.interrupts import InterruptKind, approval_interrupt, interrupt_id_for
+from contextos.runs import RunId
 from contextos.state import RunState
 from contextos.store.base import EventStore
 from contextos.tools._invoke import error_text, error_type, safe_text, stray_cancellation
@@ -171,6 +174,9 @@ class ToolRunner:
             return
         tool, args = parsed
         if tool.has_effect:
+            if self.state.inherited and await self._inherit(call, tool):
+                await self._continue(call, self.state.effects[self.state.effect_by_call[call.id]])
+                return
             await self._propose(call, tool, args)
             await self._continue(call, self.state.effects[self.state.effect_by_call[call.id]])
         else:
@@ -255,6 +261,36 @@ class ToolRunner:
         if decision.decision in (Decision.ALLOW, Decision.CONSTRAIN):
             b.add(ev.EffectChanged, effect_id=eid, state=EffectState.AUTHORISED)
         await b.commit()
+
+    async def _inherit(self, call: ToolCall, tool: Tool) -> bool:
+        """In a forked run: a call asking exactly what the source run already sent takes that
+        effect, its ledger copied from the source (outcome, receipts, idempotency key), instead
+        of being sent again. False when the source sent nothing like it."""
+        wanted = (action_key(call.name, call.arguments), tool.contract_hash())
+        eid = next((e for e, action in self.state.inherited.items() if action == wanted), None)
+        if eid is None or self.state.forked_from is None:
+            return False
+        source = await self.j.store.read(RunId(self.state.forked_from))
+        ledger = [
+            e
+            for e in source
+            if isinstance(e, ev.EffectProposed | ev.EffectChanged) and e.effect_id == eid
+        ]
+        copied: list[ev.Event] = []
+        for i, e in enumerate(ledger, start=1):
+            if isinstance(e, ev.EffectProposed):
+                e = dataclasses.replace(e, call_id=call.id)
+            copied.append(
+                dataclasses.replace(
+                    e,
+                    run_id=self.state.run_id,
+                    seq=self.state.seq + i,
+                    causation_id=None,
+                    correlation_id=None,
+                )
+            )
+        await self.j.commit(*copied)
+        return True
 
     async def _continue(self, call: ToolCall, effect: Effect) -> None:
         """Carry an effect on from whatever state the log left it in."""

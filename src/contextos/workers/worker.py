@@ -22,6 +22,7 @@ from typing import Any
 
 from contextos import events as ev
 from contextos.agents import Agent
+from contextos.causality import stamp
 from contextos.errors import (
     ConcurrencyConflict,
     ConfigError,
@@ -307,7 +308,9 @@ class Worker:
                 actor=f"worker:{self.worker_id}",
             )
             with contextlib.suppress(ConcurrencyConflict, RunIsTerminal):
-                await self.runtime.store.append(lease.run_id, [failed], expected_seq=state.seq)
+                await self.runtime.store.append(
+                    lease.run_id, stamp(state, [failed]), expected_seq=state.seq
+                )
             log.error("run %s: failed after %d attempts", lease.run_id, lease.attempts)
         await self.queue.release(lease)
 
