@@ -2,12 +2,14 @@
 
 Everything here is deterministic and needs no model: contained read-only tools for a scan
 node, the checks, the index that makes scans incremental and streaming, the reduce, the link
-verifier and the report. `scan_kb` runs them end to end.
+verifier and the report. `scan_kb` runs them end to end; `kb_scan` is the same scan as a durable workflow, with a
+model writing the report's prose.
 """
 
 from contextos.jobs.kb.checks import Rules
 from contextos.jobs.kb.findings import Finding, FindingKind
 from contextos.jobs.kb.fixture import Fixture
+from contextos.jobs.kb.flow import ScanRequest, Summary, default_index, kb_scan, kb_scan_workflow
 from contextos.jobs.kb.gate import Gated, gate
 from contextos.jobs.kb.index import Index, Occurrence
 from contextos.jobs.kb.job import Outcome, scan_kb
@@ -36,9 +38,14 @@ __all__ = [
     "Report",
     "Rules",
     "Scan",
+    "ScanRequest",
     "Scanner",
+    "Summary",
     "dedupe",
+    "default_index",
     "gate",
+    "kb_scan",
+    "kb_scan_workflow",
     "parts",
     "reduce",
     "scan_kb",
