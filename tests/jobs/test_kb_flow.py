@@ -138,8 +138,9 @@ def start(tmp: Path, port: int, kill_after: int) -> subprocess.Popen[str]:
 
 
 def resume(tmp: Path) -> dict[str, Any]:
+    store = str(tmp / "runs.db")
     done = subprocess.run(
-        [sys.executable, "-m", "contextos", "resume", "run_k", "--json", "--store", str(tmp / "runs.db")],
+        [sys.executable, "-m", "contextos", "resume", "run_k", "--json", "--store", store],
         cwd=ROOT,
         env=env(tmp),
         capture_output=True,
@@ -156,8 +157,7 @@ def states(db: Path) -> dict[str, RunState]:
         store = SqliteStore(db)
         try:
             return {
-                r.run_id: fold(await store.read(r.run_id))
-                for r in await store.list_runs(limit=100)
+                r.run_id: fold(await store.read(r.run_id)) for r in await store.list_runs(limit=100)
             }
         finally:
             await store.close()
