@@ -21,7 +21,7 @@ import pytest
 from kb_targets import flow, nonsense
 from kbsample import SAMPLE, key, planted, verifier_for
 
-from contextos import RunStatus, Runtime
+from contextos import RunId, RunStatus, Runtime
 from contextos.jobs.kb import Fixture, Report, ScanRequest, scan_kb
 from contextos.state import RunState, fold
 from contextos.store import SqliteStore
@@ -225,7 +225,7 @@ def check_resumed(tmp: Path, site: Fixture, clean: Report, kept: set[str]) -> No
 async def _events(db: Path) -> list[Any]:
     store = SqliteStore(db)
     try:
-        return list(await store.read("run_k"))
+        return list(await store.read(RunId("run_k")))
     finally:
         await store.close()
 
