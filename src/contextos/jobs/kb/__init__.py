@@ -2,8 +2,8 @@
 
 Everything here is deterministic and needs no model: contained read-only tools for a scan
 node, the checks, the index that makes scans incremental and streaming, the reduce, the link
-verifier and the report. `scan_kb` runs them end to end; `kb_scan` is the same scan as a durable workflow, with a
-model writing the report's prose.
+verifier and the report. `scan_kb` runs them end to end; `kb_scan` is the same scan as a
+durable workflow, with a model writing the report's prose.
 """
 
 from contextos.jobs.kb.checks import Rules

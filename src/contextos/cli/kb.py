@@ -1,0 +1,92 @@
+"""The knowledge-base scan: `contextos kb scan PATH`, the `kb_scan` workflow on one folder."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import uuid
+from typing import Annotated
+
+import typer
+from rich.text import Text
+
+from contextos import RunNotFound, RunResult, RunState, RunStatus, Runtime
+from contextos.cli.common import JsonOption, StoreOption, app, call, err, print_result
+from contextos.jobs.kb import Report, ScanRequest, default_index, kb_scan
+
+KB_SCAN = "contextos.jobs.kb:kb_scan"
+"""The workflow's reference: what a resume, a worker or a schedule loads."""
+
+kb_app = typer.Typer(
+    help="The knowledge-base scan: dead links, frontmatter, structure; only what is new.",
+    no_args_is_help=True,
+)
+app.add_typer(kb_app, name="kb")
+
+
+@kb_app.command("scan")
+def scan(
+    path: Annotated[str, typer.Argument(help="The knowledge base: a folder of Markdown.")],
+    full: Annotated[bool, typer.Option(help="Read every page, not only what changed.")] = False,
+    index: Annotated[
+        str | None,
+        typer.Option(help="The scan's state between runs [default: ./.contextos/kb/NAME.db]."),
+    ] = None,
+    allow_host: Annotated[
+        list[str] | None,
+        typer.Option(help="A host the link check may fetch (repeatable); none by default."),
+    ] = None,
+    sample_site: Annotated[
+        bool,
+        typer.Option(help="Check external links against the sample's loopback site."),
+    ] = False,
+    store: StoreOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Scan a knowledge base and print the report: what is new, still open and fixed since
+    the last scan of the same folder. Resumable (`contextos resume RUN`) like any run."""
+    if not os.path.isdir(path):
+        err.print(f"[bold red]error:[/] {path} is not a folder: give the knowledge base's path")
+        raise typer.Exit(code=1)
+    request = ScanRequest(
+        root=os.path.realpath(path),
+        index=os.path.realpath(index or default_index(path)),
+        full=full,
+        allow_hosts=tuple(allow_host or ()),
+        sample_site=0 if sample_site else None,
+    )
+    run_id = f"run_{uuid.uuid4().hex[:20]}"
+
+    async def work(rt: Runtime) -> RunResult:
+        running = asyncio.create_task(rt.run(kb_scan, request, run_id=run_id, agent_ref=KB_SCAN))
+        if as_json:
+            return await running
+        with err.status("scanning…") as status:
+            while not running.done():
+                await asyncio.wait({running}, timeout=0.25)
+                try:
+                    status.update(progress(await rt.state(run_id)))
+                except RunNotFound:
+                    continue
+        return await running
+
+    result = call(store, work)
+    if result.status is not RunStatus.COMPLETED:
+        print_result(result, as_json)
+        raise typer.Exit(code=1 if result.status.is_terminal else 0)
+    report = Report.model_validate(result.structured_output)
+    if as_json:
+        sys.stdout.write(report.model_dump_json(indent=2) + "\n")
+        return
+    sys.stdout.write(report.markdown())
+    err.print(Text(f"run {result.run_id} · `contextos show {result.run_id}` draws it", "dim"))
+
+
+def progress(state: RunState) -> str:
+    """One line on where a scan is: the nodes done, and those under way."""
+    total = len(kb_scan.nodes)
+    done = [n for n, node in state.nodes.items() if node.status == "completed"]
+    running = [n for n, node in state.nodes.items() if node.status == "running"]
+    now = f" · {', '.join(running)}…" if running else ""
+    return f"scanning: {len(done)} of {total} steps done{now}"
