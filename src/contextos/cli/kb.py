@@ -11,9 +11,18 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from contextos import RunNotFound, RunResult, RunState, RunStatus, Runtime
-from contextos.cli.common import JsonOption, StoreOption, app, call, err, print_result
-from contextos.jobs.kb import Report, ScanRequest, default_index, kb_scan
+from contextos import (
+    ContextOSError,
+    RunNotFound,
+    RunResult,
+    RunState,
+    RunStatus,
+    Runtime,
+    Workflow,
+    load_runnable,
+)
+from contextos.cli.common import JsonOption, StoreOption, app, call, err, fail, print_result
+from contextos.jobs.kb import Report, ScanRequest, default_index
 
 KB_SCAN = "contextos.jobs.kb:kb_scan"
 """The workflow's reference: what a resume, a worker or a schedule loads."""
@@ -41,6 +50,13 @@ def scan(
         bool,
         typer.Option(help="Check external links against the sample's loopback site."),
     ] = False,
+    workflow: Annotated[
+        str,
+        typer.Option(
+            help="The scan workflow (path.py:attr or module:attr), e.g. one that "
+            "kb_scan_workflow built with another model for the summary."
+        ),
+    ] = KB_SCAN,
     store: StoreOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -48,6 +64,13 @@ def scan(
     the last scan of the same folder. Resumable (`contextos resume RUN`) like any run."""
     if not os.path.isdir(path):
         err.print(f"[bold red]error:[/] {path} is not a folder: give the knowledge base's path")
+        raise typer.Exit(code=1)
+    try:
+        flow = load_runnable(workflow)
+    except ContextOSError as exc:
+        fail(exc)
+    if not isinstance(flow, Workflow):
+        err.print(f"[bold red]error:[/] {workflow} is an agent: give a scan workflow")
         raise typer.Exit(code=1)
     request = ScanRequest(
         root=os.path.realpath(path),
@@ -59,14 +82,14 @@ def scan(
     run_id = f"run_{uuid.uuid4().hex[:20]}"
 
     async def work(rt: Runtime) -> RunResult:
-        running = asyncio.create_task(rt.run(kb_scan, request, run_id=run_id, agent_ref=KB_SCAN))
+        running = asyncio.create_task(rt.run(flow, request, run_id=run_id, agent_ref=workflow))
         if as_json:
             return await running
         with err.status("scanning…") as status:
             while not running.done():
                 await asyncio.wait({running}, timeout=0.25)
                 try:
-                    status.update(progress(await rt.state(run_id)))
+                    status.update(progress(await rt.state(run_id), len(flow.nodes)))
                 except RunNotFound:
                     continue
         return await running
@@ -83,9 +106,8 @@ def scan(
     err.print(Text(f"run {result.run_id} · `contextos show {result.run_id}` draws it", "dim"))
 
 
-def progress(state: RunState) -> str:
+def progress(state: RunState, total: int) -> str:
     """One line on where a scan is: the nodes done, and those under way."""
-    total = len(kb_scan.nodes)
     done = [n for n, node in state.nodes.items() if node.status == "completed"]
     running = [n for n, node in state.nodes.items() if node.status == "running"]
     now = f" · {', '.join(running)}…" if running else ""
