@@ -22,7 +22,7 @@ from contextos import (
     load_runnable,
 )
 from contextos.cli.common import JsonOption, StoreOption, app, call, err, fail, print_result
-from contextos.jobs.kb import Report, ScanRequest, default_index
+from contextos.jobs.kb import FixOutcome, Report, ScanRequest, default_index, fix_frontmatter
 
 KB_SCAN = "contextos.jobs.kb:kb_scan"
 """The workflow's reference: what a resume, a worker or a schedule loads."""
@@ -57,6 +57,17 @@ def scan(
             "kb_scan_workflow built with another model for the summary."
         ),
     ] = KB_SCAN,
+    fix: Annotated[
+        str | None,
+        typer.Option(
+            help="frontmatter: propose adding the missing frontmatter; it is written only "
+            "once an editor approves that exact list (run the command again to apply it)."
+        ),
+    ] = None,
+    editor: Annotated[
+        list[str] | None,
+        typer.Option(help="Who may approve the fix (repeatable); needed with --fix."),
+    ] = None,
     store: StoreOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -64,6 +75,12 @@ def scan(
     the last scan of the same folder. Resumable (`contextos resume RUN`) like any run."""
     if not os.path.isdir(path):
         err.print(f"[bold red]error:[/] {path} is not a folder: give the knowledge base's path")
+        raise typer.Exit(code=1)
+    if fix not in (None, "frontmatter"):
+        err.print("[bold red]error:[/] --fix takes one value: frontmatter")
+        raise typer.Exit(code=1)
+    if fix and not editor:
+        err.print("[bold red]error:[/] name who may approve the fix with --editor NAME")
         raise typer.Exit(code=1)
     try:
         flow = load_runnable(workflow)
@@ -101,9 +118,36 @@ def scan(
     report = Report.model_validate(result.structured_output)
     if as_json:
         sys.stdout.write(report.model_dump_json(indent=2) + "\n")
-        return
-    sys.stdout.write(report.markdown())
-    err.print(Text(f"run {result.run_id} · `contextos show {result.run_id}` draws it", "dim"))
+    else:
+        sys.stdout.write(report.markdown())
+        err.print(Text(f"run {result.run_id} · `contextos show {result.run_id}` draws it", "dim"))
+    if fix:
+        done = call(
+            store, lambda rt: fix_frontmatter(store, path, report, editors=tuple(editor or ()))
+        )
+        print_fix(done)
+
+
+def print_fix(done: FixOutcome) -> None:
+    """What the fix wrote, and what waits for whom."""
+    if done.written:
+        err.print(f"[green]frontmatter added[/] to {len(done.written)} file(s):")
+        for path in done.written:
+            err.print(Text(f"  {path}"))
+    for interrupt in done.waiting:
+        action = interrupt.action
+        err.print("[magenta]the fix waits for approval[/]:", Text(action.preview if action else ""))
+        if action is not None and action.blast_radius:
+            err.print("  blast radius:", Text(action.blast_radius))
+        err.print(
+            Text(
+                f"  approve: contextos approve {interrupt.id} --as EDITOR, "
+                "then run this command again",
+                "dim",
+            )
+        )
+    if not done.written and not done.waiting:
+        err.print("[dim]no page is missing frontmatter[/]")
 
 
 def progress(state: RunState, total: int) -> str:

@@ -8,6 +8,13 @@ durable workflow, with a model writing the report's prose.
 
 from contextos.jobs.kb.checks import Rules
 from contextos.jobs.kb.findings import Finding, FindingKind
+from contextos.jobs.kb.fix import (
+    FixOutcome,
+    Proposal,
+    fix_frontmatter,
+    fix_policy,
+    propose_frontmatter,
+)
 from contextos.jobs.kb.fixture import Fixture
 from contextos.jobs.kb.flow import ScanRequest, Summary, default_index, kb_scan, kb_scan_workflow
 from contextos.jobs.kb.gate import Gated, gate
@@ -23,6 +30,7 @@ __all__ = [
     "Counts",
     "Delta",
     "Finding",
+    "FixOutcome",
     "FindingKind",
     "Fixture",
     "Gated",
@@ -33,6 +41,7 @@ __all__ = [
     "Occurrence",
     "Outcome",
     "Plan",
+    "Proposal",
     "ReadOnlyDir",
     "Reason",
     "Report",
@@ -43,10 +52,13 @@ __all__ = [
     "Summary",
     "dedupe",
     "default_index",
+    "fix_frontmatter",
+    "fix_policy",
     "gate",
     "kb_scan",
     "kb_scan_workflow",
     "parts",
+    "propose_frontmatter",
     "reduce",
     "scan_kb",
 ]
