@@ -102,3 +102,23 @@ async def test_the_daily_schedule_fires_the_scan_and_a_worker_runs_it(
     finally:
         stop_all([worker])
     assert report.counts.new == len(planted())
+
+
+def test_the_fix_from_the_command_line_waits_for_an_editor_then_writes(
+    kb: Path, tmp_path: Path
+) -> None:
+    assert kb_scan(kb, tmp_path, "--fix", "frontmatter").returncode == 1  # no --editor
+    proposed = kb_scan(kb, tmp_path, "--fix", "frontmatter", "--editor", "erin")
+    assert proposed.returncode == 0, proposed.stderr
+    assert "the fix waits for approval" in proposed.stderr
+    assert "blast radius: writes 2 file(s)" in proposed.stderr
+    interrupt = proposed.stderr.split("contextos kb approve ", 1)[1].split()[0]
+    store = str(tmp_path / "runs.db")
+    approved = contextos(
+        *("kb", "approve", interrupt, "--as", "erin", "--editor", "erin", "--store", store)
+    )
+    assert approved.returncode == 0, approved.stderr
+    applied = kb_scan(kb, tmp_path, "--fix", "frontmatter", "--editor", "erin")
+    assert applied.returncode == 0, applied.stderr
+    assert "frontmatter added to 2 file(s)" in applied.stderr
+    assert (kb / "runbooks/compaction-stuck.md").read_text().startswith("---\ntitle:")

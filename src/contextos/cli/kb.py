@@ -12,6 +12,7 @@ import typer
 from rich.text import Text
 
 from contextos import (
+    Approval,
     ContextOSError,
     RunNotFound,
     RunResult,
@@ -22,7 +23,14 @@ from contextos import (
     load_runnable,
 )
 from contextos.cli.common import JsonOption, StoreOption, app, call, err, fail, print_result
-from contextos.jobs.kb import FixOutcome, Report, ScanRequest, default_index, fix_frontmatter
+from contextos.jobs.kb import (
+    FixOutcome,
+    Report,
+    ScanRequest,
+    default_index,
+    fix_frontmatter,
+    fix_policy,
+)
 
 KB_SCAN = "contextos.jobs.kb:kb_scan"
 """The workflow's reference: what a resume, a worker or a schedule loads."""
@@ -141,7 +149,7 @@ def print_fix(done: FixOutcome) -> None:
             err.print("  blast radius:", Text(action.blast_radius))
         err.print(
             Text(
-                f"  approve: contextos approve {interrupt.id} --as EDITOR, "
+                f"  approve: contextos kb approve {interrupt.id} --as EDITOR --editor EDITOR, "
                 "then run this command again",
                 "dim",
             )
@@ -156,3 +164,22 @@ def progress(state: RunState, total: int) -> str:
     running = [n for n, node in state.nodes.items() if node.status == "running"]
     now = f" · {', '.join(running)}…" if running else ""
     return f"scanning: {len(done)} of {total} steps done{now}"
+
+
+@kb_app.command("approve")
+def approve(
+    interrupt_id: Annotated[str, typer.Argument(help="The fix's interrupt (`contextos inbox`).")],
+    approver: Annotated[str, typer.Option("--as", help="Who approves.")],
+    editor: Annotated[
+        list[str], typer.Option(help="Who may approve the fix (repeatable), as at the scan.")
+    ],
+    store: StoreOption = None,
+) -> None:
+    """Approve a proposed fix: exactly the files it lists, nothing more."""
+
+    async def work(_: Runtime) -> Approval:
+        async with Runtime(store, policy=fix_policy(tuple(editor))) as rt:
+            return await rt.approve(interrupt_id, approver=approver)
+
+    approval = call(store, work)
+    err.print(f"[green]approved[/] {approval.id}: run the scan with --fix again to apply it")

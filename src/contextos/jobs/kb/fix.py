@@ -185,27 +185,30 @@ async def fix_frontmatter(
     base = proposal.root
     covered: set[str] = set()
     async with Runtime(store, policy=fix_policy(editors)) as rt:
-        for status in (RunStatus.QUEUED, RunStatus.INPUT_REQUIRED):
-            for run in await rt.runs(status=status, limit=1000):
-                if run.agent_name != FIX_AGENT:
-                    continue
-                earlier = Proposal.model_validate_json((await rt.state(run.run_id)).input)
-                if earlier.root != base:
-                    continue
-                done = await rt.resume(run.run_id, fix_agent(earlier))
-                if done.status is RunStatus.COMPLETED and done.output:
-                    outcome.written += json.loads(done.output)["written"]
-                else:
-                    covered.update(earlier.files)
-                    outcome.waiting += [i for i in await rt.inbox() if i.run_id == run.run_id]
+        pending = [
+            run.run_id
+            for status in (RunStatus.QUEUED, RunStatus.INPUT_REQUIRED)
+            for run in await rt.runs(status=status, limit=1000)
+            if run.agent_name == FIX_AGENT
+        ]
+        for run_id in pending:
+            earlier = Proposal.model_validate_json((await rt.state(run_id)).input)
+            if earlier.root != base:
+                continue
+            done = await rt.resume(run_id, fix_agent(earlier))
+            if done.status is RunStatus.COMPLETED and done.output:
+                outcome.written += json.loads(done.output)["written"]
+            else:
+                covered.update(earlier.files)
+                outcome.waiting += [i for i in await rt.inbox() if i.run_id == run_id]
         fresh = _still_missing(proposal, covered)
         if fresh.files:
-            run_id = f"run_kbfix_{fresh.key}"
+            new_id = f"run_kbfix_{fresh.key}"
             try:
-                await rt.state(run_id)
+                await rt.state(new_id)
             except RunNotFound:
-                await rt.run(fix_agent(fresh), fresh.model_dump_json(), run_id=run_id)
-            outcome.waiting += [i for i in await rt.inbox() if i.run_id == run_id]
+                await rt.run(fix_agent(fresh), fresh.model_dump_json(), run_id=new_id)
+            outcome.waiting += [i for i in await rt.inbox() if i.run_id == new_id]
     return outcome
 
 
