@@ -21,6 +21,7 @@ from __future__ import annotations
 import atexit
 import hashlib
 import os
+import sqlite3
 import threading
 from pathlib import Path
 from typing import Any
@@ -248,8 +249,7 @@ async def disprove(link: LinkCheck) -> ClaimCheck:
     """The gate: try to show the link alive. The verdict is noted before the gate goes on,
     so a scan never fetches a link twice once its verdict is kept."""
     at = link.at
-    with _lock(at.index), Index(at.index, at.root, run=at.scan) as index:
-        kept = index.recall(link.key)
+    kept = _journal(at, link.key)
     if kept is not None:
         verdict = LinkVerdict.model_validate_json(kept)
     else:
@@ -259,9 +259,7 @@ async def disprove(link: LinkCheck) -> ClaimCheck:
         else:
             assert link.finding is not None
             verdict = verifier.verify_internal(link.finding.path, link.finding.target or "")
-        with _lock(at.index), Index(at.index, at.root, run=at.scan) as index:
-            index.note(link.key, verdict.model_dump_json())
-            index.commit()
+        _journal(at, link.key, verdict.model_dump_json())
     return ClaimCheck(holds=verdict.status is not LinkStatus.ALIVE, reason=verdict.detail)
 
 
@@ -412,6 +410,26 @@ def _serve_sample() -> int:
         atexit.register(site.__exit__, None, None, None)
         _served.append(site)
     return _served[0].port
+
+
+def _journal(at: Where, key: str, value: str | None = None) -> str | None:
+    """Read (or, with `value`, durably write) one entry of the scan's journal: the gate's
+    per-link path, without the cost of opening the whole index for each link."""
+    with _lock(at.index):
+        db = sqlite3.connect(at.index, timeout=60.0)
+        try:
+            if value is not None:
+                with db:
+                    db.execute(
+                        "INSERT OR REPLACE INTO journal VALUES (?, ?, ?)", (at.scan, key, value)
+                    )
+                return value
+            row = db.execute(
+                "SELECT value FROM journal WHERE run=? AND key=?", (at.scan, key)
+            ).fetchone()
+            return None if row is None else str(row[0])
+        finally:
+            db.close()
 
 
 def _verdict(index: Index, link: LinkCheck) -> LinkVerdict:

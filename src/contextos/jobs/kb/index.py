@@ -133,6 +133,8 @@ class Index:
             self.rebuilt = True
         else:
             self.rebuilt = db.execute("SELECT count(*) FROM files").fetchone()[0] == 0
+        # readers (the workflow's steps) do not wait for a writer, and a commit is one sync
+        db.execute("PRAGMA journal_mode=WAL")
         db.execute("BEGIN IMMEDIATE")
         if self._carry_on is not None:
             self.run = self._carry_on
