@@ -303,6 +303,12 @@ def _load_attr(ref: str) -> Any:
         raise ConfigError(
             f"bad agent reference {ref!r}: {target} has no attribute {attr!r}", ref=ref
         )
+    if isinstance(obj, type):
+        raise ConfigError(
+            f"bad agent reference {ref!r}: it names the class {obj.__name__}; name an agent, a "
+            "workflow, or a function that returns one",
+            ref=ref,
+        )
     if callable(obj) and not isinstance(obj, Agent):
         obj = obj()
     return obj

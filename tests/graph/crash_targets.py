@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+from collections import Counter
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -24,6 +26,20 @@ def log(name: str, **fields: object) -> None:
         f.write(json.dumps({**fields, "pid": os.getpid()}) + "\n")
         f.flush()
         os.fsync(f.fileno())
+
+
+_calls: Counter[str] = Counter()
+
+
+def kill_once(step: str) -> None:
+    """With CRASH_KILL_AT=`step`:N, SIGKILL this process at its Nth call of `step`, in the first
+    process only (a marker file in CRASH_LOG_DIR remembers the kill)."""
+    at, _, n = os.environ.get("CRASH_KILL_AT", "").partition(":")
+    _calls[step] += 1
+    marker = LOG_DIR / "killed"
+    if at == step and _calls[step] == int(n) and not marker.exists():
+        marker.write_text(str(os.getpid()))
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def lookup(order_id: str) -> str:
@@ -103,6 +119,7 @@ def scan_folder(request: ModelRequest) -> ModelResponse:
 
 
 def disprove(request: ModelRequest) -> ModelResponse:
+    kill_once("disprove")
     link = str(given(request))
     dead = link.endswith("-1") or link.endswith("-2")
     reason = "404 on every try" if dead else "answered 200"

@@ -29,7 +29,7 @@ from contextos import (
     tool,
 )
 from contextos import events as ev
-from contextos.graph import ClaimCheck
+from contextos.graph import ClaimCheck, load_runnable
 from contextos.models.base import ModelRequest, ModelResponse
 from contextos.policy import Decision
 from contextos.telemetry import spans_for
@@ -96,6 +96,14 @@ def test_edges_are_typed_when_the_workflow_is_declared() -> None:
         flow.reduce("has.dot", add_up)
     total = flow.reduce("sum", add_up)
     assert total.output is Total and flow.output_node is total
+
+
+def test_a_reference_to_a_class_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "flows.py").write_text(
+        "from pydantic import BaseModel\n\nclass Scan(BaseModel):\n    folders: list[str]\n"
+    )
+    with pytest.raises(ConfigError, match="it names the class Scan; name an agent, a workflow"):
+        load_runnable(f"{tmp_path / 'flows.py'}:Scan")
 
 
 def test_the_structure_is_part_of_the_identity() -> None:
@@ -217,6 +225,34 @@ async def test_an_output_that_fails_its_type_is_a_recorded_failure(rt: Runtime) 
     assert failed.node == "count" and failed.reason is FailureReason.OUTPUT_INVALID
     assert failed.errors and "total" in failed.errors[0]
     assert after == []  # nothing after it ran
+
+
+async def test_a_child_whose_answer_never_fits_the_node_type_fails_it_as_output_invalid(
+    rt: Runtime,
+) -> None:
+    """The child is asked for the node's type and corrected until its verification rounds run
+    out; the parent records why it failed, and the node fails output_invalid, nothing after it
+    running."""
+    after: list[object] = []
+
+    def next_step(d: Doubled) -> Doubled:
+        after.append(d)
+        return d
+
+    vague = Agent(name="vague", model=ScriptedModel([reply('{"value": "two"}')] * 10))
+    flow = Workflow("strict", input=Numbers)
+    flow.agent("guess", vague, output=Doubled)
+    flow.code("next", next_step)
+    result = await rt.run(flow, Numbers(values=[1]))
+    assert result.status is RunStatus.FAILED
+    assert result.failure_reason is FailureReason.OUTPUT_INVALID
+    events = await rt.events(result.run_id)
+    (finished,) = [e for e in events if isinstance(e, ev.ChildRunFinished)]
+    assert finished.status == "failed" and finished.reason == "output_invalid"
+    assert "value" in finished.message
+    (failed,) = [e for e in events if isinstance(e, ev.NodeFailed)]
+    assert failed.node == "guess" and failed.reason is FailureReason.OUTPUT_INVALID
+    assert after == []
 
 
 async def test_code_that_raises_fails_the_workflow_with_its_own_reason(rt: Runtime) -> None:
@@ -439,6 +475,11 @@ async def test_show_draws_the_tree_runs_lists_top_level_and_traces_join(tmp_path
     assert (
         child_root.parent_id == nodes["node double"].span_id == span_id_for(run_id, "node/double")
     )
+
+    traced = await asyncio.to_thread(cli, "trace", run_id, "--json", "--store", str(db))
+    names = [s["name"] for s in json.loads(traced.stdout)]
+    assert names.count("invoke_agent doubler") == 2  # one trace: the children's spans too
+    assert "invoke_workflow sum-doubles" in names
 
 
 async def test_a_failed_child_fails_its_node_and_stops_its_siblings(rt: Runtime) -> None:

@@ -399,22 +399,22 @@ def _permitted(t: Tool, forbidden: Sequence[str], parent: RunContext) -> bool:
 def merge(
     child: RunState, expected: type[BaseModel] | None
 ) -> tuple[ChildStatus, Any, str | None, str]:
-    """(status, result, reason, message) of an ended child as its parent takes it in."""
+    """(status, result, reason, message) of an ended child as its parent takes it in.
+
+    The parent validates: a completed child's result that does not match `expected` is
+    rejected, and a child that failed because its answer never matched it failed with
+    `output_invalid` (not a verifier's judgement on a well-formed answer)."""
     if child.status is RunStatus.COMPLETED:
         if expected is None:
             return ChildStatus.COMPLETED, child.output, None, ""
         try:
             value = expected.model_validate(child.structured_output)
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}"
-                for e in exc.errors(include_url=False)
-            )
             return (
                 ChildStatus.REJECTED,
                 None,
                 FailureReason.OUTPUT_INVALID.value,
-                f"the result is not a valid {expected.__name__}: {problems}",
+                f"the result is not a valid {expected.__name__}: {_problems(exc)}",
             )
         return ChildStatus.COMPLETED, value.model_dump(mode="json"), None, ""
     status = {
@@ -423,7 +423,29 @@ def merge(
         RunStatus.EXPIRED: ChildStatus.EXPIRED,
     }[child.status]
     reason = child.failure_reason.value if child.failure_reason else child.status.value
+    failed_check = child.failure_reason is FailureReason.VERIFICATION_FAILED
+    if failed_check and expected is not None and not _answers(child, expected):
+        reason = FailureReason.OUTPUT_INVALID.value
     return status, None, reason, child.failure_message or ""
+
+
+def _answers(child: RunState, expected: type[BaseModel]) -> bool:
+    """Whether the child's last answer is a valid `expected` (as JSON, fenced or not)."""
+    last = child.last_message
+    text = last.content.strip() if last is not None and last.role == "assistant" else ""
+    text = text.removeprefix("```json").removeprefix("```").removesuffix("```")
+    try:
+        expected.model_validate_json(text)
+    except ValidationError:
+        return False
+    return True
+
+
+def _problems(exc: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}"
+        for e in exc.errors(include_url=False)
+    )
 
 
 def evidence(child: RunState) -> dict[str, Any]:

@@ -419,11 +419,8 @@ def _result(node: Node[Any], child: ChildRun, *, each: bool = False) -> Any:
     """A finished child's validated result, or the node's failure."""
     if child.status is ChildStatus.COMPLETED:
         return child.result
-    reason = (
-        FailureReason.OUTPUT_INVALID
-        if child.status is ChildStatus.REJECTED
-        else FailureReason.CHILD_FAILED
-    )
+    invalid = child.status is ChildStatus.REJECTED or child.reason == FailureReason.OUTPUT_INVALID
+    reason = FailureReason.OUTPUT_INVALID if invalid else FailureReason.CHILD_FAILED
     which = f" (item {child.contract.index})" if each else ""
     raise _Failed(
         node.name,
