@@ -11,13 +11,13 @@ from pathlib import Path
 from contextos.jobs.kb import kb_scan_workflow
 from contextos.testing import ScriptedModel, reply
 
-LOG_DIR = Path(os.environ.get("CRASH_LOG_DIR", "."))
+LOG_DIR = os.environ.get("CRASH_LOG_DIR")
 
 flow = kb_scan_workflow(
     ScriptedModel(
         [lambda request: reply(json.dumps({"text": "Six dead external links; fix those first."}))],
         by_turn=True,
-        log_path=LOG_DIR / "model.jsonl",
+        log_path=Path(LOG_DIR) / "model.jsonl" if LOG_DIR else None,
     )
 )
 

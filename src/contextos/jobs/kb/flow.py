@@ -153,7 +153,10 @@ class Digest(BaseModel):
 
 
 class Summary(BaseModel):
-    """The synthesis node's answer: prose for a person, nothing code reads."""
+    """Two or three sentences: what changed since the last scan, and what to fix first."""
+
+    # The synthesis node's answer (its schema's description is what the model is shown):
+    # prose for a person, which no code reads.
 
     text: str
 
@@ -417,6 +420,9 @@ def _journal(at: Where, key: str, value: str | None = None) -> str | None:
     per-link path, without the cost of opening the whole index for each link."""
     with _lock(at.index):
         db = sqlite3.connect(at.index, timeout=60.0)
+        # In WAL mode a commit without a sync survives the process being killed; only a power
+        # loss can cost the last verdicts, and then those links are fetched again.
+        db.execute("PRAGMA synchronous=NORMAL")
         try:
             if value is not None:
                 with db:
