@@ -33,6 +33,7 @@ def test_the_readme_starts_with_make_demo_and_make_demo_runs_the_scan() -> None:
 
 
 @pytest.mark.local_model
+@pytest.mark.timeout(900)  # the embedded model on a busy machine
 def test_make_demo_scans_the_sample_on_the_local_model(tmp_path: Path) -> None:
     local_model_path()
     (command,) = demo_commands()
