@@ -376,11 +376,6 @@ def default_index(root: str | os.PathLike[str]) -> str:
     return str(Path(".contextos") / "kb" / f"{Path(real).name or 'root'}-{tag}.db")
 
 
-def report_of(output: Any) -> Report:
-    """A finished scan's report, from the run's structured output."""
-    return Report.model_validate(output)
-
-
 # -- helpers -----------------------------------------------------------------------------------
 
 _locks: dict[str, threading.Lock] = {}
