@@ -270,3 +270,23 @@ def test_killed_while_verifying_links_the_scan_fetches_only_what_it_had_not_kept
         assert gate.status != "completed"  # killed in the middle of the gate
         check_resumed(tmp_path, site, clean, kept)
         assert kept and all(fetched(site)[path_of(u)] >= 1 for u in kept)
+
+
+async def test_a_second_scan_of_an_unchanged_folder_reads_and_removes_nothing(
+    tmp_path: Path, site: Fixture
+) -> None:
+    request = ScanRequest(root=str(SAMPLE), index=str(tmp_path / "i.db"), sample_site=site.port)
+    first = await scan(tmp_path / "runs.db", request)
+    second = await scan(tmp_path / "runs.db", request)
+    assert second.reread == 0 and second.counts.open == first.counts.new == 29
+    async with Runtime(str(tmp_path / "runs.db")) as rt:
+        last = next(r for r in await rt.runs() if r.agent_name == "kb-scan")  # newest first
+        parts = (await rt.state(last.run_id)).nodes["scan"].output
+    assert parts is not None
+    # the root's own part never takes the top-level directories for removed files
+    assert [(p["part"], p["removed"], p["read"]) for p in parts] == [
+        (".", [], 0),
+        ("decisions", [], 0),
+        ("docs", [], 0),
+        ("runbooks", [], 0),
+    ]

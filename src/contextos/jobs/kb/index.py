@@ -25,6 +25,8 @@ from contextos.jobs.kb.markdown import Page, TargetKind, resolve
 KIND = "contextos-kb-index"
 """Marks a SQLite file as a scan index: any other file is refused, never overwritten."""
 VERSION = "2"
+ROOT_PART = "."
+"""How a scan step names the files directly in the root."""
 
 _SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -283,8 +285,13 @@ class Index:
     def drop_unseen(self, under: str | None = None) -> list[str]:
         """Forget the files this scan did not find (`under` a top-level directory, or the
         root's own files for `.`); their paths, sorted."""
-        query = "SELECT path FROM files WHERE seen < ? ORDER BY path"
-        gone = [r[0] for r in self._db.execute(query, (self.run,)) if _within(r[0], under)]
+        query = "SELECT path, kind FROM files WHERE seen < ? ORDER BY path"
+        gone = [
+            path
+            for path, kind in self._db.execute(query, (self.run,))
+            # a top-level directory belongs to its own part, not to the root's files
+            if _within(path, under) and not (under == ROOT_PART and kind == "dir")
+        ]
         for path in gone:
             self._forget(path)
         return gone
@@ -383,7 +390,7 @@ class Index:
 def _within(path: str, under: str | None) -> bool:
     if under is None:
         return True
-    if under == ".":
+    if under == ROOT_PART:
         return "/" not in path and path != ""
     return path == under or path.startswith(under + "/")
 

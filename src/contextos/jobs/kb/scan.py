@@ -26,7 +26,7 @@ from contextos.jobs.kb.checks import (
     orphans,
 )
 from contextos.jobs.kb.findings import Finding, FindingKind
-from contextos.jobs.kb.index import Entry, Index
+from contextos.jobs.kb.index import ROOT_PART, Entry, Index
 from contextos.jobs.kb.markdown import parse
 from contextos.jobs.kb.tools import FileInfo, ReadOnlyDir
 
@@ -34,7 +34,7 @@ RACY_NS = 2_000_000_000
 """How recent (before it was indexed) a file's modification must be for its timestamps not to
 be trusted."""
 
-ROOT_FILES = "."
+ROOT_FILES = ROOT_PART
 """The part of the knowledge base made of the files directly in its root."""
 
 
