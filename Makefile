@@ -20,7 +20,9 @@ $(VENV)/.demo-installed: pyproject.toml | $(BIN)/python
 	touch $@
 
 # Everything the test suite drives: PostgreSQL client, MCP SDK and servers, the HTTP API
-# server, the injection corpora, the templates of the public PII set (data files only).
+# server, the injection corpora, the templates of the public PII set (data files only), and
+# Playwright (the dev extra) for the control room: it drives the system's Chromium
+# (`apt-get install chromium`, as .ci/run does), so no `playwright install` download.
 $(VENV)/.test-installed: pyproject.toml $(VENV)/.demo-installed
 	$(PIP) install -e '.[local,local-server,postgres,cron,yaml,mcp,mcp-servers,api,otel,dev]'
 	$(PIP) install --no-deps agentdojo==0.1.35

@@ -11,6 +11,7 @@ from contextos.errors import (
     ModelError,
     RunIsTerminal,
     RunNotFound,
+    Unauthenticated,
 )
 from contextos.graph import RunTree, Workflow, load_runnable
 from contextos.messages import FinishReason, Message, ToolCall, Usage
@@ -23,6 +24,13 @@ from contextos.policy import (
     Principal,
     Rule,
     RunContext,
+)
+from contextos.policy.tokens import (
+    ApiToken,
+    authenticate,
+    issue_token,
+    list_tokens,
+    revoke_token,
 )
 from contextos.records.interrupts import Approval, FrozenAction, Interrupt, InterruptKind
 from contextos.runs import PRIORITIES, Budget, FailureReason, RunId, RunStatus
@@ -48,6 +56,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Agent",
     "AgentChanged",
+    "ApiToken",
     "Approval",
     "BaseTool",
     "Budget",
@@ -95,15 +104,20 @@ __all__ = [
     "ToolContext",
     "ToolResult",
     "Trace",
+    "Unauthenticated",
     "Usage",
     "Verdict",
     "Verifier",
     "Workflow",
+    "authenticate",
     "fold",
+    "issue_token",
+    "list_tokens",
     "load_agent",
     "load_runnable",
     "open_store",
     "resolve_model",
+    "revoke_token",
     "run",
     "tool",
 ]

@@ -755,7 +755,7 @@ class Runtime:
         self,
         interrupt_id: str,
         *,
-        approver: str,
+        approver: str | Principal,
         expires_in: timedelta | float | None = None,
         conditions: dict[str, Any] | None = None,
         action_hash: str | None = None,
@@ -763,7 +763,9 @@ class Runtime:
         """Approve an interrupt's frozen action (idempotent); the run can then be resumed.
 
         Refused (ApprovalRefused) when `action_hash` is not the frozen action's, the approver
-        lacks the role, started the run, or the conditions are already broken.
+        lacks the role, started the run, or the conditions are already broken. An
+        authenticated `Principal` approves with the roles the policy gives it in the run's
+        tenant that it also carries.
         """
         approval = await self.governance.approve(
             self.store,
@@ -776,7 +778,7 @@ class Runtime:
         wakeup.wake_local(self.store)  # the run is queued again
         return approval
 
-    async def deny(self, interrupt_id: str, *, approver: str, reason: str = "") -> None:
+    async def deny(self, interrupt_id: str, *, approver: str | Principal, reason: str = "") -> None:
         """Refuse an interrupt's action: the model is told, the run goes on without it."""
         await self.governance.deny(self.store, interrupt_id, approver=approver, reason=reason)
         wakeup.wake_local(self.store)
@@ -833,12 +835,20 @@ class Runtime:
         return await run_tree(self.store, RunId(run_id))
 
     async def runs(
-        self, *, status: RunStatus | None = None, limit: int = 50, top_level: bool = False
+        self,
+        *,
+        status: RunStatus | None = None,
+        limit: int = 50,
+        tenant: str | None = None,
+        top_level: bool = False,
     ) -> list[RunSummary]:
-        """Most recently updated runs first; `top_level`: only runs no other run started."""
+        """Most recently updated runs first; only one status's, only one tenant's when named;
+        `top_level`: only runs no other run started."""
         if top_level:
-            return await self.store.list_runs(status=status, limit=limit, top_level=True)
-        return await self.store.list_runs(status=status, limit=limit)
+            return await self.store.list_runs(
+                status=status, limit=limit, tenant=tenant, top_level=True
+            )
+        return await self.store.list_runs(status=status, limit=limit, tenant=tenant)
 
 
 def _authority_from(

@@ -90,10 +90,15 @@ class EventStore(Protocol):
         ...
 
     async def list_runs(
-        self, *, status: RunStatus | None = None, limit: int = 50, top_level: bool = False
+        self,
+        *,
+        status: RunStatus | None = None,
+        limit: int = 50,
+        tenant: str | None = None,
+        top_level: bool = False,
     ) -> list[RunSummary]:
-        """Most recently updated runs first, optionally of one status; with `top_level`, only
-        runs no other run started (see TOP_LEVEL)."""
+        """Most recently updated runs first, optionally of one status, of one tenant; with
+        `top_level`, only runs no other run started (see TOP_LEVEL)."""
         ...
 
     async def close(self) -> None:
@@ -108,6 +113,32 @@ class StateStore(Protocol):
     async def state(self, run_id: RunId) -> RunState:
         """The run's state, equal to `fold(await read(run_id))`. Raises RunNotFound."""
         ...
+
+
+DEFAULT_TENANT = "default"
+"""The tenant of a run started without one (and of the local operator)."""
+
+
+def run_filter(
+    status: RunStatus | None, tenant: str | None, placeholder: str, *, top_level: bool = False
+) -> tuple[str, tuple[str, ...]]:
+    """The WHERE clause (and its parameters) of `list_runs`: a run's tenant is its queue
+    entry's, and a run queued without one belongs to the default tenant; `top_level` keeps
+    only runs no other run started."""
+    clauses: list[str] = []
+    params: list[str] = []
+    if status is not None:
+        clauses.append(f"status = {placeholder}")
+        params.append(RunStatus(status).value)
+    if tenant is not None:
+        clauses.append(
+            "run_id IN (SELECT run_id FROM run_queue WHERE"
+            f" coalesce(nullif(tenant, ''), '{DEFAULT_TENANT}') = {placeholder})"
+        )
+        params.append(tenant)
+    if top_level:
+        clauses.append(TOP_LEVEL)
+    return (" WHERE " + " AND ".join(clauses) if clauses else ""), tuple(params)
 
 
 async def load_state(store: EventStore, run_id: RunId) -> RunState:

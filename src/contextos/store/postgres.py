@@ -29,9 +29,16 @@ from contextos.errors import (
 )
 from contextos.runs import TERMINAL, RunId, RunStatus
 from contextos.store import snapshots
-from contextos.store.base import TOP_LEVEL, RunSummary, check_batch, encode_batch, summarize
+from contextos.store.base import (
+    RunSummary,
+    check_batch,
+    encode_batch,
+    run_filter,
+    summarize,
+)
 from contextos.store.migrations import POSTGRES_MIGRATIONS
 from contextos.store.postgres_queue import PostgresQueue
+from contextos.store.tokens import SqlTokens
 
 _TERMINAL_VALUES = frozenset(s.value for s in TERMINAL)
 
@@ -98,7 +105,7 @@ def redact(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-class PostgresStore(PostgresQueue, snapshots.Snapshotting):
+class PostgresStore(PostgresQueue, SqlTokens, snapshots.Snapshotting):
     """EventStore (and RunQueue) on a PostgreSQL database.
 
     The pool opens, and the schema is migrated, on first use. `search_path` in the URL
@@ -299,16 +306,18 @@ class PostgresStore(PostgresQueue, snapshots.Snapshotting):
         return _summary(row)
 
     async def list_runs(
-        self, *, status: RunStatus | None = None, limit: int = 50, top_level: bool = False
+        self,
+        *,
+        status: RunStatus | None = None,
+        limit: int = 50,
+        tenant: str | None = None,
+        top_level: bool = False,
     ) -> list[RunSummary]:
-        where = " WHERE status = %s" if status is not None else ""
-        if top_level:
-            where += (" AND " if where else " WHERE ") + TOP_LEVEL
-        params = (RunStatus(status).value, limit) if status is not None else (limit,)
+        where, params = run_filter(status, tenant, "%s", top_level=top_level)
         async with self._conn() as conn:
             cur = await conn.execute(
                 f"SELECT {_SUMMARY_COLUMNS} FROM runs{where} ORDER BY updated_at DESC LIMIT %s",
-                params,
+                (*params, limit),
             )
             rows = await cur.fetchall()
         return [_summary(r) for r in rows]

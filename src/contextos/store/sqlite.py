@@ -31,15 +31,16 @@ from contextos.errors import (
 from contextos.runs import TERMINAL, RunId, RunStatus
 from contextos.store import snapshots
 from contextos.store.base import (
-    TOP_LEVEL,
     RunSummary,
     SummaryDelta,
     check_batch,
     encode_batch,
+    run_filter,
     summarize,
 )
 from contextos.store.migrations import SQLITE_MIGRATIONS
 from contextos.store.sqlite_queue import SqliteQueue
+from contextos.store.tokens import SqlTokens
 
 T = TypeVar("T")
 
@@ -77,7 +78,7 @@ class _Job:
     """False when the commit need not wait for the disk (see `EventStore.append`)."""
 
 
-class SqliteStore(SqliteQueue, snapshots.Snapshotting):
+class SqliteStore(SqliteQueue, SqlTokens, snapshots.Snapshotting):
     """EventStore on a SQLite file."""
 
     def __init__(self, path: str | Path, *, busy_timeout_s: float = 30.0) -> None:
@@ -338,17 +339,19 @@ class SqliteStore(SqliteQueue, snapshots.Snapshotting):
         return _summary(row)
 
     async def list_runs(
-        self, *, status: RunStatus | None = None, limit: int = 50, top_level: bool = False
+        self,
+        *,
+        status: RunStatus | None = None,
+        limit: int = 50,
+        tenant: str | None = None,
+        top_level: bool = False,
     ) -> list[RunSummary]:
-        where = " WHERE status = ?" if status is not None else ""
-        if top_level:
-            where += (" AND " if where else " WHERE ") + TOP_LEVEL
-        params = (status.value, limit) if status is not None else (limit,)
+        where, params = run_filter(status, tenant, "?", top_level=top_level)
 
         def _list(conn: sqlite3.Connection) -> list[tuple[object, ...]]:
             return conn.execute(
                 f"SELECT {_SUMMARY_COLUMNS} FROM runs{where} ORDER BY updated_at DESC LIMIT ?",
-                params,
+                (*params, limit),
             ).fetchall()
 
         return [_summary(r) for r in await self._query(_list)]
