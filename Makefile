@@ -32,9 +32,9 @@ $(VENV)/.test-installed: pyproject.toml $(VENV)/.demo-installed
 install-demo: $(VENV)/.demo-installed
 install: $(VENV)/.test-installed
 
+# The knowledge-base scan on the sample; its external links go to a loopback site.
 demo: install-demo
-	$(BIN)/contextos run examples/quickstart.py:agent "Where is order A-1001?"
-	$(BIN)/contextos runs --limit 5
+	$(BIN)/contextos kb scan examples/kb --sample-site
 
 test: install
 	$(BIN)/ruff check src tests examples

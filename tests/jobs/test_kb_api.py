@@ -7,6 +7,7 @@ from pathlib import Path
 
 import contextos
 import contextos.errors
+import contextos.graph
 import contextos.jobs.kb as kb
 import contextos.policy
 import contextos.tools
@@ -14,6 +15,7 @@ import contextos.tools
 JOBS = Path(contextos.__file__).parent / "jobs"
 PUBLIC = {
     "contextos": set(contextos.__all__),
+    "contextos.graph": set(contextos.graph.__all__),  # what docs/graph.md imports
     "contextos.policy": set(contextos.policy.__all__),
     "contextos.tools": set(contextos.tools.__all__),
     # the one error tree: its classes are the public contract of failures

@@ -11,6 +11,7 @@ import pytest
 
 import contextos
 import contextos.api
+import contextos.jobs.kb
 import contextos.workers
 
 SRC = Path(contextos.__file__).resolve().parent
@@ -36,6 +37,7 @@ FACES = {
 """What each face may import besides its own modules: the public API's names. The command
 starts the HTTP API too, through that face's own public names."""
 FACES["contextos.cli"]["contextos.api"] = contextos.api
+FACES["contextos.cli"]["contextos.jobs.kb"] = contextos.jobs.kb
 
 
 def private_imports(face: str, source: str) -> list[str]:
@@ -198,3 +200,10 @@ def test_the_workers_surface_is_pinned() -> None:
         "verify_signature",
         "what_fires",
     ]
+
+
+def test_the_knowledge_base_job_surface_is_pinned() -> None:
+    """The job the command runs (`contextos kb scan`), by its public names only."""
+    kb = contextos.jobs.kb
+    assert kb.__all__ == sorted(kb.__all__)
+    assert {"Report", "ScanRequest", "default_index", "kb_scan"} <= set(kb.__all__)

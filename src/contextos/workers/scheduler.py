@@ -16,9 +16,10 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from contextos.agents import Agent, load_agent
+from contextos.agents import Agent
 from contextos.errors import ConfigError, ContextOSError
 from contextos.events import utcnow
+from contextos.graph import Workflow, load_runnable
 from contextos.runs import RunId, check_priority
 from contextos.store.base import EventStore
 from contextos.store.queue import CatchUp, Schedule, queue_of, require_queue, tick_key
@@ -149,7 +150,7 @@ async def add_schedule(
     check_cron(cron)
     _zone(timezone)
     check_priority(priority)
-    load_agent(agent_ref)  # a bad reference fails now, not at every tick
+    load_runnable(agent_ref)  # a bad reference fails now, not at every tick
     start = now or utcnow()
     schedule = Schedule(
         name=name,
@@ -197,7 +198,7 @@ async def fire_schedules(
     runtime: Runtime,
     *,
     now: datetime | None = None,
-    agents: dict[str, Agent] | None = None,
+    agents: dict[str, Agent | Workflow] | None = None,
 ) -> list[ScheduleFired]:
     """Fire every schedule that is due at `now`; safe to call from every worker at once.
 
@@ -218,7 +219,7 @@ async def fire_schedules(
             for tick in decision.fire:
                 agent = cache.get(schedule.agent_ref)
                 if agent is None:
-                    agent = cache[schedule.agent_ref] = load_agent(schedule.agent_ref)
+                    agent = cache[schedule.agent_ref] = load_runnable(schedule.agent_ref)
                 run_id = await runtime.start(
                     agent,
                     schedule.input,

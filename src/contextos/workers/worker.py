@@ -30,6 +30,7 @@ from contextos.errors import (
     RunIsTerminal,
 )
 from contextos.events import utcnow
+from contextos.graph import Workflow
 from contextos.runs import FailureReason, RunId
 from contextos.runtime import Runtime
 from contextos.state import RunState
@@ -137,6 +138,7 @@ class Worker:
         self._stopping = False
         self._stop = asyncio.Event()
         self._agents: dict[str, Agent] = {}
+        self._scheduled: dict[str, Agent | Workflow] = {}
 
     # -- control --------------------------------------------------------------------------
 
@@ -326,7 +328,7 @@ class Worker:
         while not self._stopping:
             self._schedules_wake.clear()
             try:
-                for fired in await fire_schedules(self.runtime, agents=self._agents):
+                for fired in await fire_schedules(self.runtime, agents=self._scheduled):
                     for tick, run_id in fired.runs:
                         log.info(
                             "schedule %s: tick %s -> run %s",

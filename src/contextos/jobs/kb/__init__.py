@@ -2,12 +2,21 @@
 
 Everything here is deterministic and needs no model: contained read-only tools for a scan
 node, the checks, the index that makes scans incremental and streaming, the reduce, the link
-verifier and the report. `scan_kb` runs them end to end.
+verifier and the report. `scan_kb` runs them end to end; `kb_scan` is the same scan as a
+durable workflow, with a model writing the report's prose.
 """
 
 from contextos.jobs.kb.checks import Rules
 from contextos.jobs.kb.findings import Finding, FindingKind
+from contextos.jobs.kb.fix import (
+    FixOutcome,
+    Proposal,
+    fix_frontmatter,
+    fix_policy,
+    propose_frontmatter,
+)
 from contextos.jobs.kb.fixture import Fixture
+from contextos.jobs.kb.flow import ScanRequest, Summary, default_index, kb_scan, kb_scan_workflow
 from contextos.jobs.kb.gate import Gated, gate
 from contextos.jobs.kb.index import Index, Occurrence
 from contextos.jobs.kb.job import Outcome, scan_kb
@@ -22,6 +31,7 @@ __all__ = [
     "Delta",
     "Finding",
     "FindingKind",
+    "FixOutcome",
     "Fixture",
     "Gated",
     "Index",
@@ -31,15 +41,24 @@ __all__ = [
     "Occurrence",
     "Outcome",
     "Plan",
+    "Proposal",
     "ReadOnlyDir",
     "Reason",
     "Report",
     "Rules",
     "Scan",
+    "ScanRequest",
     "Scanner",
+    "Summary",
     "dedupe",
+    "default_index",
+    "fix_frontmatter",
+    "fix_policy",
     "gate",
+    "kb_scan",
+    "kb_scan_workflow",
     "parts",
+    "propose_frontmatter",
     "reduce",
     "scan_kb",
 ]

@@ -111,23 +111,39 @@ class Fixture:
     @property
     def aliases(self) -> dict[str, str]:
         """The sample's origin mapped to the fixture's."""
-        return {ORIGIN: self.origin}
+        return dict(reach(self.port)["aliases"])
 
     @property
     def network(self) -> NetworkPolicy:
         """The placeholder name, and loopback only at the fixture's port."""
-        return NetworkPolicy(allow=(HOST, f"127.0.0.1:{self.port}"))
+        policy: NetworkPolicy = reach(self.port)["network"]
+        return policy
 
     async def resolver(self, host: str) -> Iterable[str]:
         """Answers the placeholder name with 127.0.0.1; every other name does not resolve."""
-        if host.lower().rstrip(".") == HOST:
-            return ["127.0.0.1"]
-        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return await resolve(host)
 
     def hit(self, method: str, path: str) -> int:
         with self._lock:
             self.hits[f"{method} {path}"] += 1
             return self.hits[f"{method} {path}"]
+
+
+async def resolve(host: str) -> Iterable[str]:
+    """The placeholder name is 127.0.0.1; no other name resolves."""
+    if host.lower().rstrip(".") == HOST:
+        return ["127.0.0.1"]
+    raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+
+def reach(port: int) -> dict[str, Any]:
+    """What a verifier needs to reach a fixture serving at `port` (in this process or
+    another) and nothing else: `LinkVerifier(root, **reach(port))`."""
+    return {
+        "network": NetworkPolicy(allow=(HOST, f"127.0.0.1:{port}")),
+        "resolver": resolve,
+        "aliases": {ORIGIN: f"{ORIGIN}:{port}"},
+    }
 
 
 class _Server(ThreadingHTTPServer):

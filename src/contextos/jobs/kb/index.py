@@ -24,7 +24,9 @@ from contextos.jobs.kb.markdown import Page, TargetKind, resolve
 
 KIND = "contextos-kb-index"
 """Marks a SQLite file as a scan index: any other file is refused, never overwritten."""
-VERSION = "1"
+VERSION = "2"
+ROOT_PART = "."
+"""How a scan step names the files directly in the root."""
 
 _SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -50,6 +52,9 @@ CREATE TABLE links (
 CREATE INDEX links_by_path ON links (path);
 CREATE INDEX links_by_resolved ON links (resolved) WHERE resolved IS NOT NULL;
 CREATE INDEX links_by_url ON links (url) WHERE url IS NOT NULL;
+CREATE TABLE journal (             -- what each step of a scan decided, kept once
+    run INTEGER NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, PRIMARY KEY (run, key)
+) WITHOUT ROWID;
 """
 
 
@@ -77,9 +82,18 @@ class Index:
     """The summaries of one knowledge base's files. Use as a context manager; `commit` makes
     a scan's changes durable, leaving (or an error) rolls them back."""
 
-    def __init__(self, path: str | os.PathLike[str], root: str | os.PathLike[str]) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        root: str | os.PathLike[str],
+        *,
+        run: int | None = None,
+    ) -> None:
+        """Open the index for a new scan, or, with `run`, to carry on with that scan (one
+        step of a scan that a workflow runs in several)."""
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(path, isolation_level=None)
+        self._db = sqlite3.connect(path, isolation_level=None, timeout=60.0)
+        self._carry_on = run
         self.root = os.path.realpath(root)
         self.rebuilt = False
         """True when the index was empty or discarded: every file is new to it."""
@@ -121,7 +135,12 @@ class Index:
             self.rebuilt = True
         else:
             self.rebuilt = db.execute("SELECT count(*) FROM files").fetchone()[0] == 0
-        db.execute("BEGIN")
+        # readers (the workflow's steps) do not wait for a writer, and a commit is one sync
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("BEGIN IMMEDIATE")
+        if self._carry_on is not None:
+            self.run = self._carry_on
+            return
         (run,) = db.execute("SELECT value FROM meta WHERE key='run'").fetchone()
         self.run = int(run) + 1
         db.execute("UPDATE meta SET value=? WHERE key='run'", (str(self.run),))
@@ -142,7 +161,36 @@ class Index:
     def commit(self) -> None:
         """Make the scan's changes durable; later changes start a new transaction."""
         self._db.execute("COMMIT")
-        self._db.execute("BEGIN")
+        self._db.execute("BEGIN IMMEDIATE")
+
+    # -- the journal: one value per scan and key, so that a step done is never done again --
+
+    def recall(self, key: str) -> str | None:
+        """What this scan recorded under `key`, if it did."""
+        row = self._db.execute(
+            "SELECT value FROM journal WHERE run=? AND key=?", (self.run, key)
+        ).fetchone()
+        return None if row is None else str(row[0])
+
+    def note(self, key: str, value: str) -> None:
+        """Record `value` under `key` for this scan (durable with the next `commit`)."""
+        self._db.execute("INSERT OR REPLACE INTO journal VALUES (?, ?, ?)", (self.run, key, value))
+
+    def last(self, key: str) -> str | None:
+        """The latest value an earlier scan recorded under `key`."""
+        row = self._db.execute(
+            "SELECT value FROM journal WHERE run<? AND key=? ORDER BY run DESC LIMIT 1",
+            (self.run, key),
+        ).fetchone()
+        return None if row is None else str(row[0])
+
+    def forget_before(self, keep: str) -> None:
+        """Drop what earlier scans recorded, but the latest value under `keep`."""
+        self._db.execute(
+            "DELETE FROM journal WHERE run<? AND NOT (key=? AND run=(SELECT max(run) FROM "
+            "journal WHERE key=? AND run<?))",
+            (self.run, keep, keep, self.run),
+        )
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -234,10 +282,16 @@ class Index:
         for table in ("files", "anchors", "links"):
             self._db.execute(f"DELETE FROM {table} WHERE path=?", (path,))
 
-    def drop_unseen(self) -> list[str]:
-        """Forget the files this scan did not find; their paths, sorted."""
-        query = "SELECT path FROM files WHERE seen < ? ORDER BY path"
-        gone = [r[0] for r in self._db.execute(query, (self.run,))]
+    def drop_unseen(self, under: str | None = None) -> list[str]:
+        """Forget the files this scan did not find (`under` a top-level directory, or the
+        root's own files for `.`); their paths, sorted."""
+        query = "SELECT path, kind FROM files WHERE seen < ? ORDER BY path"
+        gone = [
+            path
+            for path, kind in self._db.execute(query, (self.run,))
+            # a top-level directory belongs to its own part, not to the root's files
+            if _within(path, under) and not (under == ROOT_PART and kind == "dir")
+        ]
         for path in gone:
             self._forget(path)
         return gone
@@ -260,11 +314,14 @@ class Index:
     def pages(self) -> int:
         return int(self._db.execute("SELECT count(*) FROM files WHERE kind='page'").fetchone()[0])
 
-    def own_findings(self) -> Iterator[Finding]:
-        """What each page alone shows, as recorded when it was last read."""
-        for (data,) in self._db.execute(
-            "SELECT findings FROM files WHERE findings != '[]' ORDER BY path"
+    def own_findings(self, under: str | None = None) -> Iterator[Finding]:
+        """What each page alone shows, as recorded when it was last read (`under` a
+        top-level directory, or the root's own files for `.`)."""
+        for path, data in self._db.execute(
+            "SELECT path, findings FROM files WHERE findings != '[]' ORDER BY path"
         ):
+            if not _within(path, under):
+                continue
             for item in json.loads(data):
                 yield Finding.model_validate(item)
 
@@ -328,6 +385,14 @@ class Index:
                 (url,),
             )
         ]
+
+
+def _within(path: str, under: str | None) -> bool:
+    if under is None:
+        return True
+    if under == ROOT_PART:
+        return "/" not in path and path != ""
+    return path == under or path.startswith(under + "/")
 
 
 def _dump(findings: Iterable[Finding]) -> str:

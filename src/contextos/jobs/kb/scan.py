@@ -26,7 +26,7 @@ from contextos.jobs.kb.checks import (
     orphans,
 )
 from contextos.jobs.kb.findings import Finding, FindingKind
-from contextos.jobs.kb.index import Entry, Index
+from contextos.jobs.kb.index import ROOT_PART, Entry, Index
 from contextos.jobs.kb.markdown import parse
 from contextos.jobs.kb.tools import FileInfo, ReadOnlyDir
 
@@ -34,7 +34,7 @@ RACY_NS = 2_000_000_000
 """How recent (before it was indexed) a file's modification must be for its timestamps not to
 be trusted."""
 
-ROOT_FILES = "."
+ROOT_FILES = ROOT_PART
 """The part of the knowledge base made of the files directly in its root."""
 
 
@@ -98,37 +98,63 @@ class Scanner:
     def scan(self, *, full: bool = False) -> Scan:
         """Bring the index up to date with the files, then derive every finding from it."""
         full = full or self.index.rebuilt
-        found: dict[str, list[str]] = {"added": [], "changed": []}
-        read = 0
         self.index.put_other("", kind="dir")  # the root itself, for links to it
+        added: list[str] = []
+        changed: list[str] = []
+        read = 0
         for part in self._dirs:
-            for folder in self._folders(part):
-                for path, state in self._update(folder, full=full):
-                    read += 1
-                    if not full:
-                        found[state].append(path)
+            surveyed = self.survey(part, full=full)
+            read += surveyed.read
+            added += surveyed.added
+            changed += surveyed.changed
         removed = self.index.drop_unseen()
-        linking: list[str] = []
-        if not full:
-            touched = {*found["added"], *found["changed"]}
-            linking = [p for p in self.index.linking_to([*touched, *removed]) if p not in touched]
-            for path in linking:
-                self._reread(path)
+        linking = [] if full else self.follow([*added, *changed], removed)
         plan = Plan(
             full=full,
             pages=self.index.pages(),
             read=read + len(linking),
-            added=tuple(found["added"]),
-            changed=tuple(found["changed"]),
+            added=tuple(added),
+            changed=tuple(changed),
             linking=tuple(linking),
             removed=tuple(removed),
         )
         self.index.commit()
         return Scan(plan=plan, findings=tuple(sorted(self.findings(), key=Finding.sort_key)))
 
+    def survey(self, part: str, *, full: bool) -> Plan:
+        """Bring one part's entries up to date in the index (its removed files are left to
+        `drop_unseen`); what it read, as a plan of that part alone."""
+        found: dict[str, list[str]] = {"added": [], "changed": []}
+        read = 0
+        for folder in self._folders(part) if part in self._dirs else ():  # gone since planned
+            for path, state in self._update(folder, full=full):
+                read += 1
+                if not full:
+                    found[state].append(path)
+        return Plan(
+            full=full,
+            pages=read,
+            read=read,
+            added=tuple(found["added"]),
+            changed=tuple(found["changed"]),
+        )
+
+    def follow(self, touched: list[str], removed: list[str]) -> list[str]:
+        """Re-read the unchanged pages that link to a `touched` or `removed` file; those
+        pages, sorted."""
+        seen = set(touched)
+        linking = [p for p in self.index.linking_to([*touched, *removed]) if p not in seen]
+        for path in linking:
+            self._reread(path)
+        return linking
+
     def findings(self) -> Iterator[Finding]:
         """Every candidate finding the index shows now."""
         yield from self.index.own_findings()
+        yield from self.across()
+
+    def across(self) -> Iterator[Finding]:
+        """The candidate findings across pages: links, shared titles, orphans."""
         yield from check_links(self.index.suspect_links())
         yield from duplicate_titles(self.index.shared_titles())
         yield from orphans(self.index.unlinked_pages(), self.rules)

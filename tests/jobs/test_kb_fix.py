@@ -1,0 +1,68 @@
+"""The frontmatter fix: proposed with its blast radius, written only under an approval of that
+exact list of files; a file added after the approval needs an approval of its own, and a
+revoked approval writes nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from contextos import Runtime
+from contextos.errors import ApprovalRefused
+from contextos.jobs.kb import Report, fix_frontmatter, fix_policy, scan_kb
+
+MISSING = ["decisions/0012-deploy-with-argo.md", "runbooks/compaction-stuck.md"]
+"""The sample's pages without frontmatter (FAULTS.json)."""
+EDITORS = ("erin",)
+
+
+def has_frontmatter(kb: Path, page: str) -> bool:
+    return (kb / page).read_text().startswith("---\n")
+
+
+async def report_of(kb: Path, tmp: Path) -> Report:
+    return (await scan_kb(kb, index=tmp / "index.db")).report
+
+
+async def test_the_fix_writes_exactly_the_approved_list_and_asks_again_for_a_new_file(
+    kb: Path, tmp_path: Path
+) -> None:
+    store = str(tmp_path / "runs.db")
+    first = await fix_frontmatter(store, kb, await report_of(kb, tmp_path), editors=EDITORS)
+    assert first.written == []
+    (asked,) = first.waiting
+    assert asked.action is not None
+    assert asked.action.arguments["files"] == MISSING
+    assert "writes 2 file(s)" in asked.action.blast_radius
+    assert not any(has_frontmatter(kb, p) for p in MISSING)  # nothing written yet
+
+    async with Runtime(store, policy=fix_policy(EDITORS)) as rt:
+        with pytest.raises(ApprovalRefused):  # only an editor approves
+            await rt.approve(asked.id, approver="mallory")
+        await rt.approve(asked.id, approver="erin")
+
+    # a third page without frontmatter appears after the approval
+    (kb / "docs/new-page.md").write_text("# New page\n\nText.\n")
+    second = await fix_frontmatter(store, kb, await report_of(kb, tmp_path), editors=EDITORS)
+    assert sorted(second.written) == MISSING
+    assert all(has_frontmatter(kb, p) for p in MISSING)
+    assert (kb / MISSING[1]).read_text().startswith('---\ntitle: "Compaction stuck"\n---\n')
+    assert not has_frontmatter(kb, "docs/new-page.md")  # not covered by that approval
+    (again,) = second.waiting
+    assert again.action is not None and again.action.arguments["files"] == ["docs/new-page.md"]
+
+
+async def test_a_revoked_approval_writes_nothing(kb: Path, tmp_path: Path) -> None:
+    store = str(tmp_path / "runs.db")
+    report = await report_of(kb, tmp_path)
+    (asked,) = (await fix_frontmatter(store, kb, report, editors=EDITORS)).waiting
+    async with Runtime(store, policy=fix_policy(EDITORS)) as rt:
+        approval = await rt.approve(asked.id, approver="erin")
+        await rt.revoke(approval.id, revoked_by="erin", reason="not today")
+
+    after = await fix_frontmatter(store, kb, report, editors=EDITORS)
+    assert after.written == []
+    assert not any(has_frontmatter(kb, p) for p in MISSING)
+    (waiting,) = after.waiting  # it asks again, for the same list
+    assert waiting.action is not None and waiting.action.arguments["files"] == MISSING
