@@ -59,6 +59,10 @@ class Agent:
     subagents: Sequence[Subagent | Agent] = ()
     """Agents this one may delegate to: its model calls each as a tool, `delegate_to_<name>`,
     and each call runs as a child run under a contract derived from the declaration."""
+    conversation: bool = False
+    """Keep each run open for the person's next message: an answer that passes the verifier
+    leaves the run waiting (`input_required`) instead of completing it, and
+    `Runtime.send` continues it as the same run."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tools", tuple(as_tool(t) for t in self.tools))
@@ -124,6 +128,7 @@ class Agent:
             # middleware keep the hash they had.
             **({"middleware": stack_identity(self.middleware)} if self.middleware else {}),
             **({"subagents": [s.identity() for s in self.delegates]} if self.subagents else {}),
+            **({"conversation": True} if self.conversation else {}),
         }
 
     def identity_hash(self) -> str:

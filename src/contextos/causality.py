@@ -7,9 +7,10 @@ The causation id is the seq of the event, in the same run, that this one follows
   dispatch its authorisation, a result its commit, an approval the question it answers);
 - a model answer, a verdict and a compaction follow the message they answer (the last one);
 - an artifact follows the events it was made from;
-- the completion follows the answer it names, and an end after `run_ending` that request;
-- a run's first event, a person's message and a person's request to end a run have no cause
-  in the run (their actor says who);
+- the completion (or a conversation's answer) follows the answer it names, and an end after
+  `run_ending` that request;
+- a run's first event, a person's message and a person's request to end or pause a run have
+  no cause in the run (their actor says who);
 - anything else (a worker taking the run, a budget running out) follows the event before it.
 
 The correlation id names the run tree: the root run's id, shared by every run a trigger or a
@@ -25,7 +26,7 @@ from contextos import events as ev
 from contextos.state import RunState, threads
 
 _ANSWERING = (ev.ModelResponded, ev.ContextCompacted, ev.VerificationFailed, ev.EvaluationRecorded)
-_EXTERNAL = (ev.UserMessageAdded, ev.RunEnding, ev.RunCancelled)
+_EXTERNAL = (ev.UserMessageAdded, ev.RunEnding, ev.RunCancelled, ev.RunPauseRequested)
 
 
 def stamp(state: RunState, events: Sequence[ev.Event]) -> list[ev.Event]:
@@ -53,7 +54,7 @@ def stamp(state: RunState, events: Sequence[ev.Event]) -> list[ev.Event]:
 def _cause(state: RunState, event: ev.Event, about: list[int | None]) -> int | None:
     if isinstance(event, ev.RunCreated):
         return None
-    if isinstance(event, ev.RunCompleted) and event.answer_seq is not None:
+    if isinstance(event, ev.RunCompleted | ev.RunAnswered) and event.answer_seq is not None:
         return event.answer_seq
     if isinstance(event, ev.ArtifactRecorded) and event.source_events:
         return max(event.source_events)

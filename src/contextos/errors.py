@@ -13,6 +13,7 @@
     │   └── StoreUnavailable          the store cannot be used: not a database, unreachable, …
     ├── AgentChanged                  resuming a run with an agent whose identity hash differs
     ├── RunInUse                      driving a run whose lease a live driver holds
+    ├── ControlRefused                a pause or a follow-up the run cannot take now (ended, …)
     ├── ModelError                    a model call failed (retryable says whether to try again)
     │   ├── ModelTimeout              the provider did not answer in time (after retries)
     │   ├── ModelRateLimited          the provider kept saying 429 / Retry-After too far away
@@ -182,6 +183,18 @@ class RunInUse(ContextOSError):
         )
         self.run_id = run_id
         self.owner = owner
+
+
+class ControlRefused(ContextOSError):
+    """A pause or a follow-up message the run cannot take in its state (it ended, it is
+    running, it waits on a person, it has no budget left); nothing was recorded."""
+
+    code = "control_refused"
+
+    def __init__(self, run_id: str, status: str, reason: str) -> None:
+        super().__init__(f"run {run_id} {reason}", run_id=run_id, status=status)
+        self.run_id = run_id
+        self.status = status
 
 
 class ModelError(ContextOSError):

@@ -11,6 +11,8 @@ old shape under tests/fixtures/events/):
   not repeated in `output` (v1 always repeated it; it reads as v2 without `answer_seq`).
 - every type: the optional `correlation_id` (rows written before it read with none), and on
   run_created the optional `caused_by`; no version bump, since no older reader is misled.
+- user_message_added moves the run to `queued` (a follow-up is answered by the next driver);
+  no version bump: nothing recorded it before.
 """
 
 from __future__ import annotations
@@ -122,6 +124,40 @@ class RunReleased(_Event):
     """The worker that let go."""
     reason: str = ""
     """Why."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunPauseRequested(_Event):
+    """A person asked a running run to pause; its driver pauses it at its next step boundary
+    (the driver sees this event when its next append meets it)."""
+
+    type: Literal["run_pause_requested"] = "run_pause_requested"
+    reason: str = ""
+    """Why, as given by who asked."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunPaused(_Event):
+    """The run stopped between two steps because a person asked; it holds no driver and goes
+    on when resumed or sent a message."""
+
+    SETS_STATUS = RunStatus.PAUSED
+    type: Literal["run_paused"] = "run_paused"
+    reason: str = ""
+    """Why, as given by who asked."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunAnswered(_Event):
+    """A conversation's answer passed its verifier: the run waits for the person's next
+    message (a conversation is not completed, so it can go on as the same run)."""
+
+    SETS_STATUS = RunStatus.INPUT_REQUIRED
+    type: Literal["run_answered"] = "run_answered"
+    answer_seq: int
+    """Seq of the model_responded event whose text is the answer."""
+    structured_output: Any = None
+    """The answer parsed into the agent's output type, as JSON data."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -240,8 +276,10 @@ class VerificationFailed(_Event):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class UserMessageAdded(_Event):
-    """A person (or another run) added a message to a run."""
+    """A person's follow-up to a paused run or a conversation that answered: the run goes back
+    to the queue to answer it."""
 
+    SETS_STATUS = RunStatus.QUEUED
     type: Literal["user_message_added"] = "user_message_added"
     content: str
     """The message text."""
@@ -729,6 +767,9 @@ Event = Annotated[
     | RunStarted
     | RuntimeCrashDetected
     | RunReleased
+    | RunPauseRequested
+    | RunPaused
+    | RunAnswered
     | RunCompleted
     | RunFailed
     | RunCancelled
@@ -867,6 +908,7 @@ __all__ = [
     "NodeRoundCompleted",
     "NodeStarted",
     "PolicyDecided",
+    "RunAnswered",
     "RunCancelled",
     "RunCompleted",
     "RunCreated",
@@ -874,6 +916,8 @@ __all__ = [
     "RunExpired",
     "RunFailed",
     "RunForked",
+    "RunPauseRequested",
+    "RunPaused",
     "RunReleased",
     "RunStarted",
     "RuntimeCrashDetected",

@@ -159,10 +159,10 @@ class Driver:
                 )
                 break
             except ConcurrencyConflict:
-                # A canceller may have asked the run to end (RunEnding): fold that in and append
+                # A person may have asked the run to end or to pause: fold that in and append
                 # after it. Any other writer means we lost the run, and the fence stands.
                 tail = await self.store.read(self.state.run_id, after_seq=self.state.seq)
-                if not tail or not all(isinstance(e, ev.RunEnding) for e in tail):
+                if not tail or not all(isinstance(e, _REQUESTS) for e in tail):
                     raise
                 for e in tail:
                     apply(self.state, e)
@@ -196,6 +196,9 @@ class Driver:
             self.step_started = time.monotonic()
             if s.ending is not None:
                 await self.end()
+            elif s.pause_requested is not None:
+                asked = s.pause_requested
+                await self.commit(self.event(ev.RunPaused, reason=asked.reason, actor=asked.actor))
             elif self.deadline_passed():
                 await self.fail(FailureReason.TIMEOUT, "the run's deadline passed")
             elif s.pending_tool_calls:
@@ -208,7 +211,7 @@ class Driver:
 
     async def begin(self) -> None:
         s = self.state
-        if s.status is RunStatus.QUEUED:
+        if s.status in (RunStatus.QUEUED, RunStatus.PAUSED):
             await self.commit(self.event(ev.RunStarted, worker_id=self.worker_id))
         elif s.status is RunStatus.RUNNING and s.worker_id != self.worker_id:
             # Nobody released the run: its worker died mid-step. Say so, then carry on.
@@ -236,19 +239,7 @@ class Driver:
     # -- steps ----------------------------------------------------------------------------
 
     def budget_exceeded(self) -> str | None:
-        """Why the run may not call its model again, if it may not; what its child runs
-        spent counts too (their budgets were carved out of this one)."""
-        s, b = self.state, self.state.budget
-        turns, usage = s.turns + s.child_turns, s.usage + s.child_usage
-        if turns >= b.max_turns:
-            if not b.max_turns:  # a child whose parent had nothing left to give
-                return "the run's budget allows no model turn"
-            return f"the run used all {b.max_turns} model turns"
-        if b.max_tokens is not None and usage.total_tokens >= b.max_tokens:
-            return f"the run used {usage.total_tokens} of {b.max_tokens} tokens"
-        if b.max_cost_usd is not None and usage.cost_usd >= b.max_cost_usd:
-            return f"the run spent ${usage.cost_usd:.4f} of ${b.max_cost_usd:.4f}"
-        return None
+        return budget_exceeded(self.state)
 
     # -- context compilation ------------------------------------------------------------
 
@@ -494,6 +485,17 @@ class Driver:
             for _, verdict in verdicts:
                 if verdict.structured_output is not None:
                     structured = verdict.structured_output
+            if self.agent.conversation:  # it waits for the next message instead of ending
+                events.append(
+                    self.event(
+                        ev.RunAnswered,
+                        offset=len(events) + 1,
+                        answer_seq=answer_seq,
+                        structured_output=structured,
+                    )
+                )
+                await self.commit(*events)
+                return
             output = await self.output_artifact(answer, structured, answer_seq)
             if output is not None:
                 events.append(self.event(ev.ArtifactRecorded, offset=len(events) + 1, **output))
@@ -595,6 +597,26 @@ class ChainGateway(Gateway):
         return await Gateway.dispatch(
             self, call.tool, call.arguments, call.ctx, timeout_s=call.timeout_s
         )
+
+
+_REQUESTS = (ev.RunEnding, ev.RunPauseRequested)
+"""What a person may append to a run while a driver has it: the driver takes them in."""
+
+
+def budget_exceeded(state: RunState) -> str | None:
+    """Why the run may not call its model again, if it may not; what its child runs spent
+    counts too (their budgets were carved out of this one)."""
+    s, b = state, state.budget
+    turns, usage = s.turns + s.child_turns, s.usage + s.child_usage
+    if turns >= b.max_turns:
+        if not b.max_turns:  # a child whose parent had nothing left to give
+            return "the run's budget allows no model turn"
+        return f"the run used all {b.max_turns} model turns"
+    if b.max_tokens is not None and usage.total_tokens >= b.max_tokens:
+        return f"the run used {usage.total_tokens} of {b.max_tokens} tokens"
+    if b.max_cost_usd is not None and usage.cost_usd >= b.max_cost_usd:
+        return f"the run spent ${usage.cost_usd:.4f} of ${b.max_cost_usd:.4f}"
+    return None
 
 
 def _shown(agent: Agent, state: RunState) -> set[str] | None:

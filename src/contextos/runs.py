@@ -36,10 +36,17 @@ class RunStatus(StrEnum):
     FAILED = "failed"
     CANCELLED = "cancelled"
     EXPIRED = "expired"
+    PAUSED = "paused"
+    """Stopped at a step boundary by a person; goes on when resumed or sent a message."""
 
     @property
     def is_terminal(self) -> bool:
         return self in TERMINAL
+
+    @property
+    def is_idle(self) -> bool:
+        """Neither ended nor anybody's work: waiting for a person, or paused."""
+        return self in (RunStatus.INPUT_REQUIRED, RunStatus.PAUSED)
 
 
 TERMINAL = frozenset(
@@ -50,12 +57,14 @@ _ENDS = {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.E
 
 TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
     # A queued run stays queued when it is forked (its copied history ends queued).
-    RunStatus.QUEUED: frozenset({RunStatus.QUEUED, RunStatus.RUNNING, *_ENDS}),
+    RunStatus.QUEUED: frozenset({RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.PAUSED, *_ENDS}),
     # A running run can go back to the queue when its worker releases it (shutdown, lease loss).
     RunStatus.RUNNING: frozenset(
-        {RunStatus.RUNNING, RunStatus.QUEUED, RunStatus.INPUT_REQUIRED, *_ENDS}
+        {RunStatus.RUNNING, RunStatus.QUEUED, RunStatus.INPUT_REQUIRED, RunStatus.PAUSED, *_ENDS}
     ),
     RunStatus.INPUT_REQUIRED: frozenset({RunStatus.RUNNING, RunStatus.QUEUED, *_ENDS}),
+    # A paused run goes on when resumed (running) or sent a message (queued for a driver).
+    RunStatus.PAUSED: frozenset({RunStatus.RUNNING, RunStatus.QUEUED, *_ENDS}),
     RunStatus.COMPLETED: frozenset(),
     RunStatus.FAILED: frozenset(),
     RunStatus.CANCELLED: frozenset(),

@@ -22,6 +22,7 @@ from pydantic import BaseModel
 from contextos import events as ev
 from contextos.agents import Agent, load_agent, load_ref
 from contextos.causality import stamp
+from contextos.control import check_pausable, check_sendable
 from contextos.delegation import DelegationContract
 from contextos.errors import (
     AgentChanged,
@@ -884,6 +885,85 @@ class Runtime:
                     child.contract.child_run_id, f"its parent run {rid} was cancelled"
                 )
         return RunResult.from_state(state)
+
+    async def pause(self, run_id: str, *, reason: str = "", actor: str = "user") -> RunResult:
+        """Stop the run at its next step boundary: status `paused`, resumable with `resume`
+        or `send`; no worker picks it up meanwhile.
+
+        A run nobody drives pauses now. A run a live driver holds (a worker, `contextos run`,
+        a script, in this process or another) gets a recorded request instead: the driver
+        takes it in when its step in flight ends and pauses there, so the result may still
+        say running. ControlRefused when the run ended, waits for a person or is a workflow.
+        """
+        rid = RunId(run_id)
+        while True:
+            state = await self.state(rid)
+            if state.status is RunStatus.PAUSED or state.pause_requested is not None:
+                return RunResult.from_state(state)
+            check_pausable(state)
+            owner = await self.owner(rid) if state.status is RunStatus.RUNNING else None
+            driven = owner is not None and not _process_gone(owner)
+            kind = ev.RunPauseRequested if driven else ev.RunPaused
+            [event] = stamp(
+                state, [kind(run_id=rid, seq=state.seq + 1, reason=reason, actor=actor)]
+            )
+            try:
+                await self.store.append(rid, [event], expected_seq=state.seq)
+            except (ConcurrencyConflict, RunIsTerminal):
+                continue  # it moved meanwhile: decide again on where it is now
+            if self._traces is not None:
+                await self._traces.committed(self.store, rid, [event])
+            return RunResult.from_state(apply(state, event))
+
+    async def send(
+        self,
+        run_id: str,
+        message: str,
+        *,
+        actor: str = "user",
+        agent: Agent | None = None,
+        drive: bool = True,
+    ) -> RunResult:
+        """Add a person's next message to a paused run or to a conversation that answered,
+        and continue it as the same run: the model sees the whole conversation so far, then
+        the message, under what is left of the run's budget.
+
+        With `drive` (the default) the run is driven here until it answers, ends or waits
+        again, as `resume` does; without, it is queued for a worker. ControlRefused, with
+        nothing recorded, when the run cannot take a message now (it ended, it is running, it
+        waits on a question, its budget is spent).
+        """
+        if not message.strip():
+            raise ConfigError("a follow-up message needs some text", run_id=run_id)
+        rid = RunId(run_id)
+        check_sendable(await self.state(rid))  # before taking a lease on it
+        # Driving here: hold the lease before the message queues the run, or a worker may
+        # take it first.
+        lease = await self._take(rid) if drive and self._queue is not None else None
+        try:
+            while True:
+                state = await self.state(rid)
+                check_sendable(state)
+                added = ev.UserMessageAdded(
+                    run_id=rid, seq=state.seq + 1, content=message, actor=actor
+                )
+                [event] = stamp(state, [added])
+                try:
+                    await self.store.append(rid, [event], expected_seq=state.seq)
+                    break
+                except (ConcurrencyConflict, RunIsTerminal):
+                    continue
+        except BaseException:
+            if lease is not None:
+                await self._release(lease)
+            raise
+        if self._traces is not None:
+            await self._traces.committed(self.store, rid, [event])
+        if lease is None:
+            wakeup.wake_local(self.store)
+            if not drive:
+                return RunResult.from_state(apply(state, event))
+        return await self.resume(rid, agent, lease=lease)
 
     # -- authority: contexts, the policy gate, people answering interrupts ---------------
 

@@ -81,6 +81,8 @@ class RunState:
     """The authority bound at start (principal, scopes, containment, policy snapshot)."""
     ending: ev.RunEnding | None = None
     """Set when the run will fail or be cancelled once its effects are settled."""
+    pause_requested: ev.RunPauseRequested | None = None
+    """Set when a person asked the running run to pause and it has not paused yet."""
     tool_errors: int = 0
     """Tool calls that ended in an error the model had to handle, over the whole run."""
     last_tool_error: str | None = None
@@ -263,6 +265,14 @@ def apply(state: RunState, event: ev.Event) -> RunState:
             state.messages.append(Message(role="user", content=event.feedback))
         case ev.UserMessageAdded():
             state.messages.append(Message(role="user", content=event.content))
+            state.output = state.structured_output = None  # the answer to come is a new one
+        case ev.RunPauseRequested():
+            state.pause_requested = event
+        case ev.RunPaused():
+            state.pause_requested = None
+        case ev.RunAnswered():
+            state.output = _answer(state, event)
+            state.structured_output = event.structured_output
         case ev.RunCompleted():
             state.output = event.output if event.answer_seq is None else _answer(state, event)
             state.structured_output = event.structured_output
@@ -429,8 +439,8 @@ def threads(state: RunState, event: ev.Event) -> list[str]:
     return keys
 
 
-def _answer(state: RunState, event: ev.RunCompleted) -> str:
-    """The text of the model answer a run_completed event names."""
+def _answer(state: RunState, event: ev.RunCompleted | ev.RunAnswered) -> str:
+    """The text of the model answer a run_completed or run_answered event names."""
     for message, seq in zip(reversed(state.messages), reversed(state.message_seqs), strict=True):
         if seq == event.answer_seq and message.role == "assistant":
             return message.content

@@ -22,7 +22,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("cli", "api", "jobs", "__main__"),
     ("contextos", "workers:face", "testing"),
     ("runtime", "workers"),
-    ("graph", "loop", "agents", "verify", "evidence", "improve"),
+    ("graph", "loop", "agents", "verify", "evidence", "improve", "control"),
     ("middleware",),
     ("context",),
     ("tools",),

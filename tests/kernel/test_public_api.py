@@ -101,6 +101,7 @@ def test_the_public_surface_is_pinned() -> None:
         "ConfigError",
         "Containment",
         "ContextOSError",
+        "ControlRefused",
         "DecisionRecord",
         "DelegationContract",
         "EffectKind",

@@ -168,6 +168,15 @@ def describe(event: ev.Event) -> str:
             return f"completed with the answer of #{event.answer_seq}"
         case ev.RunCompleted():
             return f"completed: {_clip(event.output)}"
+        case ev.RunPauseRequested():
+            why = f": {event.reason}" if event.reason else ""
+            return f"{event.actor} asked the run to pause after its current step{why}"
+        case ev.RunPaused():
+            return f"paused for {event.actor}" + (f": {event.reason}" if event.reason else "")
+        case ev.RunAnswered():
+            return f"answered with #{event.answer_seq}; waiting for the next message"
+        case ev.UserMessageAdded():
+            return f"{event.actor} sent: {_clip(event.content)}"
         case ev.RunFailed():
             return f"failed ({event.reason}): {event.message}"
         case ev.RunExpired():
