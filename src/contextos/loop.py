@@ -198,7 +198,10 @@ class Driver:
                 await self.end()
             elif s.pause_requested is not None:
                 asked = s.pause_requested
-                await self.commit(self.event(ev.RunPaused, reason=asked.reason, actor=asked.actor))
+                paused = self.event(
+                    ev.RunPaused, reason=asked.reason, actor=asked.actor, causation_id=asked.seq
+                )
+                await self.commit(paused)
             elif self.deadline_passed():
                 await self.fail(FailureReason.TIMEOUT, "the run's deadline passed")
             elif s.pending_tool_calls:

@@ -299,16 +299,17 @@ def create_app(config: ApiConfig | None = None) -> FastAPI:
 
 
 async def _wait(rt: Runtime, run_id: RunId, timeout_s: float) -> tuple[RunState, bool]:
-    """Poll the run until it ends or waits for a person; (state, whether it got there)."""
+    """Poll the run until it ends, waits for a person or pauses; (state, whether it got
+    there)."""
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(timeout_s):
             while True:
                 summary = await rt.store.get_run(run_id)
-                if summary.status.is_terminal or summary.status is RunStatus.INPUT_REQUIRED:
+                if summary.status.is_terminal or summary.status.is_idle:
                     break
                 await asyncio.sleep(0.1)
     state = await rt.state(run_id)
-    return state, state.is_terminal or state.status is RunStatus.INPUT_REQUIRED
+    return state, state.is_terminal or state.status.is_idle
 
 
 def serve(

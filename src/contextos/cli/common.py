@@ -218,6 +218,7 @@ STATUS_STYLE = {
     RunStatus.RUNNING: "cyan",
     RunStatus.QUEUED: "blue",
     RunStatus.INPUT_REQUIRED: "magenta",
+    RunStatus.PAUSED: "yellow",
 }
 
 
@@ -242,6 +243,15 @@ def print_result(result: RunResult, as_json: bool, *, owner: RunOwner | None = N
         console.print(
             f"[cyan]live:[/] driven by {owner.describe()}{since}, "
             f"lease renewed until {owner.expires_at:%H:%M:%S} UTC"
+        )
+    elif result.status is RunStatus.PAUSED:
+        console.print(
+            f"[yellow]paused:[/] continue with `contextos resume {result.run_id}`, or with a "
+            f'message: `contextos send {result.run_id} "…"`'
+        )
+    elif result.status is RunStatus.INPUT_REQUIRED and result.output is not None:
+        console.print(
+            f'[magenta]waiting for your next message:[/] `contextos send {result.run_id} "…"`'
         )
     elif result.status is RunStatus.INPUT_REQUIRED:
         console.print("[magenta]waiting for a person:[/] see `contextos inbox`")

@@ -64,7 +64,7 @@ async def follow(
     out: Console = console,
 ) -> None:
     """Print the run's events as they commit, one line each, until `until` is set (its driver
-    stopped) or, without it, until the run ends or waits for a person."""
+    stopped) or, without it, until the run ends, waits for a person or pauses."""
     seen = after_seq
     while True:
         stopping = until is not None and until.is_set()
@@ -80,7 +80,7 @@ async def follow(
             return
         if until is None:
             status = (await rt.result(run_id)).status
-            if status.is_terminal or status is RunStatus.INPUT_REQUIRED:
+            if status.is_terminal or status.is_idle:
                 return
         await asyncio.sleep(FOLLOW_POLL_S)
 

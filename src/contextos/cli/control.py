@@ -1,0 +1,89 @@
+"""A person's hand on a run between its steps: pause, and send a follow-up message."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+import typer
+
+from contextos import RunResult, RunStatus, Runtime, load_agent
+from contextos.cli.common import (
+    JsonOption,
+    StoreOption,
+    app,
+    call,
+    console,
+    drive,
+    print_json,
+    print_result,
+)
+from contextos.cli.runs import FollowOption, following
+
+PAUSE_POLL_S = 0.2
+"""How often `pause --wait` looks whether the run's driver has paused it."""
+
+
+@app.command()
+def pause(
+    run_id: Annotated[str, typer.Argument(help="The run to pause.")],
+    reason: Annotated[str, typer.Option(help="Why (recorded on the run).")] = "",
+    wait: Annotated[
+        bool, typer.Option("--wait", help="Wait until the run's driver has paused it.")
+    ] = False,
+    store: StoreOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Pause a run at its next step boundary; it keeps everything it recorded.
+
+    A run driven by another process (a worker, `contextos run`) finishes its step in flight
+    first. Continue it with `contextos resume RUN_ID` or `contextos send RUN_ID "message"`.
+    Example: contextos pause RUN_ID --reason "checking the refunds first" --wait
+    """
+
+    async def work(rt: Runtime) -> RunResult:
+        result = await rt.pause(run_id, reason=reason, actor="user:cli")
+        while wait and result.status is RunStatus.RUNNING:
+            await asyncio.sleep(PAUSE_POLL_S)
+            result = await rt.result(run_id)
+        return result
+
+    result = call(store, work)
+    if as_json:
+        print_json(result)
+    elif result.status is RunStatus.RUNNING:
+        console.print(
+            f"run [bold]{result.run_id}[/] pauses after its current step (its driver takes the "
+            f"request in there); `contextos show {result.run_id}` says when"
+        )
+    else:
+        print_result(result, False)
+
+
+@app.command()
+def send(
+    run_id: Annotated[str, typer.Argument(help="The run to continue.")],
+    message: Annotated[str, typer.Argument(help="Your next message to the agent.")],
+    store: StoreOption = None,
+    agent_ref: Annotated[
+        str | None,
+        typer.Option("--agent", help="Agent reference, if not the one recorded at start."),
+    ] = None,
+    follow_events: FollowOption = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Send a message to a paused run, or to a conversation that answered, and drive it on
+    here as the same run until it answers again.
+
+    Example: contextos send RUN_ID "Now the same for last month, please." --follow
+    """
+
+    async def work(rt: Runtime) -> RunResult:
+        agent = load_agent(agent_ref) if agent_ref else None
+        seen = (await rt.state(run_id)).seq if follow_events else 0
+        sending = rt.send(run_id, message, actor="user:cli", agent=agent)
+        return await following(
+            rt, run_id, sending, on=follow_events, as_json=as_json, after_seq=seen
+        )
+
+    drive(store, work, as_json)
