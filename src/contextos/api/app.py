@@ -30,6 +30,7 @@ from contextos import (
 from contextos.api import errors
 from contextos.api.auth import PrincipalDep, interrupt_of, run_of, visible
 from contextos.api.config import MAX_SEQ, Api, ApiConfig
+from contextos.api.control import router as control_router
 from contextos.api.errors import ApiError
 from contextos.api.hooks import router as hooks_router
 from contextos.api.limits import BodyLimit
@@ -295,6 +296,7 @@ def create_app(config: ApiConfig | None = None) -> FastAPI:
 
     app.include_router(stream_router)
     app.include_router(hooks_router)
+    app.include_router(control_router)
     return app
 
 

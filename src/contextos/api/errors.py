@@ -61,6 +61,7 @@ _RUNTIME: dict[str, tuple[int, str]] = {
     "answer_invalid": (422, "Answers must match the interrupt's answer_schema."),
     "interrupt_expired": (409, "It expired unanswered; GET /v1/runs/{run_id}/events shows how."),
     "run_is_terminal": (409, "The run has ended; start a new one."),
+    "control_refused": (409, "GET /v1/runs/{run_id} shows where the run stands."),
     "concurrency_conflict": (409, "Someone changed the run at the same moment; read it and retry."),
     "agent_changed": (409, "Deploy the agent definition the run was started with."),
     "unauthenticated": (

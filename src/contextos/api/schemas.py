@@ -8,7 +8,7 @@ from datetime import datetime
 from enum import Enum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from contextos import PRIORITIES, RunState, RunSummary
 from contextos.workers import started_by
@@ -86,6 +86,25 @@ class CancelRun(_Body):
     """`POST /v1/runs/{id}/cancel` (the body is optional)."""
 
     reason: str = ""
+
+
+class PauseRun(_Body):
+    """`POST /v1/runs/{id}/pause` (the body is optional)."""
+
+    reason: str = Field(default="", description="Why (recorded on the run).")
+
+
+class SendMessage(_Body):
+    """`POST /v1/runs/{id}/messages`."""
+
+    message: str = Field(description="The person's next message to the agent.")
+
+    @field_validator("message")
+    @classmethod
+    def _has_text(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("a follow-up message needs some text")
+        return value
 
 
 class Approve(_Body):

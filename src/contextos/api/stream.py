@@ -3,7 +3,9 @@
 Each event goes out once, as `id: SEQ`, `event: TYPE`, `data: {the event as stored}` plus
 its readable line; a client that reconnects sends `Last-Event-ID` (what EventSource does by
 itself) and gets only what came after. When the run has ended and every event was sent, an
-`end` event carries its status and the stream closes.
+`end` event carries its status and the stream closes. When it waits for a person (a question,
+or a conversation's next message) or is paused, an `idle` event says so once and the stream
+stays open: what the run does when it goes on follows on the same stream.
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ async def stream_events(
 async def _events(rt: Runtime, request: Request, run_id: str, seq: int) -> AsyncIterator[str]:
     yield "retry: 1000\n\n"
     quiet = 0.0
+    idle_at: int | None = None  # the seq at which an `idle` event went out
     while not await request.is_disconnected():
         entries = await rt.timeline(run_id, after_seq=seq)
         for entry in entries:
@@ -78,13 +81,16 @@ async def _events(rt: Runtime, request: Request, run_id: str, seq: int) -> Async
             quiet = 0.0
             continue
         summary = await rt.store.get_run(RunId(run_id))
+        where = json.dumps(
+            {"run_id": run_id, "status": summary.status.value, "last_seq": seq},
+            separators=(",", ":"),
+        )
         if summary.status.is_terminal and summary.last_seq <= seq:
-            end = json.dumps(
-                {"run_id": run_id, "status": summary.status.value, "last_seq": seq},
-                separators=(",", ":"),
-            )
-            yield f"event: end\ndata: {end}\n\n"
+            yield f"event: end\ndata: {where}\n\n"
             return
+        if summary.status.is_idle and summary.last_seq <= seq and idle_at != seq:
+            yield f"event: idle\ndata: {where}\n\n"  # it waits or paused; the stream stays
+            idle_at = seq
         if quiet >= KEEP_ALIVE_S:
             yield ": keep-alive\n\n"
             quiet = 0.0
