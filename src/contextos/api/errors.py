@@ -36,7 +36,7 @@ class ApiError(Exception):
         self.fields = fields
 
 
-def error_body(code: str, message: str, hint: str = "", **fields: Any) -> dict[str, Any]:
+def error_body(code: str, message: str, hint: str = "", /, **fields: Any) -> dict[str, Any]:
     body: dict[str, Any] = {"code": code, "message": message}
     if hint:
         body["hint"] = hint
@@ -44,7 +44,10 @@ def error_body(code: str, message: str, hint: str = "", **fields: Any) -> dict[s
     return {"error": body}
 
 
-def _respond(status: int, code: str, message: str, hint: str = "", **fields: Any) -> JSONResponse:
+def _respond(
+    status: int, code: str, message: str, hint: str = "", /, **fields: Any
+) -> JSONResponse:
+    # positional-only: an error's own fields (a run's `status`, …) travel in **fields
     return JSONResponse(error_body(code, message, hint, **fields), status_code=status)
 
 
