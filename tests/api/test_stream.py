@@ -59,6 +59,9 @@ async def test_a_run_streams_live_and_resumes_after_the_last_event(config: ApiCo
                     if event == "end":
                         end = data
                         break
+                    if event == "idle":  # it waits for the approval; the stream stays open
+                        assert data["status"] == "input_required"
+                        continue
                     assert event_id is not None and int(event_id) == data["seq"]
                     assert (event, data["run_id"]) == (data["type"], run_id) and data["line"]
                     seen.append((data["seq"], event))
