@@ -243,7 +243,8 @@ class Delegations:
 
     async def settle(self, contract: DelegationContract, spec: Subagent) -> RunState | None:
         """Drive the child here, or wait while another process does, until it ends; None when
-        it waits for a person (or this process is stopping) and the parent must wait too."""
+        it waits for a person or is paused (or this process is stopping) and the parent must
+        wait too."""
         child_id = contract.child_run_id
         pause = _POLL_S[0]
         take_over = self.host.take_over and contract.delegation_id not in self.created
@@ -252,7 +253,7 @@ class Delegations:
             summary = await self.host.store.get_run(child_id)
             if summary.status.is_terminal:
                 return await load_state(self.host.store, child_id)
-            if summary.status is RunStatus.INPUT_REQUIRED or self.j.stop_requested:
+            if summary.status.is_idle or self.j.stop_requested:  # a person has it, or paused it
                 return None
             if handoff:  # let an idle worker elsewhere claim it first
                 await asyncio.sleep(handoff)

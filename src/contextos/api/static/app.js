@@ -176,6 +176,9 @@ const STATUS_OF = {
   approval_denied: "queued",
   interrupt_answered: "queued",
   run_started: "running",
+  run_paused: "paused",
+  run_answered: "input_required",
+  user_message_added: "queued",
 };
 
 // Server-Sent Events read with fetch (EventSource cannot send the token), resumed after a
@@ -212,6 +215,10 @@ async function follow(runId, signal) {
         if (fields.event === "end") {
           setStatus(data.status);
           return;
+        }
+        if (fields.event === "idle") {  // it waits for a person or is paused; more may follow
+          setStatus(data.status);
+          continue;
         }
         last = Number(fields.id);
         addEvent(data);
