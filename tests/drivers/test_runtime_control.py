@@ -1,17 +1,16 @@
 """`Runtime.pause` and `Runtime.send` from Python: a run driven in this process pauses at its
 next step, a paused run is claimed by no worker until it goes on, and a conversation's
-follow-up reaches the model after the whole conversation, as the same run."""
+follow-up reaches the model after the whole conversation, as the same run. On SQLite and on
+PostgreSQL."""
 
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
 
-from contextos import Agent, ConfigError, ControlRefused, RunStatus, Runtime
+from contextos import Agent, ConfigError, ControlRefused, ModelRequest, RunStatus, Runtime
 from contextos import events as ev
-from contextos.models.base import ModelRequest
 from contextos.store.queue import queue_of
 from contextos.testing import ScriptedModel, call_tool, reply
 
@@ -21,10 +20,12 @@ def said(request: ModelRequest) -> list[tuple[str, str]]:
     return [(m.role, m.content) for m in request.messages if m.role in ("user", "assistant")]
 
 
-async def test_a_follow_up_reaches_the_model_after_the_whole_conversation(tmp_path: Path) -> None:
+async def test_a_follow_up_reaches_the_model_after_the_whole_conversation(
+    backend_url: str,
+) -> None:
     model = ScriptedModel([reply("42 orders"), reply("38 of them shipped")])
     agent = Agent(name="chat", model=model, conversation=True)
-    async with Runtime(str(tmp_path / "r.db")) as rt:
+    async with Runtime(backend_url) as rt:
         first = await rt.run(agent, "how many orders?")
         assert (first.status, first.output) == (RunStatus.INPUT_REQUIRED, "42 orders")
 
@@ -44,11 +45,11 @@ async def test_a_follow_up_reaches_the_model_after_the_whole_conversation(tmp_pa
 
 
 async def test_a_paused_run_is_claimed_by_no_worker_until_it_is_sent_a_message(
-    tmp_path: Path,
+    backend_url: str,
 ) -> None:
     model = ScriptedModel([reply("both noted")])
     agent = Agent(name="chat", model=model, conversation=True)
-    async with Runtime(str(tmp_path / "r.db")) as rt:
+    async with Runtime(backend_url) as rt:
         queue = queue_of(rt.store)
         assert queue is not None
         run_id = await rt.start(agent, "note the first thing")
@@ -68,7 +69,7 @@ async def test_a_paused_run_is_claimed_by_no_worker_until_it_is_sent_a_message(
     ]
 
 
-async def test_pause_of_a_run_driven_here_takes_effect_at_its_next_step(tmp_path: Path) -> None:
+async def test_pause_of_a_run_driven_here_takes_effect_at_its_next_step(backend_url: str) -> None:
     started, go = asyncio.Event(), asyncio.Event()
     steps: list[int] = []
 
@@ -83,7 +84,7 @@ async def test_pause_of_a_run_driven_here_takes_effect_at_its_next_step(tmp_path
         script = [call_tool("step", {"n": 1}), call_tool("step", {"n": 2}), reply("done")]
         return Agent(name="steps", model=ScriptedModel(script, by_turn=True), tools=[step])
 
-    async with Runtime(str(tmp_path / "r.db")) as rt:
+    async with Runtime(backend_url) as rt:
         driving = asyncio.create_task(rt.run(agent(), "two steps", run_id="run_here"))
         await started.wait()
         asked = await rt.pause("run_here", reason="look first")
@@ -102,8 +103,8 @@ async def test_pause_of_a_run_driven_here_takes_effect_at_its_next_step(tmp_path
     assert kinds.count("run_paused") == 1 and kinds.count("tool_completed") == 2
 
 
-async def test_what_a_run_cannot_take_is_refused_and_nothing_recorded(tmp_path: Path) -> None:
-    async with Runtime(str(tmp_path / "r.db")) as rt:
+async def test_what_a_run_cannot_take_is_refused_and_nothing_recorded(backend_url: str) -> None:
+    async with Runtime(backend_url) as rt:
         done = await rt.run(Agent(name="once", model=ScriptedModel([reply("done")])), "x")
         recorded = len(await rt.events(done.run_id))
         with pytest.raises(ControlRefused, match="completed and is final"):
