@@ -898,11 +898,13 @@ class Runtime:
         rid = RunId(run_id)
         while True:
             state = await self.state(rid)
-            if state.status is RunStatus.PAUSED or state.pause_requested is not None:
+            if state.status is RunStatus.PAUSED:
                 return RunResult.from_state(state)
             check_pausable(state)
             owner = await self.owner(rid) if state.status is RunStatus.RUNNING else None
             driven = owner is not None and not _process_gone(owner)
+            if driven and state.pause_requested is not None:
+                return RunResult.from_state(state)  # asked already; its driver will see it
             kind = ev.RunPauseRequested if driven else ev.RunPaused
             [event] = stamp(
                 state, [kind(run_id=rid, seq=state.seq + 1, reason=reason, actor=actor)]

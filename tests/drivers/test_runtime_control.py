@@ -114,3 +114,30 @@ async def test_what_a_run_cannot_take_is_refused_and_nothing_recorded(backend_ur
         with pytest.raises(ConfigError, match="needs some text"):
             await rt.send(done.run_id, " \n")
         assert len(await rt.events(done.run_id)) == recorded
+
+
+async def test_a_pause_asked_of_a_run_its_driver_let_go_of_is_recorded_at_once(
+    backend_url: str,
+) -> None:
+    started, go = asyncio.Event(), asyncio.Event()
+
+    async def step() -> str:
+        """Take a while."""
+        started.set()
+        await go.wait()
+        return "done"
+
+    script = [call_tool("step", {}), reply("finished")]
+    agent = Agent(name="slow", model=ScriptedModel(script, by_turn=True), tools=[step])
+    async with Runtime(backend_url) as rt:
+        driving = asyncio.create_task(rt.run(agent, "go", run_id="run_let_go"))
+        await started.wait()
+        assert (await rt.pause("run_let_go")).status is RunStatus.RUNNING
+        rt.drain(reason="shutting down")  # the driver stops first: released, request pending
+        go.set()
+        assert (await driving).status is RunStatus.QUEUED
+
+        paused = await rt.pause("run_let_go")  # nobody drives it now: paused here and now
+        kinds = [e.type for e in await rt.events("run_let_go")]
+    assert paused.status is RunStatus.PAUSED
+    assert kinds[-3:] == ["tool_completed", "run_released", "run_paused"]
