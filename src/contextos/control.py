@@ -55,7 +55,9 @@ def check_sendable(state: RunState) -> None:
             f"waits for a person to answer {first.id} ({first.kind}); answer it first "
             "(`contextos inbox`)",
         )
-    if s.pending_tool_calls or s.ending is not None:
+    if s.ending is not None:
+        _refuse(s, "is being ended (cancelled or failed once its effects settle)")
+    if s.pending_tool_calls:
         _refuse(
             s,
             f"paused with tool calls still to run; resume it (`contextos resume {rid}`) and "

@@ -45,7 +45,9 @@ def pause(
         result = await rt.pause(run_id, reason=reason, actor="user:cli")
         while wait and result.status is RunStatus.RUNNING:
             await asyncio.sleep(PAUSE_POLL_S)
-            result = await rt.result(run_id)
+            # Asking again changes nothing while its driver lives, and pauses it here and now
+            # if that driver is gone without taking the request in.
+            result = await rt.pause(run_id, reason=reason, actor="user:cli")
         return result
 
     result = call(store, work)
