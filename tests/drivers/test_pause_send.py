@@ -112,3 +112,25 @@ async def test_what_a_run_cannot_take_is_one_line(work: Path) -> None:  # noqa: 
     one_line_error(cli("send", "run_d", "  ", "--store", str(db)), "needs some text")
     one_line_error(cli("pause", "run_nope", "--store", str(db)), "run_nope")
     assert len(await events_of(db, "run_d")) == recorded
+
+
+async def test_pause_of_a_run_whose_driver_died_pauses_it_at_once(
+    work: Path,  # noqa: F811
+    procs: list,  # noqa: F811
+) -> None:
+    db = work / "runs.db"
+    driver = start_cli("run", AGENT, "two steps", "--run-id", "run_k", "--store", str(db))
+    procs.append(driver)
+    wait_for_file(work / "started-1")
+    driver.kill()  # SIGKILL mid-step: the run stays `running` under a lease nobody renews
+    driver.wait(timeout=30)
+
+    paused = cli("pause", "run_k", "--wait", "--store", str(db))
+    assert paused.returncode == 0, paused.stderr
+    assert "run run_k paused" in paused.stdout
+    kinds = [e.type for e in await events_of(db, "run_k")]
+    assert kinds[-1] == "run_paused" and "run_pause_requested" not in kinds
+
+    (work / "go").touch()
+    resumed = cli("resume", "run_k", "--store", str(db))
+    assert resumed.returncode == 0 and "completed" in resumed.stdout, resumed.stderr
