@@ -4,7 +4,8 @@
 The tool takes ids like `ORD-1234`, but its description says "its number, e.g. 1234". The
 scripted model does what the description says: without `ORD-` in it, it first calls the tool
 with the bare number, which fails, then corrects itself from the error; with it, it calls the
-tool right the first time. A question about opening hours uses no tool at all.
+tool right the first time. A question about opening hours uses no tool at all, unless the description says the tool
+tells opening hours too.
 """
 
 from __future__ import annotations
@@ -30,12 +31,14 @@ def lookup_order(order_id: str) -> dict[str, Any]:
 def decide(request: ModelRequest) -> ModelResponse:
     """What a literal-minded model does with the order desk's tools."""
     ask = next(m.content or "" for m in request.messages if m.role == "user")
+    described = next(t.description for t in request.tools if t.name == "lookup_order")
+    last = request.messages[-1]
     if "hours" in ask:
+        if "opening hours" in described and last.role != "tool":
+            return call_tool("lookup_order", {"order_id": "hours"})
         return reply("We are open 9 to 5.")
     number = re.search(r"\d+", ask)
     assert number is not None
-    described = next(t.description for t in request.tools if t.name == "lookup_order")
-    last = request.messages[-1]
     if last.role == "tool":
         if "order ids look like ORD-" in (last.content or ""):
             return call_tool("lookup_order", {"order_id": f"ORD-{number.group()}"})
@@ -45,20 +48,14 @@ def decide(request: ModelRequest) -> ModelResponse:
     return call_tool("lookup_order", {"order_id": order_id})
 
 
-def desk(description: str = MISLEADING) -> Agent:
+def desk() -> Agent:
     return Agent(
         name="order-desk",
         model=ScriptedModel([decide] * 8, by_turn=True),
         instructions="Answer questions about orders in one sentence.",
-        tools=(lookup_order,) if description == MISLEADING else (described(description),),
+        tools=(lookup_order,),
         budget=Budget(max_turns=6),
     )
-
-
-def described(description: str) -> Any:
-    import dataclasses
-
-    return dataclasses.replace(lookup_order, description=description)
 
 
 agent = desk()

@@ -154,7 +154,7 @@ class Improvements:
             raise ConfigError("name who may approve the release (--releaser NAME)")
         request = ReleaseRequest(candidate=candidate, report=report, releasers=tuple(releasers))
         async with Runtime(self.rt.store.url, policy=release_policy(releasers)) as rt:
-            done = await rt.run(release_agent(request), request)
+            done = await rt.run(release_agent(request), request.model_dump_json())
             waiting = [i for i in await rt.inbox() if i.run_id == done.run_id]
         if not waiting:
             raise ReleaseRefused(
@@ -234,7 +234,7 @@ class Improvements:
             by=by,
             reason=reason,
         )
-        done = await self.rt.run(rollback_agent(request), request)
+        done = await self.rt.run(rollback_agent(request), request.model_dump_json())
         found = decided(await self.rt.events(done.run_id))
         if found is None:  # pragma: no cover - the rollback's call cannot be refused
             raise ReleaseRefused(f"the rollback run {done.run_id} did not roll back")
