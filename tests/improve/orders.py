@@ -4,8 +4,8 @@
 The tool takes ids like `ORD-1234`, but its description says "its number, e.g. 1234". The
 scripted model does what the description says: without `ORD-` in it, it first calls the tool
 with the bare number, which fails, then corrects itself from the error; with it, it calls the
-tool right the first time. A question about opening hours uses no tool at all, unless the description says the tool
-tells opening hours too.
+tool right the first time. A question about opening hours uses no tool at all, unless the
+description says the tool tells opening hours too.
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from orders import ORDERS, desk
 
-from contextos import Runtime, RunStatus
-from contextos.errors import ApprovalRefused, ReleaseRefused
+from contextos import RunStatus, Runtime
+from contextos.errors import ReleaseRefused
 from contextos.improve import Change, FindingKind, Improvements, Layer, RootCause
 
 HERE = Path(__file__).resolve().parent

@@ -49,7 +49,7 @@ def propose_change(proposal: Proposal, text: str | None = None) -> Change:
             "a candidate changes only a tool description or the instructions"
         )
     target = proposal.scope.rpartition("tool ")[2] if kind == "tool_description" else ""
-    return Change(kind=kind, target=target, text=text or proposal.change)  # type: ignore[arg-type]
+    return Change(kind=kind, target=target, text=text or proposal.change)
 
 
 def make(

@@ -126,9 +126,7 @@ def observe(events: Sequence[ev.Event]) -> RunLog:
     )
 
 
-def _one(
-    kind: FindingKind, cause: RootCause, subject: str, what: str, e: ev.Event
-) -> Observation:
+def _one(kind: FindingKind, cause: RootCause, subject: str, what: str, e: ev.Event) -> Observation:
     return Observation(
         kind=kind,
         root_cause=cause,

@@ -111,12 +111,11 @@ async def check(
         report = await rt.replay(source, agent)
         seen.add(report.source_run_id)
         cases.append(_case(report, golden=True, outcome=judge(report, golden=True, failing=())))
+    evidence = finding.evidence if finding is not None else ()
     for run_id in finding.runs if finding is not None else ():
         if run_id in seen:
             continue
-        failing = [
-            e.detail.split(" -> ", 1)[0] for e in finding.evidence if e.run_id == run_id
-        ]  # type: ignore[union-attr]
+        failing = [e.detail.split(" -> ", 1)[0] for e in evidence if e.run_id == run_id]
         report = await rt.replay(run_id, agent)
         outcome = judge(report, golden=False, failing=failing)
         cases.append(_case(report, golden=False, outcome=outcome))
@@ -288,7 +287,7 @@ def decided(events: Sequence[ev.Event]) -> Decided | None:
             case ev.ApprovalGranted():
                 approvers[e.approval_id] = e.approver
             case ev.PolicyDecided(decision="allow") if e.approval_id in approvers:
-                allowed_by[e.call_id] = approvers[e.approval_id]  # type: ignore[index]
+                allowed_by[e.call_id] = approvers[e.approval_id]
             case ev.ToolCompleted(is_error=False) if e.call_id in calls:
                 args = calls[e.call_id]
                 if e.name == RELEASE_TOOL and created.agent_name == RELEASE_AGENT:

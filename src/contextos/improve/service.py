@@ -64,7 +64,8 @@ class Improvements:
         """The latest findings job's output (scheduled or run by `scan`)."""
         for summary in await self.rt.runs(status=RunStatus.COMPLETED, limit=ledger.SCAN_LIMIT):
             if summary.agent_name == JOB:
-                return Review.model_validate((await self.rt.state(summary.run_id)).structured_output)
+                state = await self.rt.state(summary.run_id)
+                return Review.model_validate(state.structured_output)
         raise ImprovementNotFound(
             "the findings job has not run on this store: `contextos findings --scan` runs it"
         )
@@ -223,7 +224,7 @@ class Improvements:
         recorded like a release."""
         line = await self.history(agent)
         if not line or line[-1].decision.candidate_id is None:
-            raise ConfigError(f"agent {agent} runs its code as it is: there is nothing to roll back")
+            raise ConfigError(f"agent {agent} runs its code as it is: nothing to roll back")
         released = [d.decision.candidate_id for d in line if d.decision.action == "release"]
         current = line[-1].decision.candidate_id
         earlier = released[: len(released) - 1 - released[::-1].index(current)]
