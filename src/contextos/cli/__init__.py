@@ -10,6 +10,7 @@ from __future__ import annotations
 # isort: off
 from contextos.cli import runs, people, ops, tokens, kb  # noqa: F401
 from contextos.cli import evidence  # noqa: F401
+from contextos.cli import improve  # noqa: F401
 
 # isort: on
 from contextos.cli.common import app
