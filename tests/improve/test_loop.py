@@ -19,13 +19,13 @@ REF = f"{HERE / 'orders.py'}:agent"
 
 async def seed(rt: Runtime) -> tuple[list[str], str]:
     """Three order questions (each a failing call, then a corrected one) and a golden run."""
-    runs = []
+    runs: list[str] = []
     for number in ("1234", "77", "5"):
         done = await rt.run(desk(), f"Where is order {number}?", agent_ref=REF)
         assert done.status is RunStatus.COMPLETED
         runs.append(done.run_id)
     golden = await rt.run(desk(), "What are your opening hours?", agent_ref=REF)
-    return runs, golden.run_id
+    return runs, str(golden.run_id)
 
 
 async def test_a_misleading_description_is_found_fixed_replayed_and_released(
