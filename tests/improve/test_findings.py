@@ -3,12 +3,15 @@ the promotion ladder that owns it; a pattern seen in one run only is not yet a f
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from contextos import Agent, Budget, Policy, Rule, Runtime, tool
 from contextos.improve import FindingKind, Improvements, Layer, RootCause, findings_job
+from contextos.models.base import ModelResponse
 from contextos.policy import Decision
 from contextos.testing import ScriptedModel, call_tool, reply
 from contextos.workers import add_schedule
@@ -25,12 +28,12 @@ def count(n: int) -> int:
     return n
 
 
-def agent(*steps: object, **options: object) -> Agent:
+def agent(*steps: ModelResponse, **options: Any) -> Agent:
     return Agent(
         name="clerk",
-        model=ScriptedModel(list(steps)),  # type: ignore[arg-type]
+        model=ScriptedModel(list(steps)),
         tools=(refund, count),
-        **options,  # type: ignore[arg-type]
+        **options,
     )
 
 
@@ -72,17 +75,17 @@ CASES = [
 @pytest.mark.parametrize(("make", "kind", "cause", "layer", "subject"), CASES)
 async def test_each_kind_of_failure_lands_on_its_rung(
     tmp_path: Path,
-    make: object,
+    make: Callable[[], Agent],
     kind: FindingKind,
     cause: RootCause,
     layer: Layer,
     subject: str,
 ) -> None:
     async with Runtime(str(tmp_path / "c.db"), policy=NO_REFUNDS) as rt:
-        first = await rt.run(make(), "go")  # type: ignore[operator]
+        first = await rt.run(make(), "go")
         loop = Improvements(rt)
         assert (await loop.scan()).findings == []  # one run is not a pattern yet
-        second = await rt.run(make(), "go")  # type: ignore[operator]
+        second = await rt.run(make(), "go")
         review = await loop.scan()
     [finding] = review.findings
     assert (finding.kind, finding.root_cause, finding.subject) == (kind, cause, subject)
