@@ -57,16 +57,18 @@ def observe(events: Sequence[ev.Event]) -> RunLog:
     """What went wrong in one run's log."""
     created = events[0]
     assert isinstance(created, ev.RunCreated)
-    calls: dict[str, tuple[str, str]] = {}  # call id -> (tool, canonical arguments)
+    calls = {  # call id -> (tool, canonical arguments)
+        c.id: (c.name, arguments(c.arguments))
+        for e in events
+        if isinstance(e, ev.ModelResponded)
+        for c in e.message.tool_calls
+    }
     failed: dict[str, ev.ToolAttemptFailed] = {}
     out: list[Observation] = []
     interrupts: list[ev.InterruptRaised] = []
     effects: dict[str, str] = {}  # effect id -> call id
     for e in events:
         match e:
-            case ev.ModelResponded():
-                for c in e.message.tool_calls:
-                    calls[c.id] = (c.name, arguments(c.arguments))
             case ev.ToolAttemptFailed():
                 failed[e.call_id] = e
             case ev.EffectProposed():
@@ -146,7 +148,17 @@ def _call(
     """A failed call; a near miss when a later call of the same tool in the run worked (the
     model found out how to call it: what it was not told)."""
     tool, args = calls.get(e.call_id, (e.name, "{}"))
-    later = _worked_later(events, e.seq, tool, calls)
+    later = next(
+        (
+            calls[d.call_id][1]
+            for d in events
+            if isinstance(d, ev.ToolCompleted)
+            and d.seq > e.seq
+            and not d.is_error
+            and calls.get(d.call_id, ("", ""))[0] == tool
+        ),
+        None,
+    )
     if later is not None:
         cause = RootCause.TOOL_DESCRIPTION
     elif kind is FindingKind.INVALID_ARGUMENTS:
@@ -163,28 +175,11 @@ def _call(
             seq=e.seq,
             at=e.occurred_at,
             detail=f"{tool} {args} -> {why}"[:300],
+            call=f"{tool} {args}",
             recovered=later is not None,
-            fix_hint=f"{tool} {later}" if later is not None else "",
+            fix_hint=later or "",
         ),
     )
-
-
-def _worked_later(
-    events: Sequence[ev.Event], after: int, tool: str, calls: dict[str, tuple[str, str]]
-) -> str | None:
-    """The arguments of the first later call of `tool` in the run that worked."""
-    for e in events:
-        if isinstance(e, ev.ModelResponded) and e.seq > after:
-            for c in e.message.tool_calls:
-                calls.setdefault(c.id, (c.name, arguments(c.arguments)))
-        if (
-            isinstance(e, ev.ToolCompleted)
-            and e.seq > after
-            and not e.is_error
-            and calls.get(e.call_id, ("", ""))[0] == tool
-        ):
-            return calls[e.call_id][1]
-    return None
 
 
 def cluster(logs: Iterable[RunLog], *, min_runs: int = 2) -> list[Finding]:
@@ -224,11 +219,10 @@ def cluster(logs: Iterable[RunLog], *, min_runs: int = 2) -> list[Finding]:
 
 
 def example_calls(finding: Finding) -> tuple[str, str] | None:
-    """A failing call and the call that then worked, from a near miss of the finding."""
+    """The arguments of a failing call and of the call that then worked, from a near miss."""
     for e in finding.evidence:
         if e.recovered and e.fix_hint:
-            failing = e.detail.split(" -> ", 1)[0]
-            return failing.split(" ", 1)[-1], e.fix_hint.split(" ", 1)[-1]
+            return e.call.split(" ", 1)[-1], e.fix_hint
     return None
 
 

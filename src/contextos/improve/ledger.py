@@ -9,7 +9,7 @@ from the record's id: keeping the same record twice keeps it once.
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from pydantic import BaseModel
 
@@ -24,6 +24,10 @@ R = TypeVar("R", bound=BaseModel)
 
 PREFIX = "contextos-improve-"
 """The agent name of a record's run is this plus the record's kind."""
+_HINTS = {
+    "candidate": "list them with `contextos candidate list`",
+    "report": "make one with `contextos release check CANDIDATE --golden RUN`",
+}
 SCAN_LIMIT = 10_000
 """Runs read when listing records of one kind (the most recent first)."""
 
@@ -76,7 +80,7 @@ async def read(rt: Runtime, kind: str, record_id: str, as_type: type[R]) -> R:
         state = await rt.state(run_id_of(record_id))
     except RunNotFound:
         raise ImprovementNotFound(
-            f"no {kind} {record_id} in this store: list them with `contextos {_listing(kind)}`",
+            f"no {kind} {record_id} in this store: {_HINTS[kind]}",
             id=record_id,
         ) from None
     if state.agent_name != PREFIX + kind or state.status is not RunStatus.COMPLETED:
@@ -97,11 +101,6 @@ async def listing(rt: Runtime, kind: str, as_type: type[R]) -> list[tuple[str, R
         state = await rt.state(s.run_id)
         out.append((s.run_id, as_type.model_validate(state.structured_output)))
     return out
-
-
-def _listing(kind: str) -> str:
-    names: dict[str, Any] = {"candidate": "candidate list", "report": "release list"}
-    return str(names.get(kind, "findings"))
 
 
 __all__ = ["PREFIX", "keep", "listing", "read", "run_id_of"]

@@ -92,10 +92,9 @@ def _words(finding: Finding, layer: Layer, agent: Agent | None) -> tuple[str, st
 
 
 def _description(agent: Agent | None, tool: str) -> str:
-    if agent is None:
-        return ""
-    found = next((t for t in agent.tools if getattr(t, "name", "") == tool), None)
-    return str(getattr(found, "description", "")) if found is not None else ""
+    """The tool's description as the agent's code has it now ("" when unknown)."""
+    tools = agent.tool_list if agent is not None else ()
+    return next((t.description for t in tools if t.name == tool), "")
 
 
 __all__ = ["LADDER", "draft"]

@@ -92,10 +92,12 @@ class Evidence(BaseModel):
     at: datetime
     detail: str
     """What happened there, in one line (a failing call with its arguments, a gap, …)."""
+    call: str = ""
+    """For a failed tool call: `tool {arguments}`, as a replay's trail shows calls."""
     recovered: bool = False
     """True when the run got past it (a near miss, not a failure)."""
     fix_hint: str = ""
-    """What the run did next that worked (a corrected call), when it recovered."""
+    """The arguments of the later call of the same tool that worked, when it recovered."""
 
 
 class Finding(_Record):

@@ -115,7 +115,7 @@ async def check(
     for run_id in finding.runs if finding is not None else ():
         if run_id in seen:
             continue
-        failing = [e.detail.split(" -> ", 1)[0] for e in evidence if e.run_id == run_id]
+        failing = [e.call for e in evidence if e.run_id == run_id and e.call]
         report = await rt.replay(run_id, agent)
         outcome = judge(report, golden=False, failing=failing)
         cases.append(_case(report, golden=False, outcome=outcome))
