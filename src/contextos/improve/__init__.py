@@ -7,6 +7,7 @@ approval bound to both hashes, and is a recorded decision, like a rollback. Noth
 changes what an agent runs any other way.
 """
 
+from contextos.improve.canary import CanaryVerdict
 from contextos.improve.candidates import apply
 from contextos.improve.job import FindingsRequest, Review, findings_job
 from contextos.improve.records import (
@@ -28,6 +29,7 @@ from contextos.improve.service import Improvements
 
 __all__ = [
     "RELEASER",
+    "CanaryVerdict",
     "Candidate",
     "Case",
     "Change",

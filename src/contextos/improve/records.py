@@ -244,6 +244,9 @@ class Decision(_Record):
     decided_by: str
     """Who approved the release, or who rolled back."""
     reason: str = ""
+    fraction: float = 1.0
+    """The share of new runs a release serves: below 1 it is a canary (the other runs stay
+    on the release before it)."""
 
 
 __all__ = [

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from contextos import events as ev
 from contextos.agents import Agent
@@ -61,9 +61,9 @@ RELEASE_RULE = Rule(
     reason="a changed agent reaches production only with a releaser's approval",
     preview=(
         "Release candidate {candidate_id} of agent {agent} (hash {candidate_hash}) on replay "
-        "report {report_id} (hash {report_hash})"
+        "report {report_id} (hash {report_hash}) to a fraction {fraction} of new runs"
     ),
-    blast_radius="every new run of agent {agent} runs the candidate",
+    blast_radius="that fraction of the new runs of agent {agent} runs the candidate",
 )
 
 
@@ -166,14 +166,17 @@ class ReleaseRequest(BaseModel):
     candidate: Candidate
     report: ReleaseReport
     releasers: tuple[str, ...]
+    fraction: float = Field(default=1.0, gt=0.0, le=1.0)
+    """The share of new runs to serve (below 1: a canary)."""
 
-    def arguments(self) -> dict[str, str]:
+    def arguments(self) -> dict[str, Any]:
         return {
             "agent": self.candidate.agent,
             "candidate_id": self.candidate.candidate_id,
             "candidate_hash": self.candidate.candidate_hash,
             "report_id": self.report.report_id,
             "report_hash": self.report.content_hash(),
+            "fraction": self.fraction,
         }
 
 
@@ -195,15 +198,21 @@ def release_agent(request: ReleaseRequest) -> Agent:
 
     @tool(name=RELEASE_TOOL, effect="write", risk="high")
     def release_candidate(
-        agent: str, candidate_id: str, candidate_hash: str, report_id: str, report_hash: str
+        agent: str,
+        candidate_id: str,
+        candidate_hash: str,
+        report_id: str,
+        report_hash: str,
+        fraction: float,
     ) -> dict[str, Any]:
-        """Make the approved candidate the agent's current release."""
+        """Make the approved candidate the agent's current release (for `fraction` of runs)."""
         if request.arguments() != {
             "agent": agent,
             "candidate_id": candidate_id,
             "candidate_hash": candidate_hash,
             "report_id": report_id,
             "report_hash": report_hash,
+            "fraction": fraction,
         }:
             raise ReleaseRefused("the release's arguments are not its request's")
         refuse_regressions(request.report, request.candidate)
@@ -302,6 +311,7 @@ def decided(events: Sequence[ev.Event]) -> Decided | None:
                         report_id=args["report_id"],
                         report_hash=args["report_hash"],
                         decided_by=approver,
+                        fraction=args.get("fraction", 1.0),
                     )
                 elif e.name == ROLLBACK_TOOL and created.agent_name == ROLLBACK_AGENT:
                     decision = Decision(

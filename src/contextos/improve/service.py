@@ -15,11 +15,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 from contextos.agents import Agent, load_agent
 from contextos.errors import ConfigError, ImprovementNotFound, ReleaseRefused
+from contextos.events import RunCreated
 from contextos.evidence.canonical import ReplayPacket
 from contextos.improve import ledger
+from contextos.improve.canary import CanaryVerdict, failed, in_canary
 from contextos.improve.candidates import load, make, propose_change
 from contextos.improve.job import JOB, FindingsRequest, Review, findings_job
 from contextos.improve.records import Candidate, Change, Decision, Finding, Proposal, ReleaseReport
@@ -143,17 +146,24 @@ class Improvements:
         return await ledger.read(self.rt, "report", report_id, ReleaseReport)
 
     async def request_release(
-        self, candidate_id: str, report_id: str, *, releasers: Sequence[str]
+        self,
+        candidate_id: str,
+        report_id: str,
+        *,
+        releasers: Sequence[str],
+        fraction: float = 1.0,
     ) -> Interrupt:
         """Ask for a release: refused when the report regresses a golden run; otherwise a
         release run waits for one of `releasers` to approve the candidate's and the report's
-        hashes (the interrupt returned)."""
+        hashes (the interrupt returned). Below 1, `fraction` makes it a canary."""
         candidate = await self.get_candidate(candidate_id)
         report = await self.report(report_id)
         refuse_regressions(report, candidate)
         if not releasers:
             raise ConfigError("name who may approve the release (--releaser NAME)")
-        request = ReleaseRequest(candidate=candidate, report=report, releasers=tuple(releasers))
+        request = ReleaseRequest(
+            candidate=candidate, report=report, releasers=tuple(releasers), fraction=fraction
+        )
         async with Runtime(self.rt.store.url, policy=release_policy(releasers)) as rt:
             done = await rt.run(release_agent(request), request.model_dump_json())
             waiting = [i for i in await rt.inbox() if i.run_id == done.run_id]
@@ -212,12 +222,63 @@ class Improvements:
         line = await self.history(agent)
         return line[-1].decision if line else None
 
-    async def released(self, base: Agent) -> Agent:
-        """The agent new runs should run: `base` with its current release's change, if any."""
-        now = await self.current(base.name)
-        if now is None or now.candidate_id is None:
+    async def released(self, base: Agent, *, key: str | None = None) -> Agent:
+        """The agent a new run should run: `base` with its current release's change, if any.
+
+        During a canary, only the runs whose `key` falls in its fraction get the candidate;
+        the others (and runs without a key) get the release before it."""
+        line = await self.history(base.name)
+        if not line:
             return base
-        return load(await self.get_candidate(now.candidate_id), base)
+        last = line[-1]
+        serving = last.decision.candidate_id
+        if last.decision.fraction < 1 and not in_canary(
+            key, last.decision.fraction, salt=last.run_id
+        ):
+            serving = line[-2].decision.candidate_id if len(line) > 1 else None
+        return base if serving is None else load(await self.get_candidate(serving), base)
+
+    async def watch(
+        self, agent: str, *, max_failure_rate: float, min_runs: int = 5, by: str = "canary-watch"
+    ) -> CanaryVerdict:
+        """Judge the agent's canary on its runs since its release; roll it back (a recorded
+        decision) when more than `max_failure_rate` of at least `min_runs` runs failed."""
+        line = await self.history(agent)
+        last = line[-1] if line else None
+        if last is None or last.decision.action != "release" or last.decision.fraction >= 1:
+            raise ConfigError(f"agent {agent} has no canary running")
+        outcomes: list[bool] = []
+        for summary in await self.rt.runs(limit=ledger.SCAN_LIMIT):
+            if summary.agent_name != agent or summary.created_at < last.at:
+                continue
+            if not summary.status.is_terminal:
+                continue
+            events = await self.rt.events(summary.run_id)
+            created = events[0]
+            if isinstance(created, RunCreated) and (
+                created.agent_hash == last.decision.candidate_hash
+            ):
+                outcomes.append(failed(events))
+        failures = sum(outcomes)
+        action: Literal["wait", "healthy", "rolled_back"] = "healthy"
+        if len(outcomes) < min_runs:
+            action = "wait"
+        elif failures > max_failure_rate * len(outcomes):
+            action = "rolled_back"
+            await self.rollback(
+                agent,
+                by=by,
+                reason=f"canary: {failures} of {len(outcomes)} runs failed "
+                f"(limit {max_failure_rate:.0%})",
+            )
+        return CanaryVerdict(
+            agent=agent,
+            candidate_id=last.decision.candidate_id or "",
+            runs=len(outcomes),
+            failures=failures,
+            limit=max_failure_rate,
+            action=action,
+        )
 
     async def rollback(self, agent: str, *, by: str, reason: str = "") -> Decided:
         """Go back to the release before the current one (or the agent's code): one run,
