@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from orders import desk
+from test_cli import cli_for
 from test_loop import REF, seed
 
 from contextos import Runtime
@@ -63,8 +64,17 @@ async def test_a_failing_canary_is_rolled_back(tmp_path: Path) -> None:
         early = await loop.watch("order-desk", max_failure_rate=0.2, min_runs=3)
         assert early.action == "wait"
         on, _ = await serve(rt, loop, salt)
-        verdict = await loop.watch("order-desk", max_failure_rate=0.2, min_runs=3)
-        assert (verdict.runs, verdict.failures, verdict.action) == (on, on, "rolled_back")
+        # the watch runs in a process of its own, as a cron job or an operator would run it
+        cli = cli_for(tmp_path)
+        watched = cli(
+            "release", "watch", "order-desk", "--max-failure-rate", "0.2", "--min-runs", "100"
+        )
+        assert watched.returncode == 0 and "-> wait" in watched.stdout
+        watched = cli(
+            "release", "watch", "order-desk", "--max-failure-rate", "0.2", "--min-runs", "3"
+        )
+        assert watched.returncode == 1, watched.stderr
+        assert f"{on} of {on} runs failed (100%, limit 20%) -> rolled_back" in watched.stdout
         [*_, last] = await loop.history("order-desk")
         assert (last.decision.action, last.decision.decided_by) == ("rollback", "canary-watch")
         assert f"canary: {on} of {on} runs failed" in last.decision.reason

@@ -216,12 +216,17 @@ def release_request(
     candidate_id: Annotated[str, typer.Argument(help="The candidate to release.")],
     report_id: Annotated[str, typer.Argument(help="Its replay report (`release check`).")],
     releaser: Annotated[list[str], typer.Option(help="Who may approve the release (repeatable).")],
+    fraction: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="Serve this share of new runs: a canary.")
+    ] = 1.0,
     store: StoreOption = None,
 ) -> None:
     """Ask a person to release a candidate: refused when its report regresses a golden run."""
     asked = call(
         store,
-        lambda rt: Improvements(rt).request_release(candidate_id, report_id, releasers=releaser),
+        lambda rt: Improvements(rt).request_release(
+            candidate_id, report_id, releasers=releaser, fraction=fraction
+        ),
     )
     console.print(Text(f"release waits for approval: {asked.id}", style="magenta"))
     if asked.action is not None:
@@ -273,6 +278,31 @@ def release_status(
         console.print("[dim]no release decisions: agents run their code as it is[/]")
 
 
+@release_app.command("watch")
+def release_watch(
+    agent: Annotated[str, typer.Argument(help="The agent whose canary to judge.")],
+    max_failure_rate: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="Roll back over this share of failed runs.")
+    ],
+    min_runs: Annotated[int, typer.Option(help="Judge only once this many runs ended.")] = 5,
+    by: Annotated[str, typer.Option("--as", help="Who rolls back.")] = "canary-watch",
+    store: StoreOption = None,
+) -> None:
+    """Judge a canary on its runs so far; roll it back when they fail too often.
+
+    Exits 1 when it rolled the canary back."""
+    verdict = call(
+        store,
+        lambda rt: Improvements(rt).watch(
+            agent, max_failure_rate=max_failure_rate, min_runs=min_runs, by=by
+        ),
+    )
+    style = "bold red" if verdict.action == "rolled_back" else "green"
+    console.print(Text(verdict.line(), style=style))
+    if verdict.action == "rolled_back":
+        raise typer.Exit(code=1)
+
+
 @app.command()
 def rollback(
     agent: Annotated[str, typer.Argument(help="The agent whose current release to undo.")],
@@ -289,7 +319,12 @@ def rollback(
 def _decided_line(d: Decided) -> str:
     x = d.decision
     now = x.candidate_id or "its code as it is"
-    return f"{d.at:%Y-%m-%d %H:%M:%S} {x.agent}: {x.action} -> {now} by {x.decided_by} ({d.run_id})"
+    share = f" for {x.fraction:.0%} of runs" if x.fraction < 1 else ""
+    why = f": {x.reason}" if x.reason else ""
+    return (
+        f"{d.at:%Y-%m-%d %H:%M:%S} {x.agent}: {x.action} -> {now}{share} by {x.decided_by}"
+        f"{why} ({d.run_id})"
+    )
 
 
 def _print_decided(done: Decided, as_json: bool) -> None:
