@@ -40,6 +40,7 @@ starts the HTTP API too, through that face's own public names."""
 FACES["contextos.cli"]["contextos.api"] = contextos.api
 FACES["contextos.cli"]["contextos.jobs.kb"] = contextos.jobs.kb
 FACES["contextos.cli"]["contextos.improve"] = contextos.improve
+FACES["contextos.api"]["contextos.improve"] = contextos.improve
 
 
 def private_imports(face: str, source: str) -> list[str]:

@@ -1,0 +1,82 @@
+"""The improvement loop over HTTP: read findings, proposals, candidates and the release line;
+approve a release (as a releaser the request named); roll an agent back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, ConfigDict
+
+from contextos.api.auth import PrincipalDep
+from contextos.api.errors import ApiError
+from contextos.improve import RELEASER, Decided, Improvements
+
+router = APIRouter()
+
+
+class Rollback(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str = ""
+
+
+def _loop(request: Request) -> Improvements:
+    return Improvements(request.app.state.api.runtime)
+
+
+def _decided(d: Decided) -> dict[str, Any]:
+    return {**d.decision.model_dump(mode="json"), "run_id": d.run_id, "seq": d.seq, "at": d.at}
+
+
+@router.get("/v1/findings")
+async def findings(request: Request, principal: PrincipalDep) -> dict[str, Any]:
+    review = await _loop(request).review()
+    return {
+        "runs_read": review.runs_read,
+        "findings": [f.model_dump(mode="json") for f in review.findings],
+    }
+
+
+@router.get("/v1/proposals")
+async def proposals(request: Request, principal: PrincipalDep) -> dict[str, Any]:
+    review = await _loop(request).review()
+    return {"proposals": [p.model_dump(mode="json") for p in review.proposals]}
+
+
+@router.get("/v1/candidates")
+async def candidates(request: Request, principal: PrincipalDep) -> dict[str, Any]:
+    found = await _loop(request).candidates()
+    return {"candidates": [c.model_dump(mode="json") for c in found]}
+
+
+@router.get("/v1/releases")
+async def releases(
+    request: Request, principal: PrincipalDep, agent: str | None = None
+) -> dict[str, Any]:
+    return {"decisions": [_decided(d) for d in await _loop(request).history(agent)]}
+
+
+@router.post("/v1/releases/{interrupt_id}/approve")
+async def approve_release(
+    request: Request, principal: PrincipalDep, interrupt_id: str
+) -> dict[str, Any]:
+    """Approve a release as the token's user (a releaser the request named) and carry it out."""
+    return _decided(await _loop(request).approve(interrupt_id, approver=principal.id))
+
+
+@router.post("/v1/agents/{agent}/rollback")
+async def rollback(
+    request: Request, principal: PrincipalDep, agent: str, body: Rollback
+) -> dict[str, Any]:
+    """Go back to the agent's release before the current one (the token needs `releaser`)."""
+    if RELEASER not in principal.roles:
+        raise ApiError(
+            403,
+            "not_a_releaser",
+            f"{principal.id} may not roll agent {agent} back",
+            hint=f"Use a token with the role {RELEASER}: `contextos token create … --role "
+            f"{RELEASER}`.",
+        )
+    done = await _loop(request).rollback(agent, by=principal.id, reason=body.reason)
+    return _decided(done)
