@@ -19,8 +19,10 @@ from contextos.improve.release import (
     RELEASE_AGENT,
     RELEASE_TOOL,
     ReleaseRequest,
+    RollbackRequest,
     release_agent,
     release_policy,
+    rollback_agent,
 )
 from contextos.testing import ScriptedModel, call_tool, reply
 
@@ -99,3 +101,17 @@ async def test_a_release_made_for_other_code_is_refused_when_loaded(tmp_path: Pa
         edited = dataclasses.replace(desk(), instructions="Answer in French.")
         with pytest.raises(ReleaseRefused, match="make a new candidate"):
             await loop.released(edited)
+
+
+async def test_a_rollback_cannot_reach_a_candidate_nobody_released(tmp_path: Path) -> None:
+    """Rolling back needs no approval, so a rollback run naming a candidate that was never
+    released counts for nothing."""
+    async with Runtime(str(tmp_path / "c.db")) as rt:
+        loop, candidate_id, _ = await candidate_ready(rt)
+        request = RollbackRequest(
+            agent="order-desk", from_candidate="cnd_x", to_candidate=candidate_id, by="mallory"
+        )
+        done = await rt.run(rollback_agent(request), request.model_dump_json())
+        assert done.status is RunStatus.COMPLETED
+        assert await loop.history("order-desk") == []
+        assert await unchanged(loop)

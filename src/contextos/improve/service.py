@@ -207,14 +207,26 @@ class Improvements:
         return interrupt, ReleaseRequest.model_validate_json(state.input)
 
     async def history(self, agent: str | None = None) -> list[Decided]:
-        """Every release and rollback decision, oldest first (of one agent, when named)."""
-        out: list[Decided] = []
+        """Every release and rollback decision, oldest first (of one agent, when named).
+
+        A rollback counts only when it goes back to a release made before it (or to the code):
+        rolling back needs no approval, so it can never reach what nobody approved."""
+        found: list[Decided] = []
         for summary in await self.rt.runs(status=RunStatus.COMPLETED, limit=ledger.SCAN_LIMIT):
             if summary.agent_name in (RELEASE_AGENT, ROLLBACK_AGENT):
-                found = decided(await self.rt.events(summary.run_id))
-                if found is not None and (agent is None or found.decision.agent == agent):
-                    out.append(found)
-        out.sort(key=lambda d: (d.at, d.run_id))
+                one = decided(await self.rt.events(summary.run_id))
+                if one is not None and (agent is None or one.decision.agent == agent):
+                    found.append(one)
+        found.sort(key=lambda d: (d.at, d.run_id))
+        approved: set[tuple[str, str | None]] = set()
+        out: list[Decided] = []
+        for d in found:
+            x = d.decision
+            if x.action == "release":
+                approved.add((x.agent, x.candidate_id))
+            elif x.candidate_id is not None and (x.agent, x.candidate_id) not in approved:
+                continue
+            out.append(d)
         return out
 
     async def current(self, agent: str) -> Decision | None:
