@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from orders import desk
-from test_cli import cli_for
-from test_loop import REF, seed
+from test_improve_cli import cli_for
+from test_improvement_loop import REF, seed
 
 from contextos import Runtime
 from contextos.improve import Change, Improvements

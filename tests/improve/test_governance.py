@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from orders import desk
-from test_loop import seed
+from test_improvement_loop import seed
 
 from contextos import Agent, RunStatus, Runtime
 from contextos.errors import ApprovalRefused, ReleaseRefused

@@ -130,10 +130,10 @@ def candidate_create(
 @candidate_app.command("change")
 def candidate_change(
     agent_ref: Annotated[str, typer.Argument(help="The agent (path.py:attr or module:attr).")],
+    text: Annotated[str, typer.Option(help="The new description, or the added instruction.")],
     tool: Annotated[
         str | None, typer.Option(help="Change this tool's description (else: instructions).")
     ] = None,
-    text: Annotated[str, typer.Option(help="The new description, or the added instruction.")] = "",
     store: StoreOption = None,
     as_json: JsonOption = False,
 ) -> None:

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from test_loop import REF
+from test_improvement_loop import REF
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import httpx
 from api_server import error_of, serving, token_for
-from test_loop import seed
+from test_improvement_loop import seed
 
 from contextos import Runtime
 from contextos.api import ApiConfig
