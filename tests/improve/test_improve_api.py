@@ -1,5 +1,6 @@
-"""The improvement loop over real HTTP: reading the loop, approving a release as a releaser,
-rolling back with the releaser role; refusals are JSON errors that change nothing."""
+"""The improvement loop over real HTTP, for the default tenant's releasers: reading the loop,
+approving a release as a releaser the request named, rolling back; refusals are JSON errors
+that change nothing."""
 
 from __future__ import annotations
 
@@ -26,7 +27,9 @@ async def test_the_loop_over_http(tmp_path: Path) -> None:
             candidate.candidate_id, report.report_id, releasers=("alice",)
         )
     alice = await token_for(store, user="alice", roles=("releaser",))
-    bob = await token_for(store, user="bob")
+    bob = await token_for(store, user="bob", roles=("releaser",))  # named by no request
+    carol = await token_for(store, user="carol")
+    dave = await token_for(store, tenant="acme", user="dave", roles=("releaser",))
     with serving(ApiConfig(store=store)) as base:
         async with httpx.AsyncClient(base_url=base, timeout=60) as http:
             found = (await http.get("/v1/findings", headers=bob)).json()
@@ -44,11 +47,14 @@ async def test_the_loop_over_http(tmp_path: Path) -> None:
             assert done.status_code == 200, done.text
             assert done.json()["candidate_hash"] == candidate.candidate_hash
 
-            error_of(
-                await http.post("/v1/agents/order-desk/rollback", headers=bob, json={}),
-                403,
-                "not_a_releaser",
-            )
+            for stranger in (carol, dave):  # no releaser role; another tenant's releaser
+                for path in ("/v1/findings", "/v1/candidates", "/v1/releases"):
+                    error_of(await http.get(path, headers=stranger), 403, "not_a_releaser")
+                error_of(
+                    await http.post("/v1/agents/order-desk/rollback", headers=stranger, json={}),
+                    403,
+                    "not_a_releaser",
+                )
             back = await http.post(
                 "/v1/agents/order-desk/rollback", headers=alice, json={"reason": "alarms"}
             )
