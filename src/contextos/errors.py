@@ -45,6 +45,9 @@
     ├── RecordInvalid                 a canonical record does not match its schema or its hash
     ├── ForkRefused                   a run cannot be forked at that seq
     └── LiveDispatchRefused           a replay reached for a live tool; nothing was sent
+    ImprovementError (ContextOSError) the improvement loop: findings, candidates, releases
+    ├── ImprovementNotFound           no finding, proposal, candidate or report with that id
+    └── ReleaseRefused                a candidate regresses a golden run, or its evidence changed
 
 Cancelling a run cancels its in-flight asyncio task: `asyncio.CancelledError` is a
 BaseException, so a tool's `except Exception` cannot swallow it.
@@ -359,3 +362,20 @@ class LiveDispatchRefused(EvidenceError):
     results and never sends a call."""
 
     code = "live_dispatch_refused"
+
+
+class ImprovementError(ContextOSError):
+    """The improvement loop refused or could not find something: nothing was released."""
+
+    code = "improvement_error"
+
+
+class ImprovementNotFound(ImprovementError):
+    code = "improvement_not_found"
+
+
+class ReleaseRefused(ImprovementError):
+    """A candidate cannot be released: its replay regresses a golden run, the evidence it was
+    approved on no longer matches, or nobody approved it."""
+
+    code = "release_refused"

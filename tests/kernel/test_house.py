@@ -21,8 +21,9 @@ PACKAGE = "contextos"
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("cli", "api", "jobs", "__main__"),
     ("contextos", "workers:face", "testing"),
+    ("improve",),
     ("runtime", "workers"),
-    ("graph", "loop", "agents", "verify", "evidence", "improve", "control"),
+    ("graph", "loop", "agents", "verify", "evidence", "control"),
     ("middleware",),
     ("context",),
     ("tools",),
@@ -34,9 +35,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "runs", "messages", "ledger", "delegation", "numbers"),
 )
 """The rooms from the top down: the faces; the public API (`contextos` and the face of
-`contextos.workers`); the harness; the loop and the graph; the rooms that do the work (policy
-decides, tools act, context and middleware shape what the model sees; a model proposes and never
-persists or acts); the store; the fold and the core records. A room may import its own layer
+`contextos.workers`); the improvement loop (it drives runs, replays and releases); the harness;
+the loop and the graph; the rooms that do the work (policy decides, tools act, context and
+middleware shape what the model sees; a model proposes and never persists or acts); the store;
+the fold and the core records. A room may import its own layer
 and the layers below it, never one above."""
 
 CLIMBS_ALLOWED: dict[tuple[str, str], str] = {

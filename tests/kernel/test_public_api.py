@@ -11,6 +11,7 @@ import pytest
 
 import contextos
 import contextos.api
+import contextos.improve
 import contextos.jobs.kb
 import contextos.workers
 
@@ -38,6 +39,8 @@ FACES = {
 starts the HTTP API too, through that face's own public names."""
 FACES["contextos.cli"]["contextos.api"] = contextos.api
 FACES["contextos.cli"]["contextos.jobs.kb"] = contextos.jobs.kb
+FACES["contextos.cli"]["contextos.improve"] = contextos.improve
+FACES["contextos.api"]["contextos.improve"] = contextos.improve
 
 
 def private_imports(face: str, source: str) -> list[str]:

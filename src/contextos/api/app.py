@@ -33,6 +33,7 @@ from contextos.api.config import MAX_SEQ, Api, ApiConfig
 from contextos.api.control import router as control_router
 from contextos.api.errors import ApiError
 from contextos.api.hooks import router as hooks_router
+from contextos.api.improve import router as improve_router
 from contextos.api.limits import BodyLimit
 from contextos.api.schemas import (
     Answer,
@@ -297,6 +298,7 @@ def create_app(config: ApiConfig | None = None) -> FastAPI:
     app.include_router(stream_router)
     app.include_router(hooks_router)
     app.include_router(control_router)
+    app.include_router(improve_router)
     return app
 
 

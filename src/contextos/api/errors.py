@@ -76,6 +76,8 @@ _RUNTIME: dict[str, tuple[int, str]] = {
     "containment_violation": (403, "The request reaches outside the run's containment."),
     "policy_error": (403, "See the policy the server runs under."),
     "config_error": (400, "See docs/api.md."),
+    "improvement_not_found": (404, "See docs/improve.md: GET /v1/findings, /v1/candidates."),
+    "release_refused": (409, "Read the replay report's diffs; nothing was released."),
     "bad_signature": (
         401,
         "Send X-ContextOS-Signature: t=UNIX_SECONDS,v1=HEX, HEX the HMAC-SHA256 of "

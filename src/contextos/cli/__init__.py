@@ -11,6 +11,7 @@ from __future__ import annotations
 from contextos.cli import runs, people, ops, tokens, kb  # noqa: F401
 from contextos.cli import evidence  # noqa: F401
 from contextos.cli import control  # noqa: F401
+from contextos.cli import improve  # noqa: F401
 
 # isort: on
 from contextos.cli.common import app

@@ -1,0 +1,51 @@
+"""The governed improvement loop: findings, proposals, candidates and release decisions.
+
+Findings come from the log (a job that is itself a run); proposals name the rung of the
+promotion ladder that should own a correction; a candidate is an exact change to an agent
+with a new identity; a release needs replay evidence with no regression and a person's
+approval bound to both hashes, and is a recorded decision, like a rollback. Nothing here
+changes what an agent runs any other way.
+"""
+
+from contextos.improve.canary import CanaryVerdict
+from contextos.improve.candidates import apply
+from contextos.improve.job import FindingsRequest, Review, findings_job
+from contextos.improve.records import (
+    Candidate,
+    Case,
+    Change,
+    Decision,
+    Evidence,
+    Finding,
+    FindingKind,
+    Impact,
+    Layer,
+    Proposal,
+    ReleaseReport,
+    RootCause,
+)
+from contextos.improve.release import RELEASER, Decided
+from contextos.improve.service import Improvements
+
+__all__ = [
+    "RELEASER",
+    "CanaryVerdict",
+    "Candidate",
+    "Case",
+    "Change",
+    "Decided",
+    "Decision",
+    "Evidence",
+    "Finding",
+    "FindingKind",
+    "FindingsRequest",
+    "Impact",
+    "Improvements",
+    "Layer",
+    "Proposal",
+    "ReleaseReport",
+    "Review",
+    "RootCause",
+    "apply",
+    "findings_job",
+]

@@ -1,0 +1,318 @@
+"""The improvement loop on one store, from Python: what `contextos findings`, `proposals`,
+`candidate`, `release` and `rollback` call.
+
+    async with Runtime(store) as rt:
+        loop = Improvements(rt)
+        review = await loop.scan()                       # a run of the findings job
+        candidate = await loop.candidate(review.proposals[0].proposal_id)
+        report = await loop.check(candidate.candidate_id, golden=[good_run])
+        asked = await loop.request_release(candidate.candidate_id, report.report_id,
+                                           releasers=("alice",))
+        await loop.approve(asked.id, approver="alice")  # releases: a recorded decision
+        agent = await loop.released(base_agent)         # what new runs should run
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+from contextos.agents import Agent, load_agent
+from contextos.errors import ConfigError, ImprovementNotFound, ReleaseRefused
+from contextos.events import RunCreated
+from contextos.evidence.canonical import ReplayPacket
+from contextos.improve import ledger
+from contextos.improve.canary import CanaryVerdict, failed, in_canary
+from contextos.improve.candidates import load, make, propose_change
+from contextos.improve.job import JOB, FindingsRequest, Review, findings_job
+from contextos.improve.records import Candidate, Change, Decision, Finding, Proposal, ReleaseReport
+from contextos.improve.release import (
+    RELEASE_AGENT,
+    ROLLBACK_AGENT,
+    Decided,
+    ReleaseRequest,
+    RollbackRequest,
+    check,
+    decided,
+    refuse_regressions,
+    release_agent,
+    release_policy,
+    rollback_agent,
+)
+from contextos.records.interrupts import Interrupt
+from contextos.runs import RunStatus
+from contextos.runtime import Runtime
+
+
+class Improvements:
+    """Findings, proposals, candidates and release decisions kept in `runtime`'s store."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.rt = runtime
+
+    # -- findings and proposals -----------------------------------------------------------
+
+    async def scan(self, *, limit: int = 1000, min_runs: int = 2) -> Review:
+        """Run the findings job now (a run on this store) and return what it found."""
+        request = FindingsRequest(store=self.rt.store.url, limit=limit, min_runs=min_runs)
+        done = await self.rt.run(findings_job, request, agent_ref="contextos.improve:findings_job")
+        if done.status is not RunStatus.COMPLETED:
+            raise ImprovementNotFound(
+                f"the findings job ended {done.status}: see `contextos show {done.run_id}`",
+                run_id=done.run_id,
+            )
+        return Review.model_validate(done.structured_output)
+
+    async def review(self) -> Review:
+        """The latest findings job's output (scheduled or run by `scan`)."""
+        for summary in await self.rt.runs(status=RunStatus.COMPLETED, limit=ledger.SCAN_LIMIT):
+            if summary.agent_name == JOB:
+                state = await self.rt.state(summary.run_id)
+                return Review.model_validate(state.structured_output)
+        raise ImprovementNotFound(
+            "the findings job has not run on this store: `contextos findings --scan` runs it"
+        )
+
+    async def finding(self, finding_id: str) -> Finding:
+        for f in (await self.review()).findings:
+            if f.finding_id == finding_id:
+                return f
+        raise ImprovementNotFound(f"no finding {finding_id} in the latest findings", id=finding_id)
+
+    async def proposal(self, proposal_id: str) -> Proposal:
+        for p in (await self.review()).proposals:
+            if p.proposal_id == proposal_id:
+                return p
+        raise ImprovementNotFound(
+            f"no proposal {proposal_id} in the latest findings: list them with "
+            "`contextos proposals`",
+            id=proposal_id,
+        )
+
+    # -- candidates ----------------------------------------------------------------------
+
+    async def candidate(
+        self,
+        proposal_id: str,
+        *,
+        text: str | None = None,
+        agent_ref: str | None = None,
+    ) -> Candidate:
+        """The candidate change a proposal asks for (`text`: other words for it), kept beside
+        the current release; nothing runs it until a release decision says so."""
+        proposal = await self.proposal(proposal_id)
+        ref = agent_ref or proposal.agent_ref
+        if not ref:
+            raise ConfigError(
+                f"the runs of agent {proposal.agent} name no agent reference: pass --agent REF"
+            )
+        change = propose_change(proposal, text)
+        found = make(load_agent(ref), ref, change, proposal)
+        await ledger.keep(self.rt, "candidate", found.candidate_id, found)
+        return found
+
+    async def change(self, agent_ref: str, change: Change) -> Candidate:
+        """A candidate written by a person rather than drafted from a proposal."""
+        found = make(load_agent(agent_ref), agent_ref, change)
+        await ledger.keep(self.rt, "candidate", found.candidate_id, found)
+        return found
+
+    async def get_candidate(self, candidate_id: str) -> Candidate:
+        return await ledger.read(self.rt, "candidate", candidate_id, Candidate)
+
+    async def candidates(self) -> list[Candidate]:
+        return [c for _, c in await ledger.listing(self.rt, "candidate", Candidate)]
+
+    # -- release decisions ---------------------------------------------------------------
+
+    async def check(
+        self,
+        candidate_id: str,
+        *,
+        golden: Sequence[str | ReplayPacket] = (),
+        base: Agent | None = None,
+    ) -> ReleaseReport:
+        """Replay the candidate over `golden` recorded runs (run ids or ReplayPackets) and its
+        finding's runs; the report is kept."""
+        candidate = await self.get_candidate(candidate_id)
+        finding = await self.finding(candidate.finding_id) if candidate.finding_id else None
+        if not golden and finding is None:
+            raise ConfigError("give at least one golden run to replay the candidate over")
+        report = await check(self.rt, candidate, golden=golden, finding=finding, base=base)
+        await ledger.keep(self.rt, "report", report.report_id, report)
+        return report
+
+    async def report(self, report_id: str) -> ReleaseReport:
+        return await ledger.read(self.rt, "report", report_id, ReleaseReport)
+
+    async def request_release(
+        self,
+        candidate_id: str,
+        report_id: str,
+        *,
+        releasers: Sequence[str],
+        fraction: float = 1.0,
+    ) -> Interrupt:
+        """Ask for a release: refused when the report regresses a golden run; otherwise a
+        release run waits for one of `releasers` to approve the candidate's and the report's
+        hashes (the interrupt returned). Below 1, `fraction` makes it a canary."""
+        candidate = await self.get_candidate(candidate_id)
+        report = await self.report(report_id)
+        refuse_regressions(report, candidate)
+        if not releasers:
+            raise ConfigError("name who may approve the release (--releaser NAME)")
+        request = ReleaseRequest(
+            candidate=candidate, report=report, releasers=tuple(releasers), fraction=fraction
+        )
+        async with Runtime(self.rt.store.url, policy=release_policy(releasers)) as rt:
+            done = await rt.run(release_agent(request), request.model_dump_json())
+            waiting = [i for i in await rt.inbox() if i.run_id == done.run_id]
+        if not waiting:
+            raise ReleaseRefused(
+                f"the release run {done.run_id} ended {done.status} without asking anyone: "
+                "nothing was released",
+                run_id=done.run_id,
+            )
+        return waiting[0]
+
+    async def approve(self, interrupt_id: str, *, approver: str) -> Decided:
+        """Approve a release (as a releaser the request named) and carry it out."""
+        interrupt, request = await self._release_asked(interrupt_id)
+        async with Runtime(self.rt.store.url, policy=release_policy(request.releasers)) as rt:
+            await rt.approve(interrupt_id, approver=approver)
+            await rt.resume(interrupt.run_id, release_agent(request))
+            found = decided(await rt.events(interrupt.run_id))
+        if found is None:
+            raise ReleaseRefused(
+                f"the release run {interrupt.run_id} did not release: see "
+                f"`contextos show {interrupt.run_id}`",
+                run_id=interrupt.run_id,
+            )
+        return found
+
+    async def deny(self, interrupt_id: str, *, approver: str, reason: str = "") -> None:
+        """Refuse a release; the release run ends without releasing."""
+        interrupt, request = await self._release_asked(interrupt_id)
+        async with Runtime(self.rt.store.url, policy=release_policy(request.releasers)) as rt:
+            await rt.deny(interrupt_id, approver=approver, reason=reason)
+            await rt.resume(interrupt.run_id, release_agent(request))
+
+    async def _release_asked(self, interrupt_id: str) -> tuple[Interrupt, ReleaseRequest]:
+        interrupt = await self.rt.interrupt(interrupt_id)
+        state = await self.rt.state(interrupt.run_id)
+        if state.agent_name != RELEASE_AGENT:
+            raise ConfigError(
+                f"{interrupt_id} is not a release's question: answer it with `contextos approve`"
+            )
+        return interrupt, ReleaseRequest.model_validate_json(state.input)
+
+    async def history(self, agent: str | None = None) -> list[Decided]:
+        """Every release and rollback decision, oldest first (of one agent, when named).
+
+        A rollback counts only when it goes back to a release made before it (or to the code):
+        rolling back needs no approval, so it can never reach what nobody approved."""
+        found: list[Decided] = []
+        for summary in await self.rt.runs(status=RunStatus.COMPLETED, limit=ledger.SCAN_LIMIT):
+            if summary.agent_name in (RELEASE_AGENT, ROLLBACK_AGENT):
+                one = decided(await self.rt.events(summary.run_id))
+                if one is not None and (agent is None or one.decision.agent == agent):
+                    found.append(one)
+        found.sort(key=lambda d: (d.at, d.run_id))
+        approved: set[tuple[str, str | None]] = set()
+        out: list[Decided] = []
+        for d in found:
+            x = d.decision
+            if x.action == "release":
+                approved.add((x.agent, x.candidate_id))
+            elif x.candidate_id is not None and (x.agent, x.candidate_id) not in approved:
+                continue
+            out.append(d)
+        return out
+
+    async def current(self, agent: str) -> Decision | None:
+        """The decision the agent runs under now (None: its code as it is, never released)."""
+        line = await self.history(agent)
+        return line[-1].decision if line else None
+
+    async def released(self, base: Agent, *, key: str | None = None) -> Agent:
+        """The agent a new run should run: `base` with its current release's change, if any.
+
+        During a canary, only the runs whose `key` falls in its fraction get the candidate;
+        the others (and runs without a key) get the release before it."""
+        line = await self.history(base.name)
+        if not line:
+            return base
+        last = line[-1]
+        serving = last.decision.candidate_id
+        if last.decision.fraction < 1 and not in_canary(
+            key, last.decision.fraction, salt=last.run_id
+        ):
+            serving = line[-2].decision.candidate_id if len(line) > 1 else None
+        return base if serving is None else load(await self.get_candidate(serving), base)
+
+    async def watch(
+        self, agent: str, *, max_failure_rate: float, min_runs: int = 5, by: str = "canary-watch"
+    ) -> CanaryVerdict:
+        """Judge the agent's canary on its runs since its release; roll it back (a recorded
+        decision) when more than `max_failure_rate` of at least `min_runs` runs failed."""
+        line = await self.history(agent)
+        last = line[-1] if line else None
+        if last is None or last.decision.action != "release" or last.decision.fraction >= 1:
+            raise ConfigError(f"agent {agent} has no canary running")
+        outcomes: list[bool] = []
+        for summary in await self.rt.runs(limit=ledger.SCAN_LIMIT):
+            if summary.agent_name != agent or summary.created_at < last.at:
+                continue
+            if not summary.status.is_terminal:
+                continue
+            events = await self.rt.events(summary.run_id)
+            created = events[0]
+            if isinstance(created, RunCreated) and (
+                created.agent_hash == last.decision.candidate_hash
+            ):
+                outcomes.append(failed(events))
+        failures = sum(outcomes)
+        action: Literal["wait", "healthy", "rolled_back"] = "healthy"
+        if len(outcomes) < min_runs:
+            action = "wait"
+        elif failures > max_failure_rate * len(outcomes):
+            action = "rolled_back"
+            await self.rollback(
+                agent,
+                by=by,
+                reason=f"canary: {failures} of {len(outcomes)} runs failed "
+                f"(limit {max_failure_rate:.0%})",
+            )
+        return CanaryVerdict(
+            agent=agent,
+            candidate_id=last.decision.candidate_id or "",
+            runs=len(outcomes),
+            failures=failures,
+            limit=max_failure_rate,
+            action=action,
+        )
+
+    async def rollback(self, agent: str, *, by: str, reason: str = "") -> Decided:
+        """Go back to the release before the current one (or the agent's code): one run,
+        recorded like a release."""
+        line = await self.history(agent)
+        if not line or line[-1].decision.candidate_id is None:
+            raise ConfigError(f"agent {agent} runs its code as it is: nothing to roll back")
+        released = [d.decision.candidate_id for d in line if d.decision.action == "release"]
+        current = line[-1].decision.candidate_id
+        earlier = released[: len(released) - 1 - released[::-1].index(current)]
+        request = RollbackRequest(
+            agent=agent,
+            from_candidate=current,
+            to_candidate=earlier[-1] if earlier else None,
+            by=by,
+            reason=reason,
+        )
+        done = await self.rt.run(rollback_agent(request), request.model_dump_json())
+        found = decided(await self.rt.events(done.run_id))
+        if found is None:  # pragma: no cover - the rollback's call cannot be refused
+            raise ReleaseRefused(f"the rollback run {done.run_id} did not roll back")
+        return found
+
+
+__all__ = ["Improvements"]

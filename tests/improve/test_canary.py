@@ -1,0 +1,83 @@
+"""Canaries: a release that serves a fraction of new runs by key, judged on those runs' logs
+and rolled back (a recorded decision) when they fail too often."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from orders import desk
+from test_improve_cli import cli_for
+from test_improvement_loop import REF, seed
+
+from contextos import Runtime
+from contextos.improve import Change, Improvements
+from contextos.improve.canary import in_canary
+
+
+async def canary_of(rt: Runtime, loop: Improvements, candidate_id: str, golden: str) -> str:
+    report = await loop.check(candidate_id, golden=[golden])
+    asked = await loop.request_release(
+        candidate_id, report.report_id, releasers=("alice",), fraction=0.5
+    )
+    assert asked.action is not None and asked.action.arguments["fraction"] == 0.5
+    done = await loop.approve(asked.id, approver="alice")
+    assert done.decision.fraction == 0.5
+    return done.run_id
+
+
+async def serve(rt: Runtime, loop: Improvements, salt: str) -> tuple[int, int]:
+    """Run order questions under keys until both sides served a few; (canary, stable) runs."""
+    base_hash = desk().identity_hash()
+    on = off = 0
+    for i in range(60):
+        key = f"ticket-{i}"
+        agent = await loop.released(desk(), key=key)
+        assert (agent.identity_hash() != base_hash) == in_canary(key, 0.5, salt=salt)
+        await rt.run(agent, f"Where is order {i + 10}?")
+        on, off = (on + 1, off) if agent.identity_hash() != base_hash else (on, off + 1)
+        if on >= 3 and off >= 1:
+            break
+    return on, off
+
+
+async def test_a_healthy_canary_serves_its_fraction_and_stays(tmp_path: Path) -> None:
+    async with Runtime(str(tmp_path / "c.db")) as rt:
+        _, golden = await seed(rt)
+        loop = Improvements(rt)
+        [proposal] = (await loop.scan()).proposals
+        candidate = await loop.candidate(proposal.proposal_id)
+        salt = await canary_of(rt, loop, candidate.candidate_id, golden)
+        assert (await loop.released(desk())).identity_hash() == desk().identity_hash()  # no key
+        on, off = await serve(rt, loop, salt)
+        verdict = await loop.watch("order-desk", max_failure_rate=0.2, min_runs=3)
+    assert (verdict.runs, verdict.failures, verdict.action) == (on, 0, "healthy")
+    assert off >= 1  # the stable runs failed their first call, and do not count against it
+
+
+async def test_a_failing_canary_is_rolled_back(tmp_path: Path) -> None:
+    async with Runtime(str(tmp_path / "c.db")) as rt:
+        _, golden = await seed(rt)
+        loop = Improvements(rt)
+        vague = Change(kind="tool_description", target="lookup_order", text="Look an order up.")
+        candidate = await loop.change(REF, vague)  # replays the golden run equal, fixes nothing
+        salt = await canary_of(rt, loop, candidate.candidate_id, golden)
+        early = await loop.watch("order-desk", max_failure_rate=0.2, min_runs=3)
+        assert early.action == "wait"
+        on, _ = await serve(rt, loop, salt)
+        # the watch runs in a process of its own, as a cron job or an operator would run it
+        cli = cli_for(tmp_path)
+        watched = cli(
+            "release", "watch", "order-desk", "--max-failure-rate", "0.2", "--min-runs", "100"
+        )
+        assert watched.returncode == 0 and "-> wait" in watched.stdout
+        watched = cli(
+            "release", "watch", "order-desk", "--max-failure-rate", "0.2", "--min-runs", "3"
+        )
+        assert watched.returncode == 1, watched.stderr
+        assert f"{on} of {on} runs failed (100%, limit 20%) -> rolled_back" in watched.stdout
+        [*_, last] = await loop.history("order-desk")
+        assert (last.decision.action, last.decision.decided_by) == ("rollback", "canary-watch")
+        assert f"canary: {on} of {on} runs failed" in last.decision.reason
+        for i in range(5):
+            agent = await loop.released(desk(), key=f"ticket-{i}")
+            assert agent.identity_hash() == desk().identity_hash()
