@@ -41,18 +41,13 @@ from contextos.jobs.kb.findings import FindingKind
 from contextos.jobs.kb.markdown import parse
 from contextos.jobs.kb.report import Report
 from contextos.policy import Decision
+from contextos.policy.authority import Authority, PolicyDirectory, load_policy
 
 FIX_TOOL = "add_frontmatter"
 FIX_AGENT = "kb-fix-frontmatter"
 
 EDITOR = "kb-editor"
 """The approver role the fix needs."""
-
-
-def fix_policy(editors: tuple[str, ...]) -> Policy:
-    """Every call of the fix tool waits for the approval of one of `editors` (the role
-    `kb-editor`), bound to its exact arguments."""
-    return Policy(name="kb-fix", version="1", rules=(FIX_RULE,), roles={EDITOR: editors})
 
 
 FIX_RULE = Rule(
@@ -64,6 +59,25 @@ FIX_RULE = Rule(
     preview="Add a `title` frontmatter block to {count} page(s): {files}",
     blast_radius="writes {count} file(s) under {root}, lines 1-3 of each: {files}",
 )
+FIX_POLICY = Policy(name="kb-fix", version="1", rules=(FIX_RULE,))
+"""Every call of the fix tool waits for a `kb-editor`'s approval, bound to its exact
+arguments. Who holds that role is not the fix's to say: see `fix_authority`."""
+
+
+def fix_authority(policy: Policy | str | os.PathLike[str] | None = None) -> Authority:
+    """The fix's rule, with who holds `kb-editor` taken from the roles of `policy` (a Policy
+    or a policy file; by default the file `CONTEXTOS_POLICY` names).
+
+    Roles are asked when someone approves and again when the fix runs, so an editor whose role
+    is taken away before the fix ran has approved nothing.
+    """
+    people = load_policy(policy)
+    if not people.roles.get(EDITOR):
+        raise ConfigError(
+            f"no one may approve a fix: give someone the role {EDITOR} in the [roles] table of "
+            "the policy file (--policy FILE, or CONTEXTOS_POLICY)"
+        )
+    return Authority(FIX_POLICY, directory=PolicyDirectory(people))
 
 
 class Proposal(BaseModel):
@@ -171,20 +185,22 @@ async def fix_frontmatter(
     root: str | os.PathLike[str],
     report: Report,
     *,
-    editors: tuple[str, ...],
+    policy: Policy | str | os.PathLike[str] | None = None,
 ) -> FixOutcome:
     """Apply what was approved, then propose what is still missing.
 
     First every earlier fix run for this folder is resumed: one whose frozen list was
     approved writes exactly that list (a revoked or expired approval writes nothing and asks
-    again); one not approved yet keeps waiting. Then the pages still without frontmatter that
+    again); one not approved yet keeps waiting. `policy` says who holds `kb-editor`
+    (`fix_authority`). Then the pages still without frontmatter that
     no waiting run covers become a new proposal, which waits for an approval of its own.
     """
+    authority = fix_authority(policy)
     outcome = FixOutcome()
     proposal = propose_frontmatter(root, report)
     base = proposal.root
     covered: set[str] = set()
-    async with Runtime(store, policy=fix_policy(editors)) as rt:
+    async with Runtime(store, policy=authority) as rt:
         pending = [
             run.run_id
             for status in (RunStatus.QUEUED, RunStatus.INPUT_REQUIRED)

@@ -39,6 +39,7 @@ from contextos.jobs.kb.reduce import Delta, dedupe, reduce
 from contextos.jobs.kb.report import Report
 from contextos.jobs.kb.scan import ROOT_FILES, Scanner, parts
 from contextos.jobs.kb.verify import LinkStatus, LinkVerdict, LinkVerifier
+from contextos.middleware import BudgetGate
 
 PAGE_KINDS = frozenset(
     {
@@ -336,16 +337,31 @@ WRITER_INSTRUCTIONS = (
 )
 
 
+DAILY_TOKENS = 250_000
+"""The model tokens a principal's scans may spend in a UTC day by default: tens of scans of a
+knowledge base, and a scheduled scan gone wrong cannot spend more."""
+
+
 def kb_scan_workflow(
-    model: str | ModelAdapter = "local", *, budget: Budget | None = None
+    model: str | ModelAdapter = "local",
+    *,
+    budget: Budget | None = None,
+    daily_tokens: int | None = DAILY_TOKENS,
 ) -> Workflow:
-    """The scan as a workflow; `model` writes the summary only."""
+    """The scan as a workflow; `model` writes the summary only.
+
+    `budget` caps one scan; `daily_tokens` caps what the run's principal (its `principal`
+    metadata, `kb-scan` from the command line) spends in a UTC day, counted by the store: a
+    model call that would pass it is refused, and the scan stops with that reason recorded.
+    """
+    daily = [BudgetGate(daily_tokens=daily_tokens)] if daily_tokens is not None else []
     writer = Agent(
         name="kb-writer",
         model=model,
         instructions=WRITER_INSTRUCTIONS,
         output_type=Summary,
         budget=Budget(max_turns=2, max_tokens=6_000),
+        middleware=daily,
     )
     flow = Workflow(
         "kb-scan", input=ScanRequest, budget=budget or Budget(max_turns=10, max_tokens=20_000)
