@@ -145,9 +145,7 @@ def scan(
         sys.stdout.write(report.markdown())
         err.print(Text(f"run {result.run_id} · `contextos show {result.run_id}` draws it", "dim"))
     if fix:
-        done = call(
-            store, lambda rt: fix_frontmatter(store, path, report, policy=policy)
-        )
+        done = call(store, lambda rt: fix_frontmatter(store, path, report, policy=policy))
         print_fix(done)
 
 

@@ -11,8 +11,8 @@ from contextos.jobs.kb.findings import Finding, FindingKind
 from contextos.jobs.kb.fix import (
     FixOutcome,
     Proposal,
-    fix_frontmatter,
     fix_authority,
+    fix_frontmatter,
     propose_frontmatter,
 )
 from contextos.jobs.kb.fixture import Fixture
