@@ -83,21 +83,27 @@ class ReadOnlyDir:
     def listing(self, path: str = ".") -> list[tuple[str, FileInfo]]:
         """`entries`, each with what stat says of it (sorted by name; directories end with `/`).
 
-        Entries are stat'ed from a descriptor of the checked directory without following
-        links, so listing a folder costs one containment check, not one per file. A symlink,
-        or a file with several hard links, goes through the containment like any other path;
-        one it refuses is listed with size 0, and reading it will say why.
+        The directory is read once, from a descriptor of the checked directory, and its
+        entries stat'ed from it without following links, so listing a folder costs one
+        containment check, not one per file. A symlink, or a file with several hard links,
+        goes through the containment like any other path; one it refuses is listed with size
+        0, and reading it will say why.
         """
-        names = self.entries(path)
         fd = os.open(self._walls.resolve(path), _DIRECTORY)
         try:
+            found = sorted(os.scandir(fd), key=lambda e: e.name)
+            if len(found) > self.max_entries:
+                raise ConfigError(
+                    f"{path} in {self.directory} has more than {self.max_entries} entries: "
+                    "raise max_entries to scan it"
+                )
             out: list[tuple[str, FileInfo]] = []
-            for name in names:
-                bare = name.rstrip("/")
-                st = os.stat(bare, dir_fd=fd, follow_symlinks=False)
+            for entry in found:
+                st = entry.stat(follow_symlinks=False)
+                name = entry.name + ("/" if stat.S_ISDIR(st.st_mode) else "")
                 if stat.S_ISLNK(st.st_mode) or (stat.S_ISREG(st.st_mode) and st.st_nlink > 1):
                     try:
-                        out.append((name, self.stat(posixpath.join(path, bare))))
+                        out.append((name, self.stat(posixpath.join(path, entry.name))))
                     except (OSError, ContainmentViolation):
                         out.append((name, FileInfo(kind="file", size=0, mtime_ns=0)))
                 else:
