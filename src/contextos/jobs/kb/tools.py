@@ -7,6 +7,7 @@ use the same tools the model would, so the deterministic scan is contained exact
 
 from __future__ import annotations
 
+import functools
 import os
 import posixpath
 import stat
@@ -37,6 +38,16 @@ def _info(st: os.stat_result) -> FileInfo:
     return FileInfo(kind=kind, size=st.st_size, mtime_ns=st.st_mtime_ns)
 
 
+@functools.lru_cache(maxsize=64)
+def _file_tools(root: str, max_read_bytes: int, max_entries: int) -> tuple[Tool, Tool]:
+    """`read_file` and `list_files` confined to `root`, read-only. Built once per directory:
+    each scan step opens the directories again, and building a tool's contract is not free."""
+    read, _write, listing = file_tools(
+        read_only=(root,), max_read_bytes=max_read_bytes, max_entries=max_entries
+    )  # the write tool is dropped, and could not write under a read-only root anyway
+    return read, listing
+
+
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -62,10 +73,7 @@ class ReadOnlyDir:
         self.max_entries = max_entries
         root = (str(self.directory),)
         self._walls = Containment(read_only=root)
-        read, _write, listing = file_tools(
-            read_only=root, max_read_bytes=max_read_bytes, max_entries=max_entries
-        )  # the write tool is dropped, and could not write under a read-only root anyway
-        self._read, self._list = read, listing
+        self._read, self._list = _file_tools(root[0], max_read_bytes, max_entries)
         # called directly, not by a run: the tools' own walls are the only ones
         self._ctx = ToolContext(run_id="kb-scan", call_id="direct")
 
