@@ -10,7 +10,7 @@ import pytest
 
 from contextos import Policy, Runtime
 from contextos.errors import ApprovalRefused, ConfigError
-from contextos.jobs.kb import Report, fix_authority, fix_frontmatter, scan_kb
+from contextos.jobs.kb import Report, fix_frontmatter, fix_policy, scan_kb
 
 MISSING = ["decisions/0012-deploy-with-argo.md", "runbooks/compaction-stuck.md"]
 """The sample's pages without frontmatter (FAULTS.json)."""
@@ -38,7 +38,7 @@ async def test_the_fix_writes_exactly_the_approved_list_and_asks_again_for_a_new
     assert "writes 2 file(s)" in asked.action.blast_radius
     assert not any(has_frontmatter(kb, p) for p in MISSING)  # nothing written yet
 
-    async with Runtime(store, policy=fix_authority(PEOPLE)) as rt:
+    async with Runtime(store, policy=fix_policy(PEOPLE)) as rt:
         with pytest.raises(ApprovalRefused):  # only an editor approves
             await rt.approve(asked.id, approver="mallory")
         await rt.approve(asked.id, approver="erin")
@@ -58,7 +58,7 @@ async def test_a_revoked_approval_writes_nothing(kb: Path, tmp_path: Path) -> No
     store = str(tmp_path / "runs.db")
     report = await report_of(kb, tmp_path)
     (asked,) = (await fix_frontmatter(store, kb, report, policy=PEOPLE)).waiting
-    async with Runtime(store, policy=fix_authority(PEOPLE)) as rt:
+    async with Runtime(store, policy=fix_policy(PEOPLE)) as rt:
         approval = await rt.approve(asked.id, approver="erin")
         await rt.revoke(approval.id, revoked_by="erin", reason="not today")
 
@@ -75,7 +75,7 @@ async def test_an_editor_whose_role_is_taken_away_before_the_fix_ran_approved_no
     store = str(tmp_path / "runs.db")
     report = await report_of(kb, tmp_path)
     (asked,) = (await fix_frontmatter(store, kb, report, policy=PEOPLE)).waiting
-    async with Runtime(store, policy=fix_authority(PEOPLE)) as rt:
+    async with Runtime(store, policy=fix_policy(PEOPLE)) as rt:
         await rt.approve(asked.id, approver="erin")
 
     demoted = Policy(name="people", roles={"kb-editor": ("frank",)})
@@ -88,4 +88,4 @@ def test_a_policy_naming_no_editor_is_refused_before_anything_is_proposed(tmp_pa
     policy = tmp_path / "policy.toml"
     policy.write_text('name = "people"\n[roles]\nsupport = ["mallory"]\n')
     with pytest.raises(ConfigError, match="give someone the role kb-editor"):
-        fix_authority(policy)
+        fix_policy(policy)

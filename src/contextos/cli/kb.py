@@ -28,8 +28,8 @@ from contextos.jobs.kb import (
     Report,
     ScanRequest,
     default_index,
-    fix_authority,
     fix_frontmatter,
+    fix_policy,
 )
 
 KB_SCAN = "contextos.jobs.kb:kb_scan"
@@ -98,7 +98,7 @@ def scan(
     try:
         flow = load_runnable(workflow)
         if fix:
-            fix_authority(policy)  # before the scan: no one to approve, no fix
+            fix_policy(policy)  # before the scan: no one to approve, no fix
     except ContextOSError as exc:
         fail(exc)
     if not isinstance(flow, Workflow):
@@ -190,7 +190,7 @@ def approve(
     policy's [roles] table makes a kb-editor may."""
 
     async def work(_: Runtime) -> Approval:
-        async with Runtime(store, policy=fix_authority(policy)) as rt:
+        async with Runtime(store, policy=fix_policy(policy)) as rt:
             return await rt.approve(interrupt_id, approver=approver)
 
     approval = call(store, work)

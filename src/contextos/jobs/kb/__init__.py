@@ -11,8 +11,8 @@ from contextos.jobs.kb.findings import Finding, FindingKind
 from contextos.jobs.kb.fix import (
     FixOutcome,
     Proposal,
-    fix_authority,
     fix_frontmatter,
+    fix_policy,
     propose_frontmatter,
 )
 from contextos.jobs.kb.fixture import Fixture
@@ -52,8 +52,8 @@ __all__ = [
     "Summary",
     "dedupe",
     "default_index",
-    "fix_authority",
     "fix_frontmatter",
+    "fix_policy",
     "gate",
     "kb_scan",
     "kb_scan_workflow",

@@ -2,7 +2,7 @@
 person approves that exact list of files.
 
 The proposal is computed from a report (no model); it runs as a run whose only tool,
-`add_frontmatter`, is governed by `FIX_POLICY`: the call stops in `input_required` with a
+`add_frontmatter`, is governed by `fix_policy`: the call stops in `input_required` with a
 frozen action (the files, their titles, the blast radius) and runs only under an approval of
 that action's hash. An approval for twelve files does not cover a thirteenth: that is another
 action, another approval. A revoked approval is refused when the run resumes.
@@ -41,7 +41,6 @@ from contextos.jobs.kb.findings import FindingKind
 from contextos.jobs.kb.markdown import parse
 from contextos.jobs.kb.report import Report
 from contextos.policy import Decision
-from contextos.policy.authority import Authority, PolicyDirectory, load_policy
 
 FIX_TOOL = "add_frontmatter"
 FIX_AGENT = "kb-fix-frontmatter"
@@ -59,25 +58,27 @@ FIX_RULE = Rule(
     preview="Add a `title` frontmatter block to {count} page(s): {files}",
     blast_radius="writes {count} file(s) under {root}, lines 1-3 of each: {files}",
 )
-FIX_POLICY = Policy(name="kb-fix", version="1", rules=(FIX_RULE,))
-"""Every call of the fix tool waits for a `kb-editor`'s approval, bound to its exact
-arguments. Who holds that role is not the fix's to say: see `fix_authority`."""
+POLICY_ENV = "CONTEXTOS_POLICY"
+"""The policy file a runtime loads when it is given none: the fix's default roster too."""
 
 
-def fix_authority(policy: Policy | str | os.PathLike[str] | None = None) -> Authority:
-    """The fix's rule, with who holds `kb-editor` taken from the roles of `policy` (a Policy
-    or a policy file; by default the file `CONTEXTOS_POLICY` names).
+def fix_policy(policy: Policy | str | os.PathLike[str] | None = None) -> Policy:
+    """Every call of the fix tool waits for the approval of a `kb-editor`, bound to its exact
+    arguments; who holds that role is the `[roles]` table of `policy` (a Policy or a policy
+    file; by default the file `CONTEXTOS_POLICY` names), not the fix's to say.
 
     Roles are asked when someone approves and again when the fix runs, so an editor whose role
     is taken away before the fix ran has approved nothing.
     """
-    people = load_policy(policy)
-    if not people.roles.get(EDITOR):
+    if policy is None and os.environ.get(POLICY_ENV):
+        policy = os.environ[POLICY_ENV]
+    people = policy if isinstance(policy, Policy) or policy is None else Policy.load(policy)
+    if people is None or not people.roles.get(EDITOR):
         raise ConfigError(
             f"no one may approve a fix: give someone the role {EDITOR} in the [roles] table of "
             "the policy file (--policy FILE, or CONTEXTOS_POLICY)"
         )
-    return Authority(FIX_POLICY, directory=PolicyDirectory(people))
+    return Policy(name="kb-fix", version="1", rules=(FIX_RULE,), roles=people.roles)
 
 
 class Proposal(BaseModel):
@@ -192,15 +193,15 @@ async def fix_frontmatter(
     First every earlier fix run for this folder is resumed: one whose frozen list was
     approved writes exactly that list (a revoked or expired approval writes nothing and asks
     again); one not approved yet keeps waiting. `policy` says who holds `kb-editor`
-    (`fix_authority`). Then the pages still without frontmatter that
+    (`fix_policy`). Then the pages still without frontmatter that
     no waiting run covers become a new proposal, which waits for an approval of its own.
     """
-    authority = fix_authority(policy)
+    governed = fix_policy(policy)
     outcome = FixOutcome()
     proposal = propose_frontmatter(root, report)
     base = proposal.root
     covered: set[str] = set()
-    async with Runtime(store, policy=authority) as rt:
+    async with Runtime(store, policy=governed) as rt:
         pending = [
             run.run_id
             for status in (RunStatus.QUEUED, RunStatus.INPUT_REQUIRED)
