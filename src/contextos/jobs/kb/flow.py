@@ -133,13 +133,14 @@ class LinkCheck(BaseModel):
     finding: Finding | None = None
     url: str | None = None
 
-    URL_KEY: ClassVar[str] = "link:url:"
-    """How the journal's keys of external links start."""
+    URL_KEY: ClassVar[str] = "link:http"
+    """How the journal's keys of external links start (those of internal ones go on with a
+    hexadecimal fingerprint)."""
 
     @property
     def key(self) -> str:
         if self.url is not None:
-            return f"{self.URL_KEY}{self.url}"
+            return f"link:{self.url}"
         assert self.finding is not None
         return f"link:{self.finding.fingerprint}"
 
