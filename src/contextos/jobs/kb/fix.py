@@ -58,6 +58,7 @@ FIX_RULE = Rule(
     preview="Add a `title` frontmatter block to {count} page(s): {files}",
     blast_radius="writes {count} file(s) under {root}, lines 1-3 of each: {files}",
 )
+
 POLICY_ENV = "CONTEXTOS_POLICY"
 """The policy file a runtime loads when it is given none: the fix's default roster too."""
 
@@ -192,9 +193,9 @@ async def fix_frontmatter(
 
     First every earlier fix run for this folder is resumed: one whose frozen list was
     approved writes exactly that list (a revoked or expired approval writes nothing and asks
-    again); one not approved yet keeps waiting. `policy` says who holds `kb-editor`
-    (`fix_policy`). Then the pages still without frontmatter that
+    again); one not approved yet keeps waiting. Then the pages still without frontmatter that
     no waiting run covers become a new proposal, which waits for an approval of its own.
+    `policy` says who holds `kb-editor` (see `fix_policy`).
     """
     governed = fix_policy(policy)
     outcome = FixOutcome()
