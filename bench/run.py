@@ -868,26 +868,6 @@ The profile table above says where ContextOS's time goes in this run.
   loads past 10 ms. What would make it steadily faster: messages decoded only when a model
   call needs them (most readers of a state want its status, usage and ledger), or a binary
   encoding of the snapshot.
-
-## The knowledge-base scan
-
-Measured apart from the suite above (it needs no peer), with
-`python -m bench.kb --pages 5000` (the deterministic `scan_kb`) and
-`python -m bench.kb --pages 5000 --workflow` (the `kb_scan` workflow, recorded in a SQLite run
-store, a scripted writer so that no model time is counted), on 2026-11-30 on this shared
-2-core machine with a load average of 8 to 14: a synthetic knowledge base of 5,000 pages
-(10.5 MB of Markdown, 276 planted faults, all found), a full scan, then 1% of the pages edited
-(50) and an incremental scan, then a full scan on a fresh index under tracemalloc.
-
-| scan | full | incremental (148 re-read) | incr. / full | peak Python memory | max RSS |
-|---|--:|--:|--:|--:|--:|
-| `scan_kb` | 17.6 s | 2.29 s | 0.13 | 1.5 MB | 63 MB |
-| `kb_scan` workflow | 14.3 to 18.5 s | 4.9 to 5.2 s | 0.28 to 0.35 | 2.1 MB | 76 to 78 MB |
-
-Peak memory is flat in the knowledge base's size: pages are read one at a time and only their
-summaries are kept, in the index. The incremental target (a tenth of a full scan) is missed:
-every distinct external URL is fetched again on each scan, every file is stat'ed, and the
-workflow adds its fixed cost (the run, its nodes, one journal write per verified link).
 """
 
 
@@ -906,6 +886,7 @@ BENCHMARKS = (
     "scaleout",
     "memory",
     "fanout",
+    "kb",
 )
 
 
@@ -980,6 +961,10 @@ def main(argv: Sequence[str]) -> None:
                 from bench.fanout import bench_fanout
 
                 bench_fanout(plan, work, report)
+            if "kb" in only:
+                from bench import kb
+
+                kb.bench(size, report)
         finally:
             if fast_dir:
                 shutil.rmtree(fast_dir, ignore_errors=True)

@@ -28,3 +28,12 @@ nonsense = kb_scan_workflow(
     )
 )
 """A writer that answers badly: the report's counts must not move."""
+
+capped = kb_scan_workflow(
+    ScriptedModel(
+        [lambda request: reply(json.dumps({"text": "One scan."}), input_tokens=5_800)],
+        by_turn=True,
+    ),
+    daily_tokens=6_000,
+)
+"""A writer whose one summary spends most of the day's 6,000 tokens."""

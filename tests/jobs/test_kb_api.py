@@ -9,6 +9,7 @@ import contextos
 import contextos.errors
 import contextos.graph
 import contextos.jobs.kb as kb
+import contextos.middleware
 import contextos.policy
 import contextos.tools
 
@@ -16,6 +17,7 @@ JOBS = Path(contextos.__file__).parent / "jobs"
 PUBLIC = {
     "contextos": set(contextos.__all__),
     "contextos.graph": set(contextos.graph.__all__),  # what docs/graph.md imports
+    "contextos.middleware": set(contextos.middleware.__all__),  # the budget gate, as docs show
     "contextos.policy": set(contextos.policy.__all__),
     "contextos.tools": set(contextos.tools.__all__),
     # the one error tree: its classes are the public contract of failures

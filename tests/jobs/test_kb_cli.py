@@ -107,18 +107,33 @@ async def test_the_daily_schedule_fires_the_scan_and_a_worker_runs_it(
 def test_the_fix_from_the_command_line_waits_for_an_editor_then_writes(
     kb: Path, tmp_path: Path
 ) -> None:
-    assert kb_scan(kb, tmp_path, "--fix", "frontmatter").returncode == 1  # no --editor
-    proposed = kb_scan(kb, tmp_path, "--fix", "frontmatter", "--editor", "erin")
+    nobody = kb_scan(kb, tmp_path, "--fix", "frontmatter")  # no policy names a kb-editor
+    assert nobody.returncode == 1 and "role kb-editor" in nobody.stderr
+    policy = tmp_path / "policy.toml"
+    policy.write_text('name = "people"\n[roles]\nkb-editor = ["erin"]\n')
+    with_policy = ("--fix", "frontmatter", "--policy", str(policy))
+    proposed = kb_scan(kb, tmp_path, *with_policy)
     assert proposed.returncode == 0, proposed.stderr
     assert "the fix waits for approval" in proposed.stderr
     assert "blast radius: writes 2 file(s)" in proposed.stderr
     interrupt = proposed.stderr.split("contextos kb approve ", 1)[1].split()[0]
     store = str(tmp_path / "runs.db")
-    approved = contextos(
-        *("kb", "approve", interrupt, "--as", "erin", "--editor", "erin", "--store", store)
-    )
+    approve = ("kb", "approve", interrupt, "--policy", str(policy), "--store", store)
+    refused = contextos(*approve, "--as", "mallory")
+    assert refused.returncode == 1 and "kb-editor" in refused.stderr
+    approved = contextos(*approve, "--as", "erin")
     assert approved.returncode == 0, approved.stderr
-    applied = kb_scan(kb, tmp_path, "--fix", "frontmatter", "--editor", "erin")
+    applied = kb_scan(kb, tmp_path, *with_policy)
     assert applied.returncode == 0, applied.stderr
     assert "frontmatter added to 2 file(s)" in applied.stderr
     assert (kb / "runbooks/compaction-stuck.md").read_text().startswith("---\ntitle:")
+
+
+def test_the_commands_scans_share_one_daily_budget_and_say_when_it_is_spent(
+    kb: Path, tmp_path: Path
+) -> None:
+    capped = ("--workflow", "tests/jobs/kb_targets.py:capped")
+    assert kb_scan(kb, tmp_path, *capped).returncode == 0
+    spent = kb_scan(kb, tmp_path, *capped, "--full")
+    assert spent.returncode == 1
+    assert "would take kb-scan past the daily cap of 6000 tokens" in spent.stdout + spent.stderr

@@ -35,11 +35,22 @@ from contextos.jobs.kb import (
 KB_SCAN = "contextos.jobs.kb:kb_scan"
 """The workflow's reference: what a resume, a worker or a schedule loads."""
 
+PolicyOption = Annotated[
+    str | None,
+    typer.Option(
+        help="The policy file whose [roles] table names the kb-editors who may approve a fix "
+        "[default: the file CONTEXTOS_POLICY names].",
+    ),
+]
+
 kb_app = typer.Typer(
     help="The knowledge-base scan: dead links, frontmatter, structure; only what is new.",
     no_args_is_help=True,
 )
 app.add_typer(kb_app, name="kb")
+
+PRINCIPAL = "kb-scan"
+"""Who the command's scans run as: the scan's daily token budget counts their tokens alone."""
 
 
 @kb_app.command("scan")
@@ -69,13 +80,10 @@ def scan(
         str | None,
         typer.Option(
             help="frontmatter: propose adding the missing frontmatter; it is written only "
-            "once an editor approves that exact list (run the command again to apply it)."
+            "once a kb-editor approves that exact list (run the command again to apply it)."
         ),
     ] = None,
-    editor: Annotated[
-        list[str] | None,
-        typer.Option(help="Who may approve the fix (repeatable); needed with --fix."),
-    ] = None,
+    policy: PolicyOption = None,
     store: StoreOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -87,11 +95,10 @@ def scan(
     if fix not in (None, "frontmatter"):
         err.print("[bold red]error:[/] --fix takes one value: frontmatter")
         raise typer.Exit(code=1)
-    if fix and not editor:
-        err.print("[bold red]error:[/] name who may approve the fix with --editor NAME")
-        raise typer.Exit(code=1)
     try:
         flow = load_runnable(workflow)
+        if fix:
+            fix_policy(policy)  # before the scan: no one to approve, no fix
     except ContextOSError as exc:
         fail(exc)
     if not isinstance(flow, Workflow):
@@ -107,7 +114,15 @@ def scan(
     run_id = f"run_{uuid.uuid4().hex[:20]}"
 
     async def work(rt: Runtime) -> RunResult:
-        running = asyncio.create_task(rt.run(flow, request, run_id=run_id, agent_ref=workflow))
+        running = asyncio.create_task(
+            rt.run(
+                flow,
+                request,
+                run_id=run_id,
+                agent_ref=workflow,
+                metadata={"principal": PRINCIPAL},
+            )
+        )
         if as_json:
             return await running
         with err.status("scanning…") as status:
@@ -130,9 +145,7 @@ def scan(
         sys.stdout.write(report.markdown())
         err.print(Text(f"run {result.run_id} · `contextos show {result.run_id}` draws it", "dim"))
     if fix:
-        done = call(
-            store, lambda rt: fix_frontmatter(store, path, report, editors=tuple(editor or ()))
-        )
+        done = call(store, lambda rt: fix_frontmatter(store, path, report, policy=policy))
         print_fix(done)
 
 
@@ -149,7 +162,7 @@ def print_fix(done: FixOutcome) -> None:
             err.print("  blast radius:", Text(action.blast_radius))
         err.print(
             Text(
-                f"  approve: contextos kb approve {interrupt.id} --as EDITOR --editor EDITOR, "
+                f"  approve: contextos kb approve {interrupt.id} --as EDITOR, "
                 "then run this command again",
                 "dim",
             )
@@ -169,16 +182,15 @@ def progress(state: RunState, total: int) -> str:
 @kb_app.command("approve")
 def approve(
     interrupt_id: Annotated[str, typer.Argument(help="The fix's interrupt (`contextos inbox`).")],
-    approver: Annotated[str, typer.Option("--as", help="Who approves.")],
-    editor: Annotated[
-        list[str], typer.Option(help="Who may approve the fix (repeatable), as at the scan.")
-    ],
+    approver: Annotated[str, typer.Option("--as", help="Who approves: a kb-editor.")],
+    policy: PolicyOption = None,
     store: StoreOption = None,
 ) -> None:
-    """Approve a proposed fix: exactly the files it lists, nothing more."""
+    """Approve a proposed fix: exactly the files it lists, nothing more. Only someone the
+    policy's [roles] table makes a kb-editor may."""
 
     async def work(_: Runtime) -> Approval:
-        async with Runtime(store, policy=fix_policy(tuple(editor))) as rt:
+        async with Runtime(store, policy=fix_policy(policy)) as rt:
             return await rt.approve(interrupt_id, approver=approver)
 
     approval = call(store, work)

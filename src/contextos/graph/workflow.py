@@ -21,6 +21,7 @@ workflow's identity: a run never resumes under a different graph.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import inspect
 import json
@@ -590,6 +591,20 @@ def _name(t: Any) -> str:
 
 
 def _schema(t: Any) -> Any:
+    try:
+        return _known_schema(t)
+    except TypeError:  # an unhashable type: not kept
+        return _schema_of(t)
+
+
+@functools.lru_cache(maxsize=256)
+def _known_schema(t: Any) -> Any:
+    # a type's schema is asked for each time a run starts or resumes, and building it is the
+    # bulk of a workflow's identity hash: built once per type
+    return _schema_of(t)
+
+
+def _schema_of(t: Any) -> Any:
     try:
         return TypeAdapter(t).json_schema()
     except Exception:  # a type without a schema is named instead

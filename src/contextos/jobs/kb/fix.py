@@ -2,7 +2,7 @@
 person approves that exact list of files.
 
 The proposal is computed from a report (no model); it runs as a run whose only tool,
-`add_frontmatter`, is governed by `FIX_POLICY`: the call stops in `input_required` with a
+`add_frontmatter`, is governed by `fix_policy`: the call stops in `input_required` with a
 frozen action (the files, their titles, the blast radius) and runs only under an approval of
 that action's hash. An approval for twelve files does not cover a thirteenth: that is another
 action, another approval. A revoked approval is refused when the run resumes.
@@ -49,12 +49,6 @@ EDITOR = "kb-editor"
 """The approver role the fix needs."""
 
 
-def fix_policy(editors: tuple[str, ...]) -> Policy:
-    """Every call of the fix tool waits for the approval of one of `editors` (the role
-    `kb-editor`), bound to its exact arguments."""
-    return Policy(name="kb-fix", version="1", rules=(FIX_RULE,), roles={EDITOR: editors})
-
-
 FIX_RULE = Rule(
     id="kb-fix-needs-approval",
     tools=(FIX_TOOL,),
@@ -64,6 +58,28 @@ FIX_RULE = Rule(
     preview="Add a `title` frontmatter block to {count} page(s): {files}",
     blast_radius="writes {count} file(s) under {root}, lines 1-3 of each: {files}",
 )
+
+POLICY_ENV = "CONTEXTOS_POLICY"
+"""The policy file a runtime loads when it is given none: the fix's default roster too."""
+
+
+def fix_policy(policy: Policy | str | os.PathLike[str] | None = None) -> Policy:
+    """Every call of the fix tool waits for the approval of a `kb-editor`, bound to its exact
+    arguments; who holds that role is the `[roles]` table of `policy` (a Policy or a policy
+    file; by default the file `CONTEXTOS_POLICY` names), not the fix's to say.
+
+    Roles are asked when someone approves and again when the fix runs, so an editor whose role
+    is taken away before the fix ran has approved nothing.
+    """
+    if policy is None and os.environ.get(POLICY_ENV):
+        policy = os.environ[POLICY_ENV]
+    people = policy if isinstance(policy, Policy) or policy is None else Policy.load(policy)
+    if people is None or not people.roles.get(EDITOR):
+        raise ConfigError(
+            f"no one may approve a fix: give someone the role {EDITOR} in the [roles] table of "
+            "the policy file (--policy FILE, or CONTEXTOS_POLICY)"
+        )
+    return Policy(name="kb-fix", version="1", rules=(FIX_RULE,), roles=people.roles)
 
 
 class Proposal(BaseModel):
@@ -171,7 +187,7 @@ async def fix_frontmatter(
     root: str | os.PathLike[str],
     report: Report,
     *,
-    editors: tuple[str, ...],
+    policy: Policy | str | os.PathLike[str] | None = None,
 ) -> FixOutcome:
     """Apply what was approved, then propose what is still missing.
 
@@ -179,12 +195,14 @@ async def fix_frontmatter(
     approved writes exactly that list (a revoked or expired approval writes nothing and asks
     again); one not approved yet keeps waiting. Then the pages still without frontmatter that
     no waiting run covers become a new proposal, which waits for an approval of its own.
+    `policy` says who holds `kb-editor` (see `fix_policy`).
     """
+    governed = fix_policy(policy)
     outcome = FixOutcome()
     proposal = propose_frontmatter(root, report)
     base = proposal.root
     covered: set[str] = set()
-    async with Runtime(store, policy=fix_policy(editors)) as rt:
+    async with Runtime(store, policy=governed) as rt:
         pending = [
             run.run_id
             for status in (RunStatus.QUEUED, RunStatus.INPUT_REQUIRED)

@@ -23,8 +23,9 @@ import hashlib
 import os
 import sqlite3
 import threading
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -39,6 +40,7 @@ from contextos.jobs.kb.reduce import Delta, dedupe, reduce
 from contextos.jobs.kb.report import Report
 from contextos.jobs.kb.scan import ROOT_FILES, Scanner, parts
 from contextos.jobs.kb.verify import LinkStatus, LinkVerdict, LinkVerifier
+from contextos.middleware import BudgetGate
 
 PAGE_KINDS = frozenset(
     {
@@ -73,6 +75,10 @@ class ScanRequest(BaseModel):
     sample_site: int | None = None
     """Check the sample's external links against its loopback site instead: 0 serves the
     site in this process, a port uses one serving there."""
+    recheck_links_after_s: float = 72_000.0
+    """An external link found alive or dead is fetched again once that verdict is this old:
+    20 hours by default, so a daily scan checks every link again and a second scan the same
+    day does not; 0 fetches every link on every scan. An unsure link is always tried again."""
 
 
 class Where(BaseModel):
@@ -127,6 +133,10 @@ class LinkCheck(BaseModel):
     finding: Finding | None = None
     url: str | None = None
 
+    URL_KEY: ClassVar[str] = "link:http"
+    """How the journal's keys of external links start (those of internal ones go on with a
+    hexadecimal fingerprint)."""
+
     @property
     def key(self) -> str:
         if self.url is not None:
@@ -179,6 +189,7 @@ def plan(request: ScanRequest) -> ScanPlan:
         )
         last = index.last("report")
         previous = Report.model_validate_json(last).current() if last else ()
+        _carry_links(index, older_than=time.time() - request.recheck_links_after_s)
         index.forget_before("report")
         index.put_other("", kind="dir")  # the root itself, for links to it
         index.commit()
@@ -259,6 +270,7 @@ async def disprove(link: LinkCheck) -> ClaimCheck:
         verifier = _verifier(at)
         if link.url is not None:
             verdict = await verifier.verify_url(link.url)
+            verdict = verdict.model_copy(update={"checked_s": time.time()})
         else:
             assert link.finding is not None
             verdict = verifier.verify_internal(link.finding.path, link.finding.target or "")
@@ -336,16 +348,31 @@ WRITER_INSTRUCTIONS = (
 )
 
 
+DAILY_TOKENS = 250_000
+"""The model tokens a principal's scans may spend in a UTC day by default: tens of scans of a
+knowledge base, and a scheduled scan gone wrong cannot spend more."""
+
+
 def kb_scan_workflow(
-    model: str | ModelAdapter = "local", *, budget: Budget | None = None
+    model: str | ModelAdapter = "local",
+    *,
+    budget: Budget | None = None,
+    daily_tokens: int | None = DAILY_TOKENS,
 ) -> Workflow:
-    """The scan as a workflow; `model` writes the summary only."""
+    """The scan as a workflow; `model` writes the summary only.
+
+    `budget` caps one scan; `daily_tokens` caps what the run's principal (its `principal`
+    metadata, `kb-scan` from the command line) spends in a UTC day, counted by the store: a
+    model call that would pass it is refused, and the scan stops with that reason recorded.
+    """
+    daily = [BudgetGate(daily_tokens=daily_tokens)] if daily_tokens is not None else []
     writer = Agent(
         name="kb-writer",
         model=model,
         instructions=WRITER_INSTRUCTIONS,
         output_type=Summary,
         budget=Budget(max_turns=2, max_tokens=6_000),
+        middleware=daily,
     )
     flow = Workflow(
         "kb-scan", input=ScanRequest, budget=budget or Budget(max_turns=10, max_tokens=20_000)
@@ -380,6 +407,8 @@ def default_index(root: str | os.PathLike[str]) -> str:
 
 _locks: dict[str, threading.Lock] = {}
 _verifiers: dict[Where, LinkVerifier] = {}
+_journals: dict[tuple[str, int], sqlite3.Connection] = {}
+"""One open connection per index file for the gate's journal (closing one checkpoints)."""
 _served: list[Fixture] = []
 
 
@@ -412,25 +441,37 @@ def _serve_sample() -> int:
 
 def _journal(at: Where, key: str, value: str | None = None) -> str | None:
     """Read (or, with `value`, durably write) one entry of the scan's journal: the gate's
-    per-link path, without the cost of opening the whole index for each link."""
+    per-link path, on a connection kept open for the index, without the cost of opening the
+    whole index (or a connection, whose close checkpoints the WAL) for each link."""
     with _lock(at.index):
-        db = sqlite3.connect(at.index, timeout=60.0)
-        # In WAL mode a commit without a sync survives the process being killed; only a power
-        # loss can cost the last verdicts, and then those links are fetched again.
-        db.execute("PRAGMA synchronous=NORMAL")
-        try:
-            if value is not None:
-                with db:
-                    db.execute(
-                        "INSERT OR REPLACE INTO journal VALUES (?, ?, ?)", (at.scan, key, value)
-                    )
-                return value
-            row = db.execute(
-                "SELECT value FROM journal WHERE run=? AND key=?", (at.scan, key)
-            ).fetchone()
-            return None if row is None else str(row[0])
-        finally:
-            db.close()
+        inode = os.stat(at.index).st_ino  # an index deleted and made again is another file
+        db = _journals.get((at.index, inode))
+        if db is None:
+            db = sqlite3.connect(at.index, timeout=60.0, check_same_thread=False)
+            # In WAL mode a commit without a sync survives the process being killed; only a
+            # power loss can cost the last verdicts, and then those links are fetched again.
+            db.execute("PRAGMA synchronous=NORMAL")
+            _journals[(at.index, inode)] = db
+            atexit.register(db.close)
+        if value is not None:
+            with db:
+                db.execute("INSERT OR REPLACE INTO journal VALUES (?, ?, ?)", (at.scan, key, value))
+            return value
+        row = db.execute(
+            "SELECT value FROM journal WHERE run=? AND key=?", (at.scan, key)
+        ).fetchone()
+        return None if row is None else str(row[0])
+
+
+def _carry_links(index: Index, *, older_than: float) -> None:
+    """Keep for this scan the verdicts on external links an earlier one made since
+    `older_than` (but unsure ones): the gate finds them in the journal, and fetches only the
+    rest."""
+    for key, value in list(index.earlier(LinkCheck.URL_KEY)):
+        verdict = LinkVerdict.model_validate_json(value)
+        fresh = verdict.checked_s is not None and verdict.checked_s >= older_than
+        if fresh and verdict.status is not LinkStatus.UNSURE:
+            index.note(key, value)
 
 
 def _verdict(index: Index, link: LinkCheck) -> LinkVerdict:

@@ -184,8 +184,19 @@ class Index:
         ).fetchone()
         return None if row is None else str(row[0])
 
+    def earlier(self, prefix: str) -> Iterator[tuple[str, str]]:
+        """The latest value earlier scans recorded under each key starting with `prefix`."""
+        rows = self._db.execute(
+            "SELECT key, value FROM journal j WHERE run<? AND key>=? AND key<? AND run=("
+            "SELECT max(run) FROM journal WHERE key=j.key AND run<?)",
+            (self.run, prefix, prefix + "\U0010ffff", self.run),
+        )
+        for key, value in rows:
+            yield str(key), str(value)
+
     def forget_before(self, keep: str) -> None:
-        """Drop what earlier scans recorded, but the latest value under `keep`."""
+        """Drop what earlier scans recorded, but the latest value under `keep` (call it once
+        what is worth carrying over has been `note`d again)."""
         self._db.execute(
             "DELETE FROM journal WHERE run<? AND NOT (key=? AND run=(SELECT max(run) FROM "
             "journal WHERE key=? AND run<?))",

@@ -7,6 +7,7 @@ use the same tools the model would, so the deterministic scan is contained exact
 
 from __future__ import annotations
 
+import functools
 import os
 import posixpath
 import stat
@@ -37,6 +38,16 @@ def _info(st: os.stat_result) -> FileInfo:
     return FileInfo(kind=kind, size=st.st_size, mtime_ns=st.st_mtime_ns)
 
 
+@functools.lru_cache(maxsize=64)
+def _file_tools(root: str, max_read_bytes: int, max_entries: int) -> tuple[Tool, Tool]:
+    """`read_file` and `list_files` confined to `root`, read-only. Built once per directory:
+    each scan step opens the directories again, and building a tool's contract is not free."""
+    read, _write, listing = file_tools(
+        read_only=(root,), max_read_bytes=max_read_bytes, max_entries=max_entries
+    )  # the write tool is dropped, and could not write under a read-only root anyway
+    return read, listing
+
+
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -62,10 +73,7 @@ class ReadOnlyDir:
         self.max_entries = max_entries
         root = (str(self.directory),)
         self._walls = Containment(read_only=root)
-        read, _write, listing = file_tools(
-            read_only=root, max_read_bytes=max_read_bytes, max_entries=max_entries
-        )  # the write tool is dropped, and could not write under a read-only root anyway
-        self._read, self._list = read, listing
+        self._read, self._list = _file_tools(root[0], max_read_bytes, max_entries)
         # called directly, not by a run: the tools' own walls are the only ones
         self._ctx = ToolContext(run_id="kb-scan", call_id="direct")
 
@@ -83,21 +91,27 @@ class ReadOnlyDir:
     def listing(self, path: str = ".") -> list[tuple[str, FileInfo]]:
         """`entries`, each with what stat says of it (sorted by name; directories end with `/`).
 
-        Entries are stat'ed from a descriptor of the checked directory without following
-        links, so listing a folder costs one containment check, not one per file. A symlink,
-        or a file with several hard links, goes through the containment like any other path;
-        one it refuses is listed with size 0, and reading it will say why.
+        The directory is read once, from a descriptor of the checked directory, and its
+        entries stat'ed from it without following links, so listing a folder costs one
+        containment check, not one per file. A symlink, or a file with several hard links,
+        goes through the containment like any other path; one it refuses is listed with size
+        0, and reading it will say why.
         """
-        names = self.entries(path)
         fd = os.open(self._walls.resolve(path), _DIRECTORY)
         try:
+            found = sorted(os.scandir(fd), key=lambda e: e.name)
+            if len(found) > self.max_entries:
+                raise ConfigError(
+                    f"{path} in {self.directory} has more than {self.max_entries} entries: "
+                    "raise max_entries to scan it"
+                )
             out: list[tuple[str, FileInfo]] = []
-            for name in names:
-                bare = name.rstrip("/")
-                st = os.stat(bare, dir_fd=fd, follow_symlinks=False)
+            for entry in found:
+                st = entry.stat(follow_symlinks=False)
+                name = entry.name + ("/" if stat.S_ISDIR(st.st_mode) else "")
                 if stat.S_ISLNK(st.st_mode) or (stat.S_ISREG(st.st_mode) and st.st_nlink > 1):
                     try:
-                        out.append((name, self.stat(posixpath.join(path, bare))))
+                        out.append((name, self.stat(posixpath.join(path, entry.name))))
                     except (OSError, ContainmentViolation):
                         out.append((name, FileInfo(kind="file", size=0, mtime_ns=0)))
                 else:

@@ -86,6 +86,8 @@ class LinkVerdict(BaseModel):
     """Where redirects ended, when they went somewhere else."""
     attempts: int = 1
     """Requests made (more than one when a failure was tried again)."""
+    checked_s: float | None = None
+    """When the scan that kept this verdict made it (seconds since the epoch)."""
 
 
 _MISSING_WORDS = re.compile(

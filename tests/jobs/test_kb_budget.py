@@ -1,0 +1,42 @@
+"""The scan's token budget per day: a scan that would pass what its principal may spend in a
+day stops before the model is called, with that reason recorded; another principal's scans
+have a budget of their own."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kbsample import SAMPLE
+
+from contextos import FailureReason, RunStatus, Runtime
+from contextos.jobs.kb import Fixture, ScanRequest, kb_scan_workflow
+from contextos.testing import ScriptedModel, reply
+
+
+async def test_a_scan_past_the_days_tokens_stops_with_the_reason_recorded(
+    tmp_path: Path, site: Fixture
+) -> None:
+    model = ScriptedModel(
+        [lambda request: reply(json.dumps({"text": "A scan."}), input_tokens=5_000)],
+        by_turn=True,
+    )
+    flow = kb_scan_workflow(model, daily_tokens=6_000)
+
+    def request(name: str) -> ScanRequest:
+        index = str(tmp_path / f"{name}.db")
+        return ScanRequest(root=str(SAMPLE), index=index, sample_site=site.port)
+
+    async with Runtime(str(tmp_path / "runs.db")) as rt:
+        first = await rt.run(flow, request("a"), metadata={"principal": "kb-scan"})
+        second = await rt.run(flow, request("b"), metadata={"principal": "kb-scan"})
+        other = await rt.run(flow, request("c"), metadata={"principal": "docs-team"})
+        kept = (await rt.state(second.run_id)).failure_message
+
+    assert first.status is RunStatus.COMPLETED
+    assert second.status is RunStatus.FAILED
+    assert second.failure_reason is FailureReason.CHILD_FAILED
+    assert kept is not None and "budget_exhausted" in kept
+    assert "would take kb-scan past the daily cap of 6000 tokens" in kept
+    assert other.status is RunStatus.COMPLETED  # its own day's budget
+    assert len(model.requests) == 2  # the refused call never reached the model
