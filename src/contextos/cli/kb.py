@@ -22,7 +22,17 @@ from contextos import (
     Workflow,
     load_runnable,
 )
-from contextos.cli.common import JsonOption, StoreOption, app, call, err, fail, print_result
+from contextos.cli.common import (
+    JsonOption,
+    StoreOption,
+    app,
+    call,
+    err,
+    examples,
+    fail,
+    print_result,
+    resolve_interrupt,
+)
 from contextos.jobs.kb import (
     FixOutcome,
     Report,
@@ -39,10 +49,18 @@ kb_app = typer.Typer(
     help="The knowledge-base scan: dead links, frontmatter, structure; only what is new.",
     no_args_is_help=True,
 )
-app.add_typer(kb_app, name="kb")
+app.add_typer(kb_app, name="kb", short_help="Scan a knowledge base: links, frontmatter, structure.")
 
 
-@kb_app.command("scan")
+@kb_app.command(
+    "scan",
+    short_help="Scan a knowledge base and report what is new.",
+    epilog=examples(
+        "contextos kb scan ./kb",
+        "contextos kb scan ./kb --full --json",
+        "contextos kb scan ./kb --fix frontmatter --editor alice",
+    ),
+)
 def scan(
     path: Annotated[str, typer.Argument(help="The knowledge base: a folder of Markdown.")],
     full: Annotated[bool, typer.Option(help="Read every page, not only what changed.")] = False,
@@ -166,7 +184,12 @@ def progress(state: RunState, total: int) -> str:
     return f"scanning: {len(done)} of {total} steps done{now}"
 
 
-@kb_app.command("approve")
+@kb_app.command(
+    "approve",
+    epilog=examples(
+        "contextos kb approve run_3f2a9c.i12 --as alice --editor alice",
+    ),
+)
 def approve(
     interrupt_id: Annotated[str, typer.Argument(help="The fix's interrupt (`contextos inbox`).")],
     approver: Annotated[str, typer.Option("--as", help="Who approves.")],
@@ -176,6 +199,7 @@ def approve(
     store: StoreOption = None,
 ) -> None:
     """Approve a proposed fix: exactly the files it lists, nothing more."""
+    interrupt_id = resolve_interrupt(store, interrupt_id)
 
     async def work(_: Runtime) -> Approval:
         async with Runtime(store, policy=fix_policy(tuple(editor))) as rt:

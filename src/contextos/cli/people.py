@@ -19,7 +19,9 @@ from contextos.cli.common import (
     call,
     console,
     err,
+    examples,
     print_json,
+    resolve_interrupt,
     until,
 )
 
@@ -53,7 +55,13 @@ AsOption = Annotated[
 ]
 
 
-@app.command()
+@app.command(
+    short_help="List interrupts waiting for a person.",
+    epilog=examples(
+        "contextos inbox",
+        "contextos inbox --json",
+    ),
+)
 def inbox(
     store: StoreOption = None,
     limit: Annotated[int, typer.Option(help="How many waiting runs to look at.")] = 200,
@@ -89,7 +97,14 @@ def inbox(
     console.print(table)
 
 
-@app.command()
+@app.command(
+    short_help="Approve the frozen action of an interrupt.",
+    epilog=examples(
+        "contextos approve run_3f2a9c.i7",
+        "contextos approve run_3f.i7 --as alice --condition max_amount=500",
+        "contextos approve run_3f2a9c.i7 --hash 9b1f… --expires-in 600",
+    ),
+)
 def approve(
     interrupt_id: Annotated[str, typer.Argument(help="The interrupt whose action to approve.")],
     store: StoreOption = None,
@@ -117,6 +132,7 @@ def approve(
             conditions[key] = json.loads(raw)
         except json.JSONDecodeError:
             conditions[key] = raw
+    interrupt_id = resolve_interrupt(store, interrupt_id)
     approval = call(
         store,
         lambda rt: rt.approve(
@@ -137,7 +153,12 @@ def approve(
     console.print(f"[dim]continue with `contextos resume {approval.run_id}`[/]")
 
 
-@app.command()
+@app.command(
+    short_help="Refuse an interrupt's action; the run goes on.",
+    epilog=examples(
+        'contextos deny run_3f2a9c.i7 --reason "not this customer"',
+    ),
+)
 def deny(
     interrupt_id: Annotated[str, typer.Argument(help="The interrupt whose action to refuse.")],
     reason: Annotated[str, typer.Option(help="Why; the model is told.")] = "",
@@ -145,11 +166,18 @@ def deny(
     approver: AsOption = None,
 ) -> None:
     """Refuse the action of an interrupt: that action ends, the run goes on without it."""
+    interrupt_id = resolve_interrupt(store, interrupt_id)
     call(store, lambda rt: rt.deny(interrupt_id, approver=approver or _me(), reason=reason))
     console.print(f"[yellow]denied[/] {interrupt_id}")
 
 
-@app.command()
+@app.command(
+    short_help="Answer an interrupt: information, a choice, a review.",
+    epilog=examples(
+        "contextos answer run_3f2a9c.i4 yes",
+        'contextos answer run_3f2a9c.i4 \'{"city": "Lyon"}\' --as alice',
+    ),
+)
 def answer(
     interrupt_id: Annotated[str, typer.Argument(help="The interrupt to answer.")],
     value: Annotated[str, typer.Argument(help="The answer: a word, or a JSON object.")],
@@ -158,6 +186,7 @@ def answer(
     as_json: JsonOption = False,
 ) -> None:
     """Answer an interrupt (information, a choice, a review, an external confirmation)."""
+    interrupt_id = resolve_interrupt(store, interrupt_id)
     parsed = call(store, lambda rt: rt.answer(interrupt_id, value, answered_by=who or _me()))
     if as_json:
         print_json(parsed)
@@ -165,7 +194,12 @@ def answer(
     console.print(f"[green]answered[/] {interrupt_id}:", Text(json.dumps(parsed)))
 
 
-@app.command()
+@app.command(
+    short_help="Withdraw an approval before its action runs.",
+    epilog=examples(
+        'contextos revoke apr.run_3f2a9c.9 --reason "amount changed"',
+    ),
+)
 def revoke(
     approval_id: Annotated[str, typer.Argument(help="The approval to withdraw (apr.…).")],
     reason: Annotated[str, typer.Option(help="Why (recorded on the run).")] = "",

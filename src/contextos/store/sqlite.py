@@ -372,8 +372,9 @@ class SqliteStore(SqliteQueue, SqlTokens, snapshots.Snapshotting, SqlArtifacts):
         limit: int = 50,
         tenant: str | None = None,
         top_level: bool = False,
+        prefix: str | None = None,
     ) -> list[RunSummary]:
-        where, params = run_filter(status, tenant, "?", top_level=top_level)
+        where, params = run_filter(status, tenant, "?", top_level=top_level, prefix=prefix)
 
         def _list(conn: sqlite3.Connection) -> list[tuple[object, ...]]:
             return conn.execute(
