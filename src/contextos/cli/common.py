@@ -264,7 +264,7 @@ def resolve_run(store: str | None, given: str) -> str:
     with it. Several: one line listing them, exit 1. None: `given`, for the command to say."""
 
     async def work(rt: Runtime) -> str:
-        ids = [r.run_id for r in await rt.runs(prefix=given, limit=PREFIX_SHOWN + 1)]
+        ids: list[str] = [r.run_id for r in await rt.runs(prefix=given, limit=PREFIX_SHOWN + 1)]
         if len(ids) > 1 and given not in ids:
             try:
                 await rt.result(given)
