@@ -43,7 +43,8 @@
     ├── ArtifactCorrupt               an artifact's stored bytes do not match its hash
     ├── RecordInvalid                 a canonical record does not match its schema or its hash
     ├── ForkRefused                   a run cannot be forked at that seq
-    └── LiveDispatchRefused           a replay reached for a live tool; nothing was sent
+    ├── LiveDispatchRefused           a replay reached for a live tool; nothing was sent
+    └── TraceExportFailed             an OTLP collector refused a trace or did not answer in time
 
 Cancelling a run cancels its in-flight asyncio task: `asyncio.CancelledError` is a
 BaseException, so a tool's `except Exception` cannot swallow it.
@@ -346,3 +347,9 @@ class LiveDispatchRefused(EvidenceError):
     results and never sends a call."""
 
     code = "live_dispatch_refused"
+
+
+class TraceExportFailed(EvidenceError):
+    """An OTLP collector refused the spans of a recorded run, or did not answer in time."""
+
+    code = "trace_export_failed"
