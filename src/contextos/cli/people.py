@@ -75,20 +75,25 @@ def inbox(
     if not pending:
         console.print("[dim]nothing is waiting for a person[/]")
         return
+    # The id is what people copy into `approve`: never cut or wrapped. The run is the id's
+    # part before `.iN`; what the interrupt asks wraps in one column so that 80 fit.
     table = Table(title=f"inbox ({len(pending)})", title_justify="left")
-    for col in ("interrupt", "kind", "run", "asks", "blast radius", "needs", "age", "expires"):
-        table.add_column(col, overflow="fold")
+    table.add_column("interrupt", no_wrap=True, min_width=max(len(i.id) for i in pending))
+    table.add_column("asks", overflow="fold", ratio=1)
+    table.add_column("age", no_wrap=True)
+    table.add_column("expires", overflow="fold")
     now = datetime.now(UTC)
     for i in pending:
-        action = i.action
+        asks = Text(i.kind.value, style="magenta")
+        asks.append("\n").append(i.prompt)
+        if i.action and i.action.blast_radius:
+            asks.append("\n").append(i.action.blast_radius, style="dim")
+        if i.approver_roles:
+            asks.append("\nneeds " + " + ".join(i.approver_roles), style="dim")
         deadline = i.deadline
         table.add_row(
             i.id,
-            i.kind.value,
-            i.run_id,
-            Text(i.prompt),
-            Text(action.blast_radius if action else ""),
-            Text(" + ".join(i.approver_roles)),
+            asks,
             age(i.raised_at),
             "never"
             if deadline is None

@@ -152,7 +152,7 @@ def run(
     short_help="Continue a run from its last recorded step.",
     epilog=examples(
         "contextos resume run_3f2a9c --follow",
-        "contextos resume run_3f2a   (a unique prefix of the id will do)",
+        "contextos resume run_3f  # a unique prefix of the id will do",
         "contextos resume run_3f2a9c --agent agent_v2.py:agent --allow-changed-agent",
     ),
 )
