@@ -267,7 +267,7 @@ def test_every_command_has_examples_that_parse_and_help_that_fits_80_columns(
             and p.show_default is not False
             and not p.hidden
         ]
-        assert text.count("[default: ") >= len(defaults), (path, text)
+        assert text.count("[default:") >= len(defaults), (path, text)
         _, marker, examples = text.partition("\n  Examples:\n")
         assert marker, path
         lines = [line.strip() for line in examples.strip().splitlines()]
