@@ -190,7 +190,7 @@ def limit(
     "add",
     epilog=examples(
         'contextos schedule add nightly reports.py:agent --cron "0 6 * * *"',
-        'contextos schedule add weekly reports.py:agent --cron "0 9 * * 1" --input "last week"',
+        'contextos schedule add weekly reports.py:agent --cron "0 9 * * 1"',
     ),
 )
 def schedule_add(
