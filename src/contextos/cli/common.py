@@ -22,6 +22,7 @@ from rich.text import Text
 
 from contextos import (
     ContextOSError,
+    RunNotFound,
     RunOwner,
     RunResult,
     RunStatus,
@@ -265,13 +266,14 @@ def resolve_run(store: str | None, given: str) -> str:
 
     async def work(rt: Runtime) -> str:
         ids: list[str] = [r.run_id for r in await rt.runs(prefix=given, limit=PREFIX_SHOWN + 1)]
-        if len(ids) > 1 and given not in ids:
+        if len(ids) == 1:
+            return ids[0]
+        if ids and given not in ids:  # the run itself may be among those not listed
             try:
                 await rt.result(given)
-            except ContextOSError:
+            except RunNotFound:
                 ambiguous("run", given, ids)
-            return given
-        return ids[0] if ids else given
+        return given
 
     return call(store, work)
 
