@@ -187,8 +187,8 @@ class _ExporterLog(logging.Handler):
         for clue, cause in self._CAUSES:
             if clue in said:
                 return cause
-        last = self.messages[-1] if self.messages else "no answer"
-        return last.removeprefix("Failed to export spans batch ").strip()
+        last = (self.messages[-1].strip() or "no answer") if self.messages else "no answer"
+        return last.splitlines()[0].removeprefix("Failed to export spans batch ")
 
 
 class LiveTraces:
