@@ -47,7 +47,7 @@ def one_line(done: subprocess.CompletedProcess[str], store: Path, says: str) -> 
 
 
 def unavailable(why: str) -> NoReturn:
-    """Skip where the machine does not allow it; CI must (it runs as root, as here)."""
+    """Skip where this machine forbids it; under CI fail instead, as for a missing service."""
     if os.environ.get("CI"):
         pytest.fail(f"{why}: CI must run the read-only and full-disk store tests")
     pytest.skip(why)
