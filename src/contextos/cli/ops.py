@@ -284,7 +284,7 @@ def schedule_remove(
     short_help="Add a trigger: a run per finished run or webhook call.",
     epilog=examples(
         "contextos trigger add summarise summary.py:agent --after support",
-        "contextos trigger add inbound hook.py:agent --webhook --secret-env HOOK_SECRET",
+        "contextos trigger add hook hook.py:agent --webhook --secret-env HOOK_SECRET",
     ),
 )
 def trigger_add(
