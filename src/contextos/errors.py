@@ -44,7 +44,8 @@
     ├── ArtifactCorrupt               an artifact's stored bytes do not match its hash
     ├── RecordInvalid                 a canonical record does not match its schema or its hash
     ├── ForkRefused                   a run cannot be forked at that seq
-    └── LiveDispatchRefused           a replay reached for a live tool; nothing was sent
+    ├── LiveDispatchRefused           a replay reached for a live tool; nothing was sent
+    └── TraceExportFailed             an OTLP collector refused a trace or did not answer in time
     ImprovementError (ContextOSError) the improvement loop: findings, candidates, releases
     ├── ImprovementNotFound           no finding, proposal, candidate or report with that id
     └── ReleaseRefused                a candidate regresses a golden run, or its evidence changed
@@ -362,6 +363,12 @@ class LiveDispatchRefused(EvidenceError):
     results and never sends a call."""
 
     code = "live_dispatch_refused"
+
+
+class TraceExportFailed(EvidenceError):
+    """An OTLP collector refused the spans of a recorded run, or did not answer in time."""
+
+    code = "trace_export_failed"
 
 
 class ImprovementError(ContextOSError):

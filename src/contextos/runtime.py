@@ -1094,12 +1094,13 @@ class Runtime:
         limit: int = 50,
         tenant: str | None = None,
         top_level: bool = False,
+        prefix: str | None = None,
     ) -> list[RunSummary]:
         """Most recently updated runs first; only one status's, only one tenant's when named;
-        `top_level`: only runs no other run started."""
-        if top_level:
+        `top_level`: only runs no other run started; `prefix`: only ids that start with it."""
+        if top_level or prefix is not None:
             return await self.store.list_runs(
-                status=status, limit=limit, tenant=tenant, top_level=True
+                status=status, limit=limit, tenant=tenant, top_level=top_level, prefix=prefix
             )
         return await self.store.list_runs(status=status, limit=limit, tenant=tenant)
 

@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -17,11 +18,69 @@ def code_blocks(language: str, doc: Path = README) -> list[str]:
     return [m.group(1) for m in re.finditer(rf"```{language}\n(.*?)```", doc.read_text(), re.S)]
 
 
-def run_python(source: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """Run a sample as a script in `cwd`, as a reader would: no store or model configured."""
+def run_python(
+    source: str, cwd: Path, *, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run a sample as a script in `cwd`, as a reader would: no store or model configured
+    (unless `env`, the whole environment, says otherwise)."""
     script = cwd / "sample.py"
     script.write_text(source)
-    env = {k: v for k, v in os.environ.items() if k not in ("CONTEXTOS_STORE", "CONTEXTOS_MODEL")}
+    if env is None:
+        env = {
+            k: v for k, v in os.environ.items() if k not in ("CONTEXTOS_STORE", "CONTEXTOS_MODEL")
+        }
     return subprocess.run(
         [sys.executable, str(script)], cwd=cwd, env=env, capture_output=True, text=True, timeout=900
     )
+
+
+SAMPLE_LANGUAGES = ("python", "bash")
+"""The fences whose samples the suite runs (other fences are data: JSON, TOML, SQL, output)."""
+
+_MARKER = re.compile(r"<!-- sample: (skip|covered by) (.+?) -->\n$")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Sample:
+    """One fenced code sample of a page, with what the line before it says about running it."""
+
+    page: Path
+    line: int
+    language: str
+    code: str
+    mark: str | None = None
+    """None (the page's sample test runs it), "skip" or "covered by"."""
+    why: str = ""
+    """The reason it is skipped, or the test (path::name) that runs it."""
+
+    @property
+    def where(self) -> str:
+        return f"{self.page.relative_to(ROOT)}:{self.line}"
+
+
+def samples(page: Path) -> list[Sample]:
+    """Every Python and shell sample of `page`, in order."""
+    text = page.read_text()
+    found: list[Sample] = []
+    for m in re.finditer(r"^```(\w+)\n(.*?)^```", text, re.S | re.M):
+        if m.group(1) not in SAMPLE_LANGUAGES:
+            continue
+        before = text[: m.start()]
+        previous = before[before.rstrip("\n").rfind("\n") + 1 :] if before else ""
+        marker = _MARKER.search(previous.rstrip("\n") + "\n")
+        found.append(
+            Sample(
+                page=page,
+                line=before.count("\n") + 1,
+                language=m.group(1),
+                code=m.group(2),
+                mark=marker.group(1) if marker else None,
+                why=marker.group(2).strip() if marker else "",
+            )
+        )
+    return found
+
+
+def pages() -> list[Path]:
+    """README.md and every page of docs/."""
+    return [README, *sorted((ROOT / "docs").glob("*.md"))]

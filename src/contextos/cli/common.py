@@ -22,6 +22,7 @@ from rich.text import Text
 
 from contextos import (
     ContextOSError,
+    RunNotFound,
     RunOwner,
     RunResult,
     RunStatus,
@@ -35,8 +36,7 @@ app = typer.Typer(
     name="contextos",
     help="ContextOS: run agents durably, inspect them, resume them after a crash.",
     no_args_is_help=True,
-    add_completion=False,
-    rich_markup_mode="rich",
+    rich_markup_mode=None,
 )
 console = Console()
 err = Console(stderr=True)
@@ -264,3 +264,51 @@ def finish(result: RunResult, as_json: bool) -> None:
     print_result(result, as_json)
     if result.status in (RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.EXPIRED):
         raise typer.Exit(code=1)
+
+
+PREFIX_SHOWN = 8
+"""How many candidates an ambiguous id prefix lists."""
+
+
+def resolve_run(store: str | None, given: str) -> str:
+    """The run `given` names: itself when it is a run's id, else the one run whose id starts
+    with it. Several: one line listing them, exit 1. None: `given`, for the command to say."""
+
+    async def work(rt: Runtime) -> str:
+        ids: list[str] = [r.run_id for r in await rt.runs(prefix=given, limit=PREFIX_SHOWN + 1)]
+        if len(ids) == 1:
+            return ids[0]
+        if ids and given not in ids:  # the run itself may be among those not listed
+            try:
+                await rt.result(given)
+            except RunNotFound:
+                ambiguous("run", given, ids)
+        return given
+
+    return call(store, work)
+
+
+def resolve_interrupt(store: str | None, given: str) -> str:
+    """The interrupt `given` names: `RUN.iSEQ` with RUN a run's id or its unique prefix, or
+    a unique prefix of a pending interrupt's id (as `contextos inbox` lists them)."""
+    run_part, dot, tail = given.rpartition(".")
+    if dot and run_part and tail[:1] == "i" and tail[1:].isdigit():
+        return f"{resolve_run(store, run_part)}.{tail}"
+
+    async def pending(rt: Runtime) -> list[str]:
+        return [i.id for i in await rt.inbox(limit=10_000) if i.id.startswith(given)]
+
+    ids = call(store, pending)
+    if len(ids) > 1:
+        ambiguous("interrupt", given, ids)
+    return ids[0] if ids else given
+
+
+def ambiguous(kind: str, given: str, ids: list[str]) -> NoReturn:
+    shown = ", ".join(ids[:PREFIX_SHOWN]) + (", …" if len(ids) > PREFIX_SHOWN else "")
+    fail(ContextOSError(f"{kind} id prefix {given!r} is ambiguous: {shown}; give more of it"))
+
+
+def examples(*lines: str) -> str:
+    """A command's help epilog: its examples, one a line, kept as written (never rewrapped)."""
+    return "\b\nExamples:\n" + "\n".join(f"  {line}" for line in lines)

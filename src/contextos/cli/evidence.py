@@ -26,19 +26,28 @@ from contextos.cli.common import (
     app,
     call,
     console,
+    examples,
     fail,
     finish,
     print_json,
+    resolve_run,
 )
 
 
-@app.command()
+@app.command(
+    short_help="List a run's artifacts, with their lineage.",
+    epilog=examples(
+        "contextos artifacts run_3f2a9c",
+        "contextos artifacts run_3f2a9c --json",
+    ),
+)
 def artifacts(
     run_id: Annotated[str, typer.Argument(help="The run whose artifacts to list.")],
     store: StoreOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """List the artifacts a run produced, with their lineage."""
+    run_id = resolve_run(store, run_id)
     rows = call(store, lambda rt: rt.artifacts(run_id))
     if as_json:
         print_json(rows)
@@ -63,7 +72,13 @@ def artifacts(
     console.print(table)
 
 
-@app.command()
+@app.command(
+    short_help="Show an artifact: what, where from, its content.",
+    epilog=examples(
+        "contextos artifact art_5d0c…",
+        "contextos artifact art_5d0c… --content > report.md",
+    ),
+)
 def artifact(
     artifact_id: Annotated[str, typer.Argument(help="The artifact to show.")],
     store: StoreOption = None,
@@ -97,13 +112,20 @@ def _describe(a: Artifact) -> None:
         console.print(Text(line, style="dim"))
 
 
-@app.command()
+@app.command(
+    short_help="Show a run's DecisionRecord, traced to its events.",
+    epilog=examples(
+        "contextos record run_3f2a9c",
+        "contextos record run_3f2a9c --json",
+    ),
+)
 def record(
     run_id: Annotated[str, typer.Argument(help="The run whose decision record to show.")],
     store: StoreOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Show a run's DecisionRecord: projected from its log, every part traced to event seqs."""
+    run_id = resolve_run(store, run_id)
 
     built = call(store, lambda rt: rt.record(run_id))
     stored = call(store, lambda rt: rt.receipts(run_id))
@@ -204,7 +226,13 @@ def _record_lines(r: DecisionRecord) -> list[Text]:
     return lines
 
 
-@app.command()
+@app.command(
+    short_help="Replay a run against a changed agent: no live call.",
+    epilog=examples(
+        "contextos replay run_3f2a9c --agent agent_v2.py:agent",
+        "contextos replay --packet run.packet.json --json",
+    ),
+)
 def replay(
     run_id: Annotated[
         str | None, typer.Argument(help="The recorded run to replay (or give --packet).")
@@ -234,7 +262,9 @@ def replay(
     try:
         agent = load_agent(agent_ref) if agent_ref else None
         source: str | ReplayPacket = (
-            ReplayPacket.from_json(packet.read_bytes()) if packet is not None else str(run_id)
+            ReplayPacket.from_json(packet.read_bytes())
+            if packet is not None
+            else resolve_run(store, str(run_id))
         )
     except OSError as exc:
         fail(ConfigError(f"cannot read {packet}: {exc.strerror}"))
@@ -252,7 +282,13 @@ def replay(
         raise typer.Exit(code=1)
 
 
-@app.command("packet")
+@app.command(
+    "packet",
+    short_help="Print a run's ReplayPacket (JSON) to replay anywhere.",
+    epilog=examples(
+        "contextos packet run_3f2a9c > run.packet.json",
+    ),
+)
 def packet_command(
     run_id: Annotated[str, typer.Argument(help="The recorded run to pin.")],
     agent_ref: Annotated[
@@ -262,11 +298,18 @@ def packet_command(
     store: StoreOption = None,
 ) -> None:
     """Print a run's ReplayPacket (JSON): its log and decisions, pinned, to replay anywhere."""
+    run_id = resolve_run(store, run_id)
     found = call(store, lambda rt: rt.packet(run_id, agent_ref=agent_ref))
     sys.stdout.write(found.to_json() + "\n")
 
 
-@app.command()
+@app.command(
+    short_help="Fork a run at a seq and drive the fork.",
+    epilog=examples(
+        "contextos fork run_3f2a9c --at 6",
+        "contextos fork run_3f2a9c --at 6 --agent agent_v2.py:agent --json",
+    ),
+)
 def fork(
     run_id: Annotated[str, typer.Argument(help="The run to fork.")],
     at: Annotated[
@@ -285,6 +328,7 @@ def fork(
         agent = load_agent(agent_ref) if agent_ref else None
     except ContextOSError as exc:
         fail(exc)
+    run_id = resolve_run(store, run_id)
 
     async def work(rt: Runtime) -> RunResult:
         forked = await rt.fork(run_id, at=at, agent=agent, agent_ref=agent_ref)

@@ -22,7 +22,17 @@ from contextos import (
     Workflow,
     load_runnable,
 )
-from contextos.cli.common import JsonOption, StoreOption, app, call, err, fail, print_result
+from contextos.cli.common import (
+    JsonOption,
+    StoreOption,
+    app,
+    call,
+    err,
+    examples,
+    fail,
+    print_result,
+    resolve_interrupt,
+)
 from contextos.jobs.kb import (
     FixOutcome,
     Report,
@@ -47,13 +57,21 @@ kb_app = typer.Typer(
     help="The knowledge-base scan: dead links, frontmatter, structure; only what is new.",
     no_args_is_help=True,
 )
-app.add_typer(kb_app, name="kb")
+app.add_typer(kb_app, name="kb", short_help="Scan a knowledge base: links, frontmatter, structure.")
 
 PRINCIPAL = "kb-scan"
 """Who the command's scans run as: the scan's daily token budget counts their tokens alone."""
 
 
-@kb_app.command("scan")
+@kb_app.command(
+    "scan",
+    short_help="Scan a knowledge base and report what is new.",
+    epilog=examples(
+        "contextos kb scan ./kb",
+        "contextos kb scan ./kb --full --json",
+        "contextos kb scan ./kb --fix frontmatter --policy people.toml",
+    ),
+)
 def scan(
     path: Annotated[str, typer.Argument(help="The knowledge base: a folder of Markdown.")],
     full: Annotated[bool, typer.Option(help="Read every page, not only what changed.")] = False,
@@ -179,7 +197,12 @@ def progress(state: RunState, total: int) -> str:
     return f"scanning: {len(done)} of {total} steps done{now}"
 
 
-@kb_app.command("approve")
+@kb_app.command(
+    "approve",
+    epilog=examples(
+        "contextos kb approve run_3f2a9c.i12 --as erin --policy people.toml",
+    ),
+)
 def approve(
     interrupt_id: Annotated[str, typer.Argument(help="The fix's interrupt (`contextos inbox`).")],
     approver: Annotated[str, typer.Option("--as", help="Who approves: a kb-editor.")],
@@ -188,6 +211,7 @@ def approve(
 ) -> None:
     """Approve a proposed fix: exactly the files it lists, nothing more. Only someone the
     policy's [roles] table makes a kb-editor may."""
+    interrupt_id = resolve_interrupt(store, interrupt_id)
 
     async def work(_: Runtime) -> Approval:
         async with Runtime(store, policy=fix_policy(policy)) as rt:

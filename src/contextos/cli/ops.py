@@ -18,6 +18,7 @@ from contextos.cli.common import (
     call,
     console,
     err,
+    examples,
     fail,
     print_json,
 )
@@ -43,15 +44,24 @@ schedule_app = typer.Typer(
     help="Cron schedules: start a run of an agent at every tick, once across all workers.",
     no_args_is_help=True,
 )
-app.add_typer(schedule_app, name="schedule")
+app.add_typer(schedule_app, name="schedule", short_help="Cron schedules: a run at every tick.")
 trigger_app = typer.Typer(
     help="Triggers: start a run when a run of another agent ends, or on a webhook call.",
     no_args_is_help=True,
 )
-app.add_typer(trigger_app, name="trigger")
+app.add_typer(
+    trigger_app, name="trigger", short_help="Triggers: a run when a run ends, or on a webhook."
+)
 
 
-@app.command()
+@app.command(
+    short_help="Claim queued runs and drive them.",
+    epilog=examples(
+        "contextos worker",
+        "contextos worker --store postgresql://db/contextos --concurrency 8",
+        "contextos worker --agent support --no-schedules",
+    ),
+)
 def worker(
     store: StoreOption = None,
     concurrency: Annotated[int, typer.Option(help="Runs driven at once.")] = 4,
@@ -102,7 +112,13 @@ def worker(
         fail(exc)
 
 
-@app.command()
+@app.command(
+    short_help="List live workers and the runs they hold.",
+    epilog=examples(
+        "contextos workers",
+        "contextos workers --all --json",
+    ),
+)
 def workers(
     store: StoreOption = None,
     all_: Annotated[bool, typer.Option("--all", help="Include stopped and silent ones.")] = False,
@@ -133,7 +149,15 @@ def workers(
     console.print(table)
 
 
-@app.command()
+@app.command(
+    short_help="Show or set concurrency limits for all workers.",
+    epilog=examples(
+        "contextos limit",
+        "contextos limit 20",
+        "contextos limit 2 --agent '*'",
+        "contextos limit --tenant acme --remove",
+    ),
+)
 def limit(
     max_running: Annotated[
         int | None, typer.Argument(help="Runs at once; omit to list the limits.")
@@ -162,7 +186,13 @@ def limit(
         console.print("[dim]no limits: workers take as much as their concurrency allows[/]")
 
 
-@schedule_app.command("add")
+@schedule_app.command(
+    "add",
+    epilog=examples(
+        'contextos schedule add nightly reports.py:agent --cron "0 6 * * *"',
+        'contextos schedule add weekly reports.py:agent --cron "0 9 * * 1"',
+    ),
+)
 def schedule_add(
     name: Annotated[str, typer.Argument(help="A unique name.")],
     agent_ref: Annotated[str, typer.Argument(help="path/to/file.py:attr or module:attr.")],
@@ -202,7 +232,13 @@ def schedule_add(
     console.print(f"schedule [bold]{added.name}[/]: next tick {added.next_tick_at.isoformat()}")
 
 
-@schedule_app.command("list")
+@schedule_app.command(
+    "list",
+    epilog=examples(
+        "contextos schedule list",
+        "contextos schedule list --json",
+    ),
+)
 def schedule_list(store: StoreOption = None, as_json: JsonOption = False) -> None:
     """List schedules with their next tick and last run."""
     rows = call(store, lambda rt: list_schedules(rt.store))
@@ -227,7 +263,12 @@ def schedule_list(store: StoreOption = None, as_json: JsonOption = False) -> Non
     console.print(table)
 
 
-@schedule_app.command("remove")
+@schedule_app.command(
+    "remove",
+    epilog=examples(
+        "contextos schedule remove nightly",
+    ),
+)
 def schedule_remove(
     name: Annotated[str, typer.Argument(help="The schedule to remove.")],
     store: StoreOption = None,
@@ -238,7 +279,14 @@ def schedule_remove(
     console.print(f"removed schedule [bold]{name}[/]")
 
 
-@trigger_app.command("add")
+@trigger_app.command(
+    "add",
+    short_help="Add a trigger: a run per finished run or webhook call.",
+    epilog=examples(
+        "contextos trigger add summarise summary.py:agent --after support",
+        "contextos trigger add hook hook.py:agent --webhook --secret-env HOOK_SECRET",
+    ),
+)
 def trigger_add(
     name: Annotated[str, typer.Argument(help="A unique name (a webhook's URL path too).")],
     agent_ref: Annotated[str, typer.Argument(help="The agent to start: file.py:attr or mod:attr.")],
@@ -293,7 +341,13 @@ def trigger_add(
         console.print(f"[dim]set {added.secret_env} where `contextos serve` runs[/]")
 
 
-@trigger_app.command("list")
+@trigger_app.command(
+    "list",
+    epilog=examples(
+        "contextos trigger list",
+        "contextos trigger list --json",
+    ),
+)
 def trigger_list(store: StoreOption = None, as_json: JsonOption = False) -> None:
     """List triggers: what fires each one and what it starts."""
     rows = call(store, lambda rt: list_triggers(rt.store))
@@ -319,7 +373,13 @@ def trigger_list(store: StoreOption = None, as_json: JsonOption = False) -> None
     console.print(table)
 
 
-@trigger_app.command("remove")
+@trigger_app.command(
+    "remove",
+    short_help="Remove a trigger (the runs it started stay).",
+    epilog=examples(
+        "contextos trigger remove summarise",
+    ),
+)
 def trigger_remove(
     name: Annotated[str, typer.Argument(help="The trigger to remove.")],
     store: StoreOption = None,
@@ -330,7 +390,13 @@ def trigger_remove(
     console.print(f"removed trigger [bold]{name}[/]")
 
 
-@app.command()
+@app.command(
+    short_help="Serve the HTTP API and the control room.",
+    epilog=examples(
+        "contextos serve --agent examples/quickstart.py:agent --worker",
+        "contextos serve --token-env CONTEXTOS_API_TOKEN --host 0.0.0.0",
+    ),
+)
 def serve(
     store: StoreOption = None,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
@@ -368,7 +434,7 @@ def serve(
     """Serve the HTTP API (see docs/api.md) and the control room at /: runs, events,
     interrupts, webhooks. Each request acts as its token's principal (`contextos token`).
 
-    Needs the api extra: pip install 'contextos\\[api]'.
+    Needs the api extra: pip install 'contextos[api]'.
     """
     import logging
 
@@ -403,7 +469,13 @@ def serve(
         fail(exc)
 
 
-@app.command()
+@app.command(
+    short_help="Check the store and the model; changes nothing.",
+    epilog=examples(
+        "contextos doctor",
+        "contextos doctor --store postgresql://db/contextos --json",
+    ),
+)
 def doctor(
     store: StoreOption = None,
     model: Annotated[
@@ -423,7 +495,12 @@ def doctor(
         raise typer.Exit(code=1)
 
 
-@app.command()
+@app.command(
+    short_help="Bring the store's schema to this version.",
+    epilog=examples(
+        "contextos migrate --store postgresql://owner@db/contextos",
+    ),
+)
 def migrate(store: StoreOption = None) -> None:
     """Bring the store's schema to this ContextOS's version (first use does it too).
 

@@ -19,7 +19,9 @@ from contextos.cli.common import (
     call,
     console,
     err,
+    examples,
     print_json,
+    resolve_interrupt,
     until,
 )
 
@@ -53,7 +55,13 @@ AsOption = Annotated[
 ]
 
 
-@app.command()
+@app.command(
+    short_help="List interrupts waiting for a person.",
+    epilog=examples(
+        "contextos inbox",
+        "contextos inbox --json",
+    ),
+)
 def inbox(
     store: StoreOption = None,
     limit: Annotated[int, typer.Option(help="How many waiting runs to look at.")] = 200,
@@ -67,20 +75,25 @@ def inbox(
     if not pending:
         console.print("[dim]nothing is waiting for a person[/]")
         return
+    # The id is what people copy into `approve`: never cut or wrapped. The run is the id's
+    # part before `.iN`; what the interrupt asks wraps in one column so that 80 fit.
     table = Table(title=f"inbox ({len(pending)})", title_justify="left")
-    for col in ("interrupt", "kind", "run", "asks", "blast radius", "needs", "age", "expires"):
-        table.add_column(col, overflow="fold")
+    table.add_column("interrupt", no_wrap=True, min_width=max(len(i.id) for i in pending))
+    table.add_column("asks", overflow="fold", ratio=1)
+    table.add_column("age", no_wrap=True)
+    table.add_column("expires", overflow="fold")
     now = datetime.now(UTC)
     for i in pending:
-        action = i.action
+        asks = Text(i.kind.value, style="magenta")
+        asks.append("\n").append(i.prompt)
+        if i.action and i.action.blast_radius:
+            asks.append("\n").append(i.action.blast_radius, style="dim")
+        if i.approver_roles:
+            asks.append("\nneeds " + " + ".join(i.approver_roles), style="dim")
         deadline = i.deadline
         table.add_row(
             i.id,
-            i.kind.value,
-            i.run_id,
-            Text(i.prompt),
-            Text(action.blast_radius if action else ""),
-            Text(" + ".join(i.approver_roles)),
+            asks,
             age(i.raised_at),
             "never"
             if deadline is None
@@ -89,7 +102,14 @@ def inbox(
     console.print(table)
 
 
-@app.command()
+@app.command(
+    short_help="Approve the frozen action of an interrupt.",
+    epilog=examples(
+        "contextos approve run_3f2a9c.i7",
+        "contextos approve run_3f.i7 --as alice --condition max_amount=500",
+        "contextos approve run_3f2a9c.i7 --hash 9b1f… --expires-in 600",
+    ),
+)
 def approve(
     interrupt_id: Annotated[str, typer.Argument(help="The interrupt whose action to approve.")],
     store: StoreOption = None,
@@ -117,6 +137,7 @@ def approve(
             conditions[key] = json.loads(raw)
         except json.JSONDecodeError:
             conditions[key] = raw
+    interrupt_id = resolve_interrupt(store, interrupt_id)
     approval = call(
         store,
         lambda rt: rt.approve(
@@ -137,7 +158,12 @@ def approve(
     console.print(f"[dim]continue with `contextos resume {approval.run_id}`[/]")
 
 
-@app.command()
+@app.command(
+    short_help="Refuse an interrupt's action; the run goes on.",
+    epilog=examples(
+        'contextos deny run_3f2a9c.i7 --reason "not this customer"',
+    ),
+)
 def deny(
     interrupt_id: Annotated[str, typer.Argument(help="The interrupt whose action to refuse.")],
     reason: Annotated[str, typer.Option(help="Why; the model is told.")] = "",
@@ -145,11 +171,18 @@ def deny(
     approver: AsOption = None,
 ) -> None:
     """Refuse the action of an interrupt: that action ends, the run goes on without it."""
+    interrupt_id = resolve_interrupt(store, interrupt_id)
     call(store, lambda rt: rt.deny(interrupt_id, approver=approver or _me(), reason=reason))
     console.print(f"[yellow]denied[/] {interrupt_id}")
 
 
-@app.command()
+@app.command(
+    short_help="Answer an interrupt: information, a choice, a review.",
+    epilog=examples(
+        "contextos answer run_3f2a9c.i4 yes",
+        'contextos answer run_3f2a9c.i4 \'{"city": "Lyon"}\' --as alice',
+    ),
+)
 def answer(
     interrupt_id: Annotated[str, typer.Argument(help="The interrupt to answer.")],
     value: Annotated[str, typer.Argument(help="The answer: a word, or a JSON object.")],
@@ -158,6 +191,7 @@ def answer(
     as_json: JsonOption = False,
 ) -> None:
     """Answer an interrupt (information, a choice, a review, an external confirmation)."""
+    interrupt_id = resolve_interrupt(store, interrupt_id)
     parsed = call(store, lambda rt: rt.answer(interrupt_id, value, answered_by=who or _me()))
     if as_json:
         print_json(parsed)
@@ -165,7 +199,12 @@ def answer(
     console.print(f"[green]answered[/] {interrupt_id}:", Text(json.dumps(parsed)))
 
 
-@app.command()
+@app.command(
+    short_help="Withdraw an approval before its action runs.",
+    epilog=examples(
+        'contextos revoke apr.run_3f2a9c.9 --reason "amount changed"',
+    ),
+)
 def revoke(
     approval_id: Annotated[str, typer.Argument(help="The approval to withdraw (apr.…).")],
     reason: Annotated[str, typer.Option(help="Why (recorded on the run).")] = "",

@@ -40,10 +40,12 @@ from contextos.cli.common import (
     console,
     drive,
     err,
+    examples,
     fail,
     jsonable,
     print_json,
     print_result,
+    resolve_run,
 )
 from contextos.workers import started_by
 
@@ -108,7 +110,14 @@ async def following(
         await printer
 
 
-@app.command()
+@app.command(
+    short_help="Start a run and drive it until it ends or waits.",
+    epilog=examples(
+        'contextos run examples/quickstart.py:agent "Where is order A-1001?"',
+        'contextos run agent.py:agent "Refund order 7" --run-id refund-7 --follow',
+        'contextos run agent.py:agent "Refund order 7" --json',
+    ),
+)
 def run(
     agent_ref: Annotated[
         str,
@@ -139,7 +148,14 @@ def run(
     drive(store, work, as_json, create=True)
 
 
-@app.command()
+@app.command(
+    short_help="Continue a run from its last recorded step.",
+    epilog=examples(
+        "contextos resume run_3f2a9c --follow",
+        "contextos resume run_3f  # a unique prefix of the id will do",
+        "contextos resume run_3f2a9c --agent agent_v2.py:agent --allow-changed-agent",
+    ),
+)
 def resume(
     run_id: Annotated[str, typer.Argument(help="The run to continue.")],
     store: StoreOption = None,
@@ -157,6 +173,7 @@ def resume(
 
     Refused while another live driver holds the run. Example: contextos resume RUN_ID --follow
     """
+    run_id = resolve_run(store, run_id)
 
     async def work(rt: Runtime) -> RunResult:
         agent = load_runnable(agent_ref) if agent_ref else None
@@ -169,7 +186,12 @@ def resume(
     drive(store, work, as_json)
 
 
-@app.command()
+@app.command(
+    short_help="Cancel a run; its driver stops at once.",
+    epilog=examples(
+        'contextos cancel run_3f2a9c --reason "wrong customer"',
+    ),
+)
 def cancel(
     run_id: Annotated[str, typer.Argument(help="The run to cancel.")],
     reason: Annotated[str, typer.Option(help="Why (recorded on the run).")] = "",
@@ -188,6 +210,7 @@ def cancel(
 
     Committed reversible writes are undone by their compensation tools first.
     """
+    run_id = resolve_run(store, run_id)
 
     async def work(rt: Runtime) -> tuple[RunResult, bool]:
         before = await rt.result(run_id)
@@ -202,7 +225,14 @@ def cancel(
     print_result(result, as_json)
 
 
-@app.command()
+@app.command(
+    short_help="List runs, most recently updated first.",
+    epilog=examples(
+        "contextos runs",
+        "contextos runs --status input_required --limit 10",
+        "contextos runs --top-level --json",
+    ),
+)
 def runs(
     store: StoreOption = None,
     status: Annotated[
@@ -253,7 +283,14 @@ def _runs_table(rows: list[RunSummary], dropped: tuple[str, ...]) -> Table:
     return table
 
 
-@app.command()
+@app.command(
+    short_help="Show a run's timeline: every recorded event.",
+    epilog=examples(
+        "contextos show run_3f2a9c",
+        "contextos show run_3f --follow",
+        "contextos show run_3f2a9c --context --json",
+    ),
+)
 def show(
     run_id: Annotated[str, typer.Argument(help="The run to show.")],
     store: StoreOption = None,
@@ -269,6 +306,7 @@ def show(
     as_json: JsonOption = False,
 ) -> None:
     """Show a run's timeline: every recorded event, in order."""
+    run_id = resolve_run(store, run_id)
 
     async def work(
         rt: Runtime,
@@ -383,7 +421,14 @@ def _print_contexts(entries: list[TimelineEntry]) -> None:
             console.print(Text(f"  telemetry: {json.dumps(telemetry, sort_keys=True)}"))
 
 
-@app.command()
+@app.command(
+    short_help="Export a run's trace as OpenTelemetry spans.",
+    epilog=examples(
+        "contextos trace run_3f2a9c",
+        "contextos trace run_3f2a9c --json --capture redacted",
+        "contextos trace run_3f2a9c --otlp http://127.0.0.1:4318",
+    ),
+)
 def trace(
     run_id: Annotated[str, typer.Argument(help="The run to trace.")],
     store: StoreOption = None,
@@ -412,6 +457,7 @@ def trace(
 ) -> None:
     """Export a run's trace as OpenTelemetry spans (GenAI conventions): a tree, JSON, or OTLP."""
     content = capture if capture is not None else capture_content
+    run_id = resolve_run(store, run_id)
     traced = call(
         store,
         lambda rt: rt.trace(run_id, capture_content=content, otlp_endpoint=otlp),

@@ -8,15 +8,30 @@ import typer
 from rich.table import Table
 
 from contextos import ContextOSError, issue_token, list_tokens, revoke_token
-from contextos.cli.common import JsonOption, StoreOption, app, call, console, fail, print_json
+from contextos.cli.common import (
+    JsonOption,
+    StoreOption,
+    app,
+    call,
+    console,
+    examples,
+    fail,
+    print_json,
+)
 
 token_app = typer.Typer(
     help="API tokens: each acts as one user of one tenant, with its roles.", no_args_is_help=True
 )
-app.add_typer(token_app, name="token")
+app.add_typer(token_app, name="token", short_help="API tokens for `contextos serve`.")
 
 
-@token_app.command("create")
+@token_app.command(
+    "create",
+    epilog=examples(
+        "contextos token create --tenant acme --user alice --role approver",
+        'TOKEN=$(contextos token create --tenant acme --user ci --label "CI")',
+    ),
+)
 def token_create(
     tenant: Annotated[str, typer.Option(help="The tenant it acts in.")],
     user: Annotated[str, typer.Option(help="The user it acts as.")],
@@ -56,7 +71,13 @@ def token_create(
     )
 
 
-@token_app.command("list")
+@token_app.command(
+    "list",
+    epilog=examples(
+        "contextos token list",
+        "contextos token list --tenant acme --json",
+    ),
+)
 def token_list(
     tenant: Annotated[str | None, typer.Option(help="Only this tenant's tokens.")] = None,
     store: StoreOption = None,
@@ -87,7 +108,12 @@ def token_list(
     console.print(table)
 
 
-@token_app.command("revoke")
+@token_app.command(
+    "revoke",
+    epilog=examples(
+        "contextos token revoke 3f9c2a71d04e8b15",
+    ),
+)
 def token_revoke(
     token_id: Annotated[str, typer.Argument(help="The token's id (from `contextos token list`).")],
     store: StoreOption = None,

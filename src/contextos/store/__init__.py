@@ -65,7 +65,12 @@ def open_store(url: str | None = None, *, create: bool = True) -> EventStore:
                 "PostgreSQL store needs psycopg: pip install 'contextos[postgres]'", url=url
             ) from exc
         return PostgresStore(url, create=create)
-    return SqliteStore(path, create=create)
+    wait = os.environ.get("CONTEXTOS_BUSY_TIMEOUT", "").strip()
+    try:
+        busy_timeout_s = float(wait) if wait else 30.0
+    except ValueError:
+        raise ConfigError(f"CONTEXTOS_BUSY_TIMEOUT={wait!r} is not a number of seconds") from None
+    return SqliteStore(path, create=create, busy_timeout_s=busy_timeout_s)
 
 
 __all__ = [

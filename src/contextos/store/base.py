@@ -96,9 +96,11 @@ class EventStore(Protocol):
         limit: int = 50,
         tenant: str | None = None,
         top_level: bool = False,
+        prefix: str | None = None,
     ) -> list[RunSummary]:
-        """Most recently updated runs first, optionally of one status, of one tenant; with
-        `top_level`, only runs no other run started (see TOP_LEVEL)."""
+        """Most recently updated runs first, optionally of one status, of one tenant, whose
+        id starts with `prefix`; with `top_level`, only runs no other run started (see
+        TOP_LEVEL)."""
         ...
 
     async def close(self) -> None:
@@ -120,11 +122,17 @@ DEFAULT_TENANT = "default"
 
 
 def run_filter(
-    status: RunStatus | None, tenant: str | None, placeholder: str, *, top_level: bool = False
+    status: RunStatus | None,
+    tenant: str | None,
+    placeholder: str,
+    *,
+    top_level: bool = False,
+    prefix: str | None = None,
 ) -> tuple[str, tuple[str, ...]]:
     """The WHERE clause (and its parameters) of `list_runs`: a run's tenant is its queue
     entry's, and a run queued without one belongs to the default tenant; `top_level` keeps
-    only runs no other run started."""
+    only runs no other run started; `prefix` only ids that start with it (compared exactly,
+    where LIKE would read `_` and `%` as patterns and SQLite's would ignore case)."""
     clauses: list[str] = []
     params: list[str] = []
     if status is not None:
@@ -138,6 +146,9 @@ def run_filter(
         params.append(tenant)
     if top_level:
         clauses.append(TOP_LEVEL)
+    if prefix is not None:
+        clauses.append(f"substr(run_id, 1, {len(prefix)}) = {placeholder}")
+        params.append(prefix)
     return (" WHERE " + " AND ".join(clauses) if clauses else ""), tuple(params)
 
 

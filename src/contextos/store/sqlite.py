@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 import sqlite3
 import time
 from collections.abc import Callable, Coroutine, Sequence
@@ -130,6 +131,9 @@ class SqliteStore(SqliteQueue, SqlTokens, snapshots.Snapshotting, SqlArtifacts):
                 migrate(conn)
             except sqlite3.Error as exc:
                 conn.close()
+                fault = self._fault(exc)
+                if fault is not exc:
+                    raise fault from exc
                 raise StoreUnavailable(
                     f"the store {self.url} cannot be used ({exc}); nothing in it was changed: "
                     "is it a ContextOS database? Name another with --store",
@@ -178,7 +182,10 @@ class SqliteStore(SqliteQueue, SqlTokens, snapshots.Snapshotting, SqlArtifacts):
         )
         self._pending.append(job)
         self._schedule_flush()
-        return await job.future
+        try:
+            return await job.future
+        except sqlite3.OperationalError as exc:
+            raise self._fault(exc) from exc
 
     async def _query(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run `fn` now on the loop's thread; if the file is locked, on the store's thread.
@@ -191,8 +198,33 @@ class SqliteStore(SqliteQueue, SqlTokens, snapshots.Snapshotting, SqlArtifacts):
             return fn(conn)
         except sqlite3.OperationalError as exc:
             if not _is_busy(exc):
-                raise
-        return await self._lend(fn)
+                raise self._fault(exc) from exc
+        try:
+            return await self._lend(fn)
+        except sqlite3.OperationalError as exc:
+            raise self._fault(exc) from exc
+
+    def _fault(self, exc: sqlite3.Error) -> Exception:
+        """A fault of the file as one line naming the store and what to do (StoreUnavailable),
+        or `exc` itself for anything else. The failed transaction was rolled back: nothing
+        recorded changed."""
+        text = str(exc)
+        unchanged = "nothing recorded was changed"
+        if isinstance(exc, sqlite3.OperationalError) and _is_busy(exc):
+            why = (
+                f"is locked by another process (waited {self._busy_timeout_s:g} s): let it "
+                "finish and run the command again, or set CONTEXTOS_BUSY_TIMEOUT to wait longer"
+            )
+        elif "readonly" in text or "read-only" in text:
+            why = (
+                "is read-only: give this user write access to the file and its folder, or "
+                "name another store with --store"
+            )
+        elif "full" in text or ("disk I/O error" in text and _no_space(self.path)):
+            why = "is full (no space left for it): free some space and run the command again"
+        else:
+            return exc
+        return StoreUnavailable(f"the store {self.url} {why}; {unchanged}", url=self.url)
 
     async def _lend(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         loop = asyncio.get_running_loop()
@@ -372,8 +404,9 @@ class SqliteStore(SqliteQueue, SqlTokens, snapshots.Snapshotting, SqlArtifacts):
         limit: int = 50,
         tenant: str | None = None,
         top_level: bool = False,
+        prefix: str | None = None,
     ) -> list[RunSummary]:
-        where, params = run_filter(status, tenant, "?", top_level=top_level)
+        where, params = run_filter(status, tenant, "?", top_level=top_level, prefix=prefix)
 
         def _list(conn: sqlite3.Connection) -> list[tuple[object, ...]]:
             return conn.execute(
@@ -447,6 +480,14 @@ def _save_snapshot(conn: sqlite3.Connection, run_id: RunId, seq: int, blob: byte
         "INSERT INTO snapshots (run_id, seq, format, state) VALUES (?, ?, ?, ?)",
         (run_id, seq, snapshots.FORMAT, blob),
     )
+
+
+def _no_space(path: Path) -> bool:
+    """Whether the file system holding `path` is full (SQLite names some ENOSPC I/O errors)."""
+    try:
+        return shutil.disk_usage(path.parent).free < 64 * 1024
+    except OSError:
+        return False
 
 
 def _is_busy(exc: sqlite3.OperationalError) -> bool:
@@ -680,6 +721,9 @@ def schema_version(conn: sqlite3.Connection) -> int:
 
 def migrate(conn: sqlite3.Connection) -> int:
     """Apply the migrations this database lacks, each in its own IMMEDIATE transaction."""
+    if schema_version(conn) == len(SQLITE_MIGRATIONS):
+        # Up to date: no write lock taken, so reading works beside a writer, or read-only.
+        return len(SQLITE_MIGRATIONS)
     conn.execute("BEGIN IMMEDIATE")
     try:
         conn.execute(

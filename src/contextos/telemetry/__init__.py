@@ -98,18 +98,15 @@ def export_run(
     (or where OTEL_EXPORTER_OTLP_ENDPOINT says); returns the spans sent. With
     `meter_provider`, its model calls' GenAI metrics are recorded there too."""
     _require()
-    from contextos.telemetry._export import export_events, otlp_provider
+    from contextos.telemetry._export import export_events, send_once
+    from contextos.telemetry._spans import build
 
     capture = Capture.of(capture_content, pii)
     if meter_provider is not None:
         record_metrics(events, meter_provider)
     if tracer_provider is not None:
         return export_events(tracer_provider, events, capture=capture)
-    provider = otlp_provider(otlp_endpoint)
-    try:
-        return export_events(provider, events, capture=capture)
-    finally:
-        provider.shutdown()
+    return send_once(otlp_endpoint, build(events, capture=capture))
 
 
 def record_metrics(events: list[ev.Event], meter_provider: Any) -> int:

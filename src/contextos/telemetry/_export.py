@@ -19,6 +19,7 @@ from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.trace import SpanContext, SpanKind, StatusCode, TraceFlags
 
 from contextos import events as ev
+from contextos.errors import TraceExportFailed
 from contextos.runs import RunId
 from contextos.store.base import EventStore
 from contextos.telemetry._capture import Capture
@@ -106,13 +107,88 @@ def otlp_provider(endpoint: str | None = None, *, batch: bool = False) -> Tracer
     http://127.0.0.1:4318, or a full .../v1/traces URL), or where the OTEL_* env vars say."""
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-    if endpoint is not None and not endpoint.rstrip("/").endswith("/v1/traces"):
-        endpoint = endpoint.rstrip("/") + "/v1/traces"
-    exporter = OTLPSpanExporter(endpoint=endpoint)
+    exporter = OTLPSpanExporter(endpoint=_traces_url(endpoint))
     provider = TracerProvider(resource=Resource.create({"service.name": "contextos"}))
     processor = BatchSpanProcessor(exporter) if batch else SimpleSpanProcessor(exporter)
     provider.add_span_processor(processor)
     return provider
+
+
+OTLP_TIMEOUT_S = 3.0
+"""How long a one-shot export waits for its collector: a person is waiting for the answer."""
+
+
+def send_once(endpoint: str | None, spans: list[SpanRecord]) -> list[SpanRecord]:
+    """Send a recorded trace in one OTLP/HTTP request, as `otlp_provider` addresses it, and
+    say plainly when the collector refuses it or does not answer in time
+    (TraceExportFailed) rather than logging each retry and carrying on."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace.export import SpanExportResult
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    held = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": "contextos"}))
+    provider.add_span_processor(SimpleSpanProcessor(held))
+    emit(provider, spans)
+    url = _traces_url(endpoint)
+    exporter = OTLPSpanExporter(endpoint=url, timeout=OTLP_TIMEOUT_S)
+    with _ExporterLog() as said:
+        sent = exporter.export(held.get_finished_spans())
+    exporter.shutdown()  # type: ignore[no-untyped-call]
+    if sent is not SpanExportResult.SUCCESS:
+        where = url or "the collector the OTEL_EXPORTER_OTLP_* variables name"
+        raise TraceExportFailed(
+            f"could not send the trace to {where}: {said.why()}; check that an OTLP/HTTP "
+            "collector listens there",
+            endpoint=where,
+        )
+    return spans
+
+
+def _traces_url(endpoint: str | None) -> str | None:
+    if endpoint is not None and not endpoint.rstrip("/").endswith("/v1/traces"):
+        return endpoint.rstrip("/") + "/v1/traces"
+    return endpoint
+
+
+class _ExporterLog(logging.Handler):
+    """Holds what the OTLP exporter logs during one export (its retries, its failure), off the
+    user's terminal, to name the cause in one line."""
+
+    _LOGGER = "opentelemetry.exporter.otlp"
+    _CAUSES = (
+        ("Connection refused", "connection refused"),
+        ("timed out", f"no answer within {OTLP_TIMEOUT_S:g} s"),
+        ("timeout", f"no answer within {OTLP_TIMEOUT_S:g} s"),
+        ("Name or service not known", "unknown host"),
+    )
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+    def __enter__(self) -> _ExporterLog:
+        logger = logging.getLogger(self._LOGGER)
+        self._propagated = logger.propagate
+        logger.addHandler(self)
+        logger.propagate = False
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        logger = logging.getLogger(self._LOGGER)
+        logger.removeHandler(self)
+        logger.propagate = self._propagated
+
+    def why(self) -> str:
+        said = " ".join(self.messages)
+        for clue, cause in self._CAUSES:
+            if clue in said:
+                return cause
+        last = (self.messages[-1].strip() or "no answer") if self.messages else "no answer"
+        return last.splitlines()[0].removeprefix("Failed to export spans batch ")
 
 
 class LiveTraces:
