@@ -104,7 +104,7 @@ def test_an_ambiguous_prefix_is_one_line_naming_the_candidates_and_changes_nothi
         ("approve", "run_0123.i8", "--as", "alice"),
         ("deny", "run_0123.i8", "--as", "alice"),
         ("answer", "run_0123.i8", "yes"),
-        ("kb", "approve", "run_0123.i8", "--as", "alice", "--editor", "alice"),
+        ("kb", "approve", "run_0123.i8", "--as", "alice"),
     ]
     for args, done in zip(by_run, sh.many(*by_run), strict=True):
         assert done.returncode == 1, args

@@ -15,8 +15,10 @@ from contextos.cli.common import (
     call,
     console,
     drive,
+    examples,
     print_json,
     print_result,
+    resolve_run,
 )
 from contextos.cli.runs import FollowOption, following
 
@@ -24,7 +26,13 @@ PAUSE_POLL_S = 0.2
 """How often `pause --wait` looks whether the run's driver has paused it."""
 
 
-@app.command()
+@app.command(
+    short_help="Pause a run at its next step boundary.",
+    epilog=examples(
+        "contextos pause run_3f2a9c",
+        'contextos pause run_3f --reason "checking the refunds first" --wait',
+    ),
+)
 def pause(
     run_id: Annotated[str, typer.Argument(help="The run to pause.")],
     reason: Annotated[str, typer.Option(help="Why (recorded on the run).")] = "",
@@ -62,7 +70,13 @@ def pause(
         print_result(result, False)
 
 
-@app.command()
+@app.command(
+    short_help="Send a message to a paused run or an answered conversation.",
+    epilog=examples(
+        'contextos send run_3f2a9c "Now the same for last month, please."',
+        'contextos send run_3f "And in euros?" --follow',
+    ),
+)
 def send(
     run_id: Annotated[str, typer.Argument(help="The run to continue.")],
     message: Annotated[str, typer.Argument(help="Your next message to the agent.")],
@@ -76,9 +90,8 @@ def send(
 ) -> None:
     """Send a message to a paused run, or to a conversation that answered, and drive it on
     here as the same run until it answers again.
-
-    Example: contextos send RUN_ID "Now the same for last month, please." --follow
     """
+    run_id = resolve_run(store, run_id)
 
     async def work(rt: Runtime) -> RunResult:
         agent = load_agent(agent_ref) if agent_ref else None
