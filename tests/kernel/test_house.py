@@ -21,7 +21,7 @@ PACKAGE = "contextos"
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("cli", "api", "jobs", "__main__"),
     ("contextos", "workers:face", "testing"),
-    ("runtime", "workers"),
+    ("runtime", "starting", "ownership", "hosting", "workers"),
     ("graph", "loop", "agents", "verify", "evidence", "improve"),
     ("middleware",),
     ("context",),
