@@ -103,9 +103,7 @@ async def test_a_route_runs_the_chosen_branch_only_and_records_the_choice(rt: Ru
 async def test_the_other_cases_and_otherwise_take_their_branches(rt: Runtime) -> None:
     asked = await rt.run(support(), Ticket(text="where is my parcel?"))
     assert asked.structured_output == {"said": "see the FAQ"}
-    assert [c.contract.node for c in (await rt.state(asked.run_id)).children.values()] == [
-        "answer"
-    ]
+    assert [c.contract.node for c in (await rt.state(asked.run_id)).children.values()] == ["answer"]
     spam = await rt.run(support(), Ticket(text="buy now"))
     assert spam.structured_output == {"said": "dropped"}
     assert set((await rt.state(spam.run_id)).nodes) == {"triage", "drop", "reply"}
