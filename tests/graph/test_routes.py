@@ -90,6 +90,8 @@ async def test_a_route_runs_the_chosen_branch_only_and_records_the_choice(rt: Ru
         ("refund", None),
         ("reply", None),
     ]
+    lines = [t.line for t in await rt.timeline(done.run_id) if t.type == "node_completed"]
+    assert lines[0].startswith("triage completed → refund: ")
     tree = {n.label: n.status for n in (await rt.tree(done.run_id)).children}
     assert tree == {
         "triage": "completed",

@@ -197,7 +197,8 @@ def describe(event: ev.Event) -> str:
             return f"{event.node} round {event.round}: {_clip(json.dumps(event.output), 100)}"
         case ev.NodeCompleted():
             done = "" if event.converged is None else (" (converged)" if event.converged else "")
-            return f"{event.node} completed{done}: {_clip(json.dumps(event.output), 100)}"
+            routed = f" → {event.route}" if event.route is not None else ""
+            return f"{event.node} completed{done}{routed}: {_clip(json.dumps(event.output), 100)}"
         case ev.NodeFailed():
             return f"{event.node} failed ({event.reason}): {event.message}"
         case _:
