@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import os
 import socket
 import time
@@ -73,13 +72,11 @@ class Ownership:
         state: RunState,
         lease: Lease | None,
         *,
-        on_commit: Callable[..., Awaitable[None]] | None,
         materialise: Callable[[RunState], Awaitable[None]],
     ) -> RunState:
-        """Drive under the lease: renew it, watch for cancellation, hand back on a stop."""
+        """Drive under the lease: renew it, watch for cancellation, hand back on a stop;
+        `materialise` stores what a run that ended or waits leaves as evidence."""
         driver.stop_requested = self._draining
-        if on_commit is not None:
-            driver.on_commit = functools.partial(on_commit, self.store, state.run_id)
         task = asyncio.create_task(driver.drive())
         self._inflight[state.run_id] = (driver, task)
         if lease is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import socket
@@ -394,13 +395,9 @@ class Runtime:
         self, driver: Driver | WorkflowDriver, state: RunState, lease: Lease | None
     ) -> RunState:
         """Drive under the lease: renew it, watch for cancellation, hand back on a stop."""
-        return await self._own.supervise(
-            driver,
-            state,
-            lease,
-            on_commit=self._traces.committed if self._traces is not None else None,
-            materialise=self._materialise,
-        )
+        if self._traces is not None:
+            driver.on_commit = functools.partial(self._traces.committed, self.store, state.run_id)
+        return await self._own.supervise(driver, state, lease, materialise=self._materialise)
 
     # -- ownership: leases, handing back, draining --------------------------------------
 
