@@ -108,7 +108,7 @@ def _why(detail: str, state: RunState) -> str:
 
 
 def _skipped(specs: Sequence[dict[str, Any]], nodes: dict[str, NodeRun]) -> set[str]:
-    """The nodes a route left out: targets it did not choose, and what reads only them."""
+    """The nodes a route left out: targets it did not choose, and what reads them."""
     out: set[str] = set()
     deciders = {t: spec["name"] for spec in specs for t in spec.get("routes", ())}
     for spec in specs:
