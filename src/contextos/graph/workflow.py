@@ -362,10 +362,10 @@ class Workflow:
     ) -> Route:
         """Conditional edges: once `source` completes, the first `(predicate, node)` whose
         predicate holds for its output names the one node that runs next; the other targets,
-        and every node that reads a skipped one (a join: all it joins), are skipped. No predicate holding takes
-        `otherwise` (without one, the workflow fails). The choice is recorded with the source's
-        output, so a resumed run takes the same branch; `flow.join` brings the branches back
-        together."""
+        and every node that reads a skipped one (a join: all it joins), are skipped. No
+        predicate holding takes `otherwise` (without one, the workflow fails). The choice is
+        recorded with the source's output, so a resumed run takes the same branch; `flow.join`
+        brings the branches back together."""
         if self._build.nodes.get(source.name) is not source:
             raise ConfigError(f"{source.name!r} is not a node of {self.name}", node=source.name)
         if source.name in self._build.routes:
