@@ -188,3 +188,28 @@ def test_routes_are_checked_when_declared() -> None:
         flow.route(kind, (is_question, paid))
     with pytest.raises(ConfigError, match="its branches give Answer, Triage"):
         flow.join("reply", after=[paid, kind])
+
+
+async def test_a_node_reading_a_skipped_node_is_skipped_and_one_reading_the_source_runs(
+    rt: Runtime,
+) -> None:
+    flow = Workflow("audited", input=Ticket)
+    kind = flow.code("triage", triage)
+    paid = flow.code("refund", refund, after=kind)
+    dropped = flow.code("drop", lambda t: Answer(said="dropped"), after=kind, output=Answer)
+    flow.route(kind, (is_refund, paid), otherwise=dropped)
+    flow.code("audit", lambda t, a: Answer(said=a.said), after=[kind, paid], output=Answer)
+    flow.code("log", lambda t: Answer(said=t.kind), after=kind, output=Answer)
+    flow.join("reply", after=[paid, dropped])
+    done = await rt.run(flow, Ticket(text="hello"))
+    assert done.structured_output == {"said": "dropped"}
+    tree = {n.label: n.status for n in (await rt.tree(done.run_id)).children}
+    assert tree == {
+        "triage": "completed",
+        "refund": "skipped",
+        "drop": "completed",
+        "audit": "skipped",
+        "log": "completed",
+        "reply": "completed",
+    }
+    assert set((await rt.state(done.run_id)).nodes) == {"triage", "drop", "log", "reply"}
