@@ -10,6 +10,8 @@ old shape under tests/fixtures/events/):
   not repeated in `output` (v1 always repeated it; it reads as v2 without `answer_seq`).
 - every type: the optional `correlation_id` (rows written before it read with none), and on
   run_created the optional `caused_by`; no version bump, since no older reader is misled.
+- node_completed: the optional `route` (the node a conditional edge chose; rows written before
+  it read with none); no version bump, since no graph without routes writes one.
 """
 
 from __future__ import annotations
