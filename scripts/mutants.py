@@ -87,7 +87,7 @@ MUTANTS = (
     Mutant(
         name="unknown-version-guessed",
         breaks="an event of a newer schema version stops loudly",
-        path="events.py",
+        path="codec.py",
         old="        if version > cls.SCHEMA_VERSION or version < 1:\n",
         new="        if version < 1:\n",
         tests=("tests/kernel/test_events.py", "-k", "unknown or version"),

@@ -148,6 +148,8 @@ class NodeRun:
     """For a loop: the validated state after each finished round."""
     converged: bool | None = None
     """For a loop: whether its stop condition held."""
+    route: str | None = None
+    """For a node with conditional edges: the node its output chose to run next."""
     reason: str | None = None
     message: str | None = None
     children: list[str] = field(default_factory=list)

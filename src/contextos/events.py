@@ -1,31 +1,19 @@
-"""Every persisted event type, and the one codec for all of them.
+"""Every persisted event type: a run is its events.
 
-A run is its events: an append-only log keyed by `(run_id, seq)`. Each event is a frozen record
-with a `type` discriminator; the row also stores the type's schema version, and decoding a row
-with a version this code does not know stops loudly instead of guessing.
-
-Version history (bump SCHEMA_VERSION on the type, add a line here and a golden fixture of the
-old shape under tests/fixtures/events/):
-- every type: v1, the first shape.
-- run_completed v2: `answer_seq` names the model answer that holds the output, which is then
-  not repeated in `output` (v1 always repeated it; it reads as v2 without `answer_seq`).
-- every type: the optional `correlation_id` (rows written before it read with none), and on
-  run_created the optional `caused_by`; no version bump, since no older reader is misled.
-- user_message_added moves the run to `queued` (a follow-up is answered by the next driver);
-  no version bump: nothing recorded it before.
+The log is append-only, keyed by `(run_id, seq)`. Each event is a frozen record with a `type`
+discriminator and its type's schema version; `contextos.codec` turns events into stored rows
+and back, and stops loudly on a version this code does not know.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, TypeAdapter, ValidationError
+from pydantic import Field
 
 from contextos.delegation import ChildStatus, DelegationContract
-from contextos.errors import EventDecodeError
 from contextos.ledger import EffectState
 from contextos.messages import FinishReason, Message, Usage
 from contextos.runs import Budget, FailureReason, RunId, RunStatus
@@ -666,6 +654,8 @@ class NodeCompleted(_Event):
     """The validated output (JSON data): what the nodes after it receive."""
     converged: bool | None = None
     """For a loop: whether its stop condition held (False: it stopped at its round limit)."""
+    route: str | None = None
+    """For a node with conditional edges: the node its output chose to run next."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -805,18 +795,10 @@ Event = Annotated[
     Field(discriminator="type"),
 ]
 
-_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
-
 EVENT_TYPES: dict[str, type[_Event]] = {
     cls.__dataclass_fields__["type"].default: cls  # type: ignore[misc]
     for cls in _Event.__subclasses__()
 }
-
-Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
-UPCASTERS: dict[tuple[str, int], Upcaster] = {
-    ("run_completed", 1): lambda payload: payload,  # v2 only added `answer_seq`
-}
-"""(type, old version) -> function turning that payload into the next version's shape."""
 
 
 def schema_version(event_type: str) -> int:
@@ -825,63 +807,6 @@ def schema_version(event_type: str) -> int:
 
 def status_after(event: _Event) -> RunStatus | None:
     return type(event).SETS_STATUS
-
-
-# One serializer per type, built on first use: the union's serializer must first find which
-# member an event is, which costs several times the encoding itself; the bytes are the same.
-_ENCODERS: dict[type[_Event], TypeAdapter[Any]] = {}
-
-
-def encode(event: Event) -> bytes:
-    """The event as JSON bytes, envelope included."""
-    cls = type(event)
-    encoder = _ENCODERS.get(cls)
-    if encoder is None:
-        encoder = _ENCODERS[cls] = TypeAdapter(cls)
-    return encoder.dump_json(event)
-
-
-def decode(run_id: str, seq: int, event_type: str, version: int, payload: bytes | str) -> Event:
-    """Turn a stored row back into an event; corrupt or unknown rows raise EventDecodeError."""
-    cls = EVENT_TYPES.get(event_type)
-    if cls is None:
-        raise EventDecodeError(run_id, seq, f"unknown event type {event_type!r}")
-    if version != cls.SCHEMA_VERSION:
-        if version > cls.SCHEMA_VERSION or version < 1:
-            raise EventDecodeError(
-                run_id,
-                seq,
-                f"{event_type} has schema version {version}, this code knows up to "
-                f"{cls.SCHEMA_VERSION}; upgrade ContextOS to read it",
-            )
-        return _upcast(run_id, seq, event_type, version, payload)
-    try:
-        event = _ADAPTER.validate_json(payload)
-    except ValidationError as exc:
-        raise EventDecodeError(run_id, seq, f"corrupt {event_type} payload: {exc}") from exc
-    if event.run_id != run_id or event.seq != seq or event.type != event_type:
-        raise EventDecodeError(run_id, seq, "payload does not match its row (run id, seq or type)")
-    return event
-
-
-def _upcast(run_id: str, seq: int, event_type: str, version: int, payload: bytes | str) -> Event:
-    import json
-
-    try:
-        data = json.loads(payload)
-    except ValueError as exc:
-        raise EventDecodeError(run_id, seq, f"corrupt {event_type} payload: {exc}") from exc
-    current = EVENT_TYPES[event_type].SCHEMA_VERSION
-    while version < current:
-        step = UPCASTERS.get((event_type, version))
-        if step is None:
-            raise EventDecodeError(run_id, seq, f"no upcaster for {event_type} v{version}")
-        data = step(data)
-        version += 1
-    try:
-        return _ADAPTER.validate_python(data)
-    except ValidationError as exc:
-        raise EventDecodeError(run_id, seq, f"corrupt {event_type} payload: {exc}") from exc
 
 
 __all__ = [
@@ -926,7 +851,5 @@ __all__ = [
     "UserMessageAdded",
     "VerificationFailed",
     "WorkflowBound",
-    "decode",
-    "encode",
     "status_after",
 ]

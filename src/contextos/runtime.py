@@ -11,7 +11,6 @@ import functools
 import logging
 import os
 import socket
-import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -23,16 +22,13 @@ from contextos import events as ev
 from contextos.agents import Agent, load_agent, load_ref
 from contextos.causality import stamp
 from contextos.control import check_pausable, check_sendable
-from contextos.delegation import DelegationContract
 from contextos.errors import (
     AgentChanged,
     ConcurrencyConflict,
     ConfigError,
     RunInUse,
     RunIsTerminal,
-    RunNotFound,
 )
-from contextos.events import utcnow
 from contextos.evidence.canonical import DecisionRecord, ReplayPacket
 from contextos.evidence.fork import fork_events
 from contextos.evidence.packet import make_packet, packet_events
@@ -40,16 +36,17 @@ from contextos.evidence.record import Receipt, build_record, materialise
 from contextos.evidence.record import receipts as stored_receipts
 from contextos.evidence.replay import ReplayReport
 from contextos.evidence.replay import replay as replay_run
-from contextos.graph.children import ChildHost, ChildStart, carve
 from contextos.graph.engine import WorkflowDriver
 from contextos.graph.subagents import SubagentCalls
 from contextos.graph.tree import RunTree, run_tree
 from contextos.graph.workflow import Workflow
+from contextos.hosting import ChildRuns
 from contextos.loop import Driver
 from contextos.messages import Usage
 from contextos.middleware import PiiRedaction
 from contextos.models import resolve_model
 from contextos.models.base import ModelAdapter
+from contextos.ownership import Ownership, process_gone
 from contextos.policy.authority import Authority
 from contextos.policy.expiry import expire_overdue
 from contextos.policy.hook import PolicyHook
@@ -57,6 +54,7 @@ from contextos.policy.identity import Principal, RunContext
 from contextos.policy.rules import Policy
 from contextos.records.interrupts import Approval, Interrupt
 from contextos.runs import FailureReason, RunId, RunStatus, check_priority
+from contextos.starting import RunStarter
 from contextos.state import RunState, apply, fold
 from contextos.store import EventStore, RunSummary, open_store, wakeup
 from contextos.store.artifacts import Artifact, artifacts_of
@@ -66,13 +64,10 @@ from contextos.store.queue import (
     QueueEntry,
     RunOwner,
     RunQueue,
-    WorkerInfo,
-    WorkerStatus,
     queue_of,
 )
 from contextos.telemetry import Content, TimelineEntry, Trace, live_traces, timeline, trace_of
 from contextos.tools.ask import HumanTool
-from contextos.tools.gateway import Gateway
 
 log = logging.getLogger("contextos.runtime")
 
@@ -116,15 +111,6 @@ class RunResult:
         )
 
 
-HANDOFF_S = 0.05
-"""On a store whose queue wakes other processes (PostgreSQL), how long a parent leaves a new
-child run to idle workers before driving it itself: fan-outs spread across workers."""
-
-
-def new_run_id() -> RunId:
-    return RunId(f"run_{uuid.uuid4().hex[:20]}")
-
-
 def new_run_id_for_fork() -> RunId:
     return RunId(f"fork_{uuid.uuid4().hex[:20]}")
 
@@ -162,22 +148,36 @@ class Runtime:
         self.worker_id = worker_id or default_worker_id()
         self.cancel_poll_s = cancel_poll_s
         self._models: dict[str, ModelAdapter] = {}
-        self._inflight: dict[RunId, tuple[Driver | WorkflowDriver, asyncio.Task[RunState]]] = {}
-        self._cancelled: set[RunId] = set()
-        self._watcher: asyncio.Task[None] | None = None
         self.lease_s = lease_s
         """How long a lease on a run lasts without a heartbeat (renewed every third of it)."""
-        self._leases: dict[RunId, Lease] = {}
-        self._renewed_at: dict[RunId, float] = {}
-        self._keeper: asyncio.Task[None] | None = None
-        self._child_leases: dict[RunId, Lease] = {}
-        """Leases on child runs this runtime created held, until it drives them."""
-        self._draining = False
-        self._drain_reason = "the worker is shutting down"
-        self._register = register
-        """Whether to enter itself in the worker registry while it drives runs (a Worker
-        enters itself), so that others see who drives them."""
-        self._announced = False
+        self._queue: RunQueue | None = queue_of(self.store)
+        self._own = Ownership(
+            self.store,
+            self._queue,
+            worker_id=self.worker_id,
+            lease_s=lease_s,
+            cancel_poll_s=cancel_poll_s,
+            register=register,
+        )
+        """The runs this runtime drives: their leases, how they stop (`register`: whether it
+        enters itself in the worker registry while it drives runs, as a Worker does)."""
+        self._starter = RunStarter(
+            self.store,
+            self._queue,
+            worker_id=self.worker_id,
+            lease_s=lease_s,
+            announce=self._own.announce,
+            bind=self._bind,
+        )
+        self._children = ChildRuns(
+            self.store,
+            self._queue,
+            worker_id=self.worker_id,
+            lease_s=lease_s,
+            create=self._starter.create,
+            resume=self._resume,
+            cancel=self.cancel,
+        )
         self._traces = live_traces(
             tracer_provider, capture_content, meter_provider, pii=PiiRedaction()
         )
@@ -193,11 +193,7 @@ class Runtime:
         await self.close()
 
     async def close(self) -> None:
-        await self._withdraw()
-        if self._watcher is not None:
-            self._watcher.cancel()
-        if self._keeper is not None:
-            self._keeper.cancel()
+        await self._own.close()
         if self._traces is not None:
             self._traces.close()
         await self.store.close()
@@ -238,7 +234,7 @@ class Runtime:
         """
         check_priority(priority)
         bound = await self._context_for(principal, context)
-        rid, _ = await self._create(
+        rid, _ = await self._starter.create(
             agent,
             input,
             run_id=run_id,
@@ -257,133 +253,6 @@ class Runtime:
         )
         return rid
 
-    async def _create(
-        self,
-        agent: Agent | Workflow,
-        input: str | BaseModel | dict[str, Any],
-        *,
-        run_id: str | None,
-        agent_ref: str | None,
-        metadata: dict[str, Any] | None,
-        entry: QueueEntry,
-        hold: bool = False,
-        context: RunContext | None = None,
-        announce: bool = False,
-        contract: DelegationContract | None = None,
-        started: bool = False,
-        caused_by: str | None = None,
-    ) -> tuple[RunId, Lease | None]:
-        """Queue the run, then record RunCreated; with `hold`, leased to this runtime.
-
-        The queue row comes first so that no worker can see a created run before it is
-        queued, and a start that dies in between is finished by the next start with its key.
-        A child run records its delegation contract, and its budget is the contract's; a run
-        started with a parent's context and no contract gets at most what the parent has left.
-        A workflow run records its graph. `started` (with `hold`): this runtime drives it
-        next, and records so in the same commit.
-        """
-        text = _input_text(agent, input)
-        rid = RunId(run_id) if run_id else new_run_id()
-        lease: Lease | None = None
-        queue = self._queue
-        if queue is not None:
-            if announce:  # before the lease exists: its holder is always known
-                await self._announce()
-            entry = QueueEntry(
-                run_id=rid,
-                priority=entry.priority,
-                tenant=entry.tenant,
-                agent_name=entry.agent_name,
-                idempotency_key=entry.idempotency_key,
-                not_before=entry.not_before,
-            )
-            owner, lease = await queue.enqueue(
-                entry, lease_owner=self.worker_id if hold else None, lease_s=self.lease_s
-            )
-            if owner != rid:  # the key belongs to an earlier start
-                try:
-                    await self.store.get_run(owner)
-                    return owner, None
-                except RunNotFound:
-                    rid = owner  # that start died before recording its run: record it now
-        now = utcnow()
-        budget = agent.budget
-        deadline_s = budget.deadline_s
-        deadline_at = now + timedelta(seconds=deadline_s) if deadline_s is not None else None
-        if contract is not None:
-            budget, deadline_at = contract.budget, contract.deadline_at
-        elif context is not None and context.parent_run_id is not None:
-            budget, deadline_at = carve(await self.state(context.parent_run_id), budget, now)
-        caused_by, correlation = await self._lineage(caused_by, context)
-        created = ev.RunCreated(
-            run_id=rid,
-            seq=1,
-            occurred_at=now,
-            actor="runtime",
-            agent_name=agent.name,
-            agent_version=agent.version,
-            agent_hash=agent.identity_hash(),
-            agent_ref=agent_ref,
-            input=text,
-            budget=budget,
-            deadline_at=deadline_at,
-            tool_manifest_hash=(
-                Gateway(agent.tool_list).manifest_hash if isinstance(agent, Agent) else ""
-            ),
-            metadata=metadata or {},
-            correlation_id=correlation or rid,
-            caused_by=caused_by,
-        )
-        first: list[ev.Event] = [created, *self._bind(rid, context)]
-        if contract is not None:
-            first.append(ev.DelegationBound(run_id=rid, seq=len(first) + 1, contract=contract))
-        if isinstance(agent, Workflow):
-            first.append(
-                ev.WorkflowBound(
-                    run_id=rid,
-                    seq=len(first) + 1,
-                    workflow=agent.name,
-                    nodes=agent.structure(),
-                    output_node=agent.output_node.name,
-                )
-            )
-        if started and lease is not None:
-            first.append(
-                ev.RunStarted(
-                    run_id=rid,
-                    seq=len(first) + 1,
-                    worker_id=self.worker_id,
-                    actor=f"worker:{self.worker_id}",
-                )
-            )
-        first = stamp(RunState(run_id=rid), first)
-        try:
-            await self.store.append(rid, first, expected_seq=0)
-        except ConcurrencyConflict:
-            if entry.idempotency_key is None:
-                raise ConfigError(
-                    f"a run with id {rid} exists already: choose another run id, or continue "
-                    f"that run with `contextos resume {rid}`",
-                    run_id=rid,
-                ) from None
-            return rid, None  # a concurrent start with the same key recorded it first
-        if lease is None:  # a worker in this process need not wait for its next poll
-            wakeup.wake_local(self.store)
-        return rid, lease
-
-    async def _lineage(
-        self, caused_by: str | None, context: RunContext | None
-    ) -> tuple[str | None, str | None]:
-        """The event of another run that starts a new one (`RUN_ID#SEQ`), and the run tree
-        it joins: given, or the parent's when the context names one; (None, None) for a root."""
-        parent = caused_by.partition("#")[0] if caused_by else None
-        if parent is None and context is not None:
-            parent = context.parent_run_id
-        if not parent:
-            return None, None
-        source = await self.state(parent)
-        return caused_by or f"{parent}#{source.seq}", source.correlation_id or parent
-
     async def run(
         self,
         agent: Agent | Workflow,
@@ -397,7 +266,7 @@ class Runtime:
     ) -> RunResult:
         """Start a run and drive it until it ends or waits (leased to this runtime throughout)."""
         bound = await self._context_for(principal, context)
-        rid, lease = await self._create(
+        rid, lease = await self._starter.create(
             agent,
             input,
             run_id=run_id,
@@ -457,7 +326,7 @@ class Runtime:
         waiting = state.status is RunStatus.INPUT_REQUIRED and state.ending is None
         if state.is_terminal or waiting:
             if lease is not None:
-                await self._release(lease)
+                await self._own.release_lease(lease)
             return state
         if agent is None:
             if not state.agent_ref:
@@ -483,7 +352,7 @@ class Runtime:
                 run_id=run_id,
             )
         if lease is None and self._queue is not None:
-            lease = await self._take(state.run_id)
+            lease = await self._own.take(state.run_id)
             for event in await self.store.read(state.run_id, after_seq=state.seq):
                 apply(state, event)
         return await self._drive(state, agent, lease, take_over=take_over)
@@ -502,7 +371,7 @@ class Runtime:
                 workflow=agent,
                 state=state,
                 worker_id=self.worker_id,
-                host=self._child_host(take_over=take_over),
+                host=self._children.host(take_over=take_over, clock=self.governance.clock),
                 clock=self.governance.clock,
             )
             return await self._supervise(flow, state, lease)
@@ -517,7 +386,9 @@ class Runtime:
         )
         if agent.subagents:
             driver.delegations = SubagentCalls(
-                agent, self._child_host(take_over=take_over), parent_ref=state.agent_ref
+                agent,
+                self._children.host(take_over=take_over, clock=self.governance.clock),
+                parent_ref=state.agent_ref,
             )
         return await self._supervise(driver, state, lease)
 
@@ -525,255 +396,15 @@ class Runtime:
         self, driver: Driver | WorkflowDriver, state: RunState, lease: Lease | None
     ) -> RunState:
         """Drive under the lease: renew it, watch for cancellation, hand back on a stop."""
-        driver.stop_requested = self._draining
         if self._traces is not None:
             driver.on_commit = functools.partial(self._traces.committed, self.store, state.run_id)
-        task = asyncio.create_task(driver.drive())
-        self._inflight[state.run_id] = (driver, task)
-        if lease is not None:
-            self._leases[state.run_id] = lease
-            self._renewed_at[state.run_id] = time.monotonic()
-            if self._keeper is None or self._keeper.done():
-                self._keeper = asyncio.create_task(self._keep_leases())
-        if self._watcher is None or self._watcher.done():
-            self._watcher = asyncio.create_task(self._watch_for_cancel())
-        cut_from_outside = False
-        try:
-            await task
-            await driver.after_run()
-            await self._materialise(driver.state)
-        except asyncio.CancelledError:
-            # Cancelled from outside. While draining (a worker's second SIGTERM) the step is
-            # abandoned to the lease; otherwise (Ctrl-C in a script) the run is handed back
-            # before the cancellation goes on.
-            if state.run_id not in self._cancelled and self._draining:
-                raise
-            cut_from_outside = state.run_id not in self._cancelled
-            if cut_from_outside:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-        except (ConcurrencyConflict, RunIsTerminal):
-            pass  # another writer moved the run on (a cancel, another worker); we stop here
-        finally:
-            self._inflight.pop(state.run_id, None)
-            self._cancelled.discard(state.run_id)
-            held = self._leases.pop(state.run_id, None)
-            self._renewed_at.pop(state.run_id, None)
-        if held is not None:  # still ours (a lost lease is not ours to give back)
-            wake: datetime | None = None
-            if driver.state.status is RunStatus.RUNNING and (
-                driver.stop_requested or cut_from_outside
-            ):
-                reason = "interrupted"
-                if driver.stop_requested:
-                    reason = driver.stop_reason or self._drain_reason
-                await self._hand_back(driver.state, reason)
-                if driver.stop_requested and driver.wake_after_s is not None:
-                    wake = utcnow() + timedelta(seconds=driver.wake_after_s)
-            await self._release(held, not_before=wake)
-        if not self._leases:
-            await self._withdraw()
-        if cut_from_outside:
-            raise asyncio.CancelledError
-        # The driver's state is the log up to its seq; fold in whatever others added since.
-        for event in await self.store.read(state.run_id, after_seq=driver.state.seq):
-            apply(driver.state, event)
-        return driver.state
+        return await self._own.supervise(driver, state, lease, materialise=self._materialise)
 
-    # -- child runs -----------------------------------------------------------------------
-
-    def _child_host(self, *, take_over: bool) -> ChildHost:
-        """What a parent driven here uses to start and drive its children. `take_over`: the
-        parent was resumed by hand, which takes over its children too (as `resume` takes a
-        run's lease from whoever holds it); a worker's claim waits for other holders."""
-        return ChildHost(
-            store=self.store,
-            create=self._create_child,
-            drive=self._drive_child,
-            cancel=self._cancel_child,
-            clock=self.governance.clock,
-            take_over=take_over,
-            handoff_s=HANDOFF_S if self._queue_wakes_others else 0.0,
-        )
-
-    async def _create_child(self, start: ChildStart) -> bool:
-        contract = start.contract
-        if not start.fresh:
-            with contextlib.suppress(RunNotFound):
-                await self.store.get_run(contract.child_run_id)
-                return False  # created before (the parent crashed after creating it)
-        # Held by this process from the start: a child no worker could load (no reference),
-        # and any child when no other process would hear of it soon (SQLite: workers poll),
-        # since this process drives it at once.
-        try:
-            _, held = await self._create(
-                start.agent,
-                start.input,
-                run_id=contract.child_run_id,
-                agent_ref=start.agent_ref,
-                metadata=start.metadata,
-                entry=QueueEntry(
-                    run_id=RunId(""),
-                    agent_name=start.agent.name,
-                    tenant=start.context.tenant if start.context else "",
-                ),
-                hold=start.agent_ref is None or not self._queue_wakes_others,
-                context=start.context,
-                contract=contract,
-                started=True,
-            )
-        except ConcurrencyConflict:
-            return False  # another process created it meanwhile
-        if held is not None:
-            self._child_leases[contract.child_run_id] = held
-        return True
-
-    @functools.cached_property
-    def _queue(self) -> RunQueue | None:
-        """The store's queue (looked up once: a protocol check is not free)."""
-        return queue_of(self.store)
-
-    @property
-    def _queue_wakes_others(self) -> bool:
-        """Whether work queued here wakes idle workers of other processes (PostgreSQL)."""
-        return self.store.url.startswith(("postgresql://", "postgres://"))
-
-    async def _drive_child(self, run_id: RunId, agent: Agent, take_over: bool) -> RunState | None:
-        """Drive a child run here unless another process holds it (None then); where it
-        stands once this process stopped driving it."""
-        queue = self._queue
-        lease = self._child_leases.pop(run_id, None)
-        if lease is None and queue is not None:
-            if take_over:
-                lease = await queue.acquire(run_id, self.worker_id, lease_s=self.lease_s)
-            else:
-                lease = await queue.take(run_id, self.worker_id, lease_s=self.lease_s)
-            if lease is None:
-                return None
-        return await self._resume(run_id, agent, lease=lease, take_over=take_over)
-
-    async def _cancel_child(self, run_id: RunId, reason: str, agent: Agent | None = None) -> None:
-        with contextlib.suppress(RunNotFound):
-            await self.cancel(run_id, reason=reason, actor="runtime", agent=agent)
-
-    # -- leases ---------------------------------------------------------------------------
-
-    async def _keep_leases(self) -> None:
-        """Renew the leases of runs in flight; stop driving a run whose lease was lost.
-
-        A lease is lost when another worker took it (ours had expired: we were too slow or cut
-        off) or when it could not be renewed for a whole lease period. Either way someone else
-        may be driving the run now, so this runtime stops appending to it.
-        """
-        queue = self._queue
-        assert queue is not None
-        while self._leases:
-            await asyncio.sleep(self.lease_s / 3)
-            if self._announced:
-                with contextlib.suppress(Exception):  # the lease renewals below decide
-                    await queue.worker_heartbeat(self.worker_id, WorkerStatus.RUNNING)
-            for run_id, lease in list(self._leases.items()):
-                try:
-                    renewed = await queue.renew(lease, lease_s=self.lease_s)
-                except Exception:  # the store is unreachable: keep trying while the lease lasts
-                    since = self._renewed_at.get(run_id, time.monotonic())
-                    if time.monotonic() - since < self.lease_s:
-                        continue
-                    renewed = None
-                if run_id not in self._leases:
-                    continue  # it finished meanwhile
-                if renewed is not None:
-                    self._leases[run_id] = renewed
-                    self._renewed_at[run_id] = time.monotonic()
-                    continue
-                self._leases.pop(run_id, None)
-                inflight = self._inflight.get(run_id)
-                if inflight is not None and not inflight[1].done():
-                    self._cancelled.add(run_id)
-                    inflight[1].cancel()
-
-    async def _take(self, run_id: RunId) -> Lease:
-        """The run's lease for an explicit resume; RunInUse while a live driver holds it.
-
-        A holder is gone when its lease expired, or when it ran on this machine and its
-        process no longer exists (a `kill -9` seen from the same host needs no waiting).
-        """
-        queue = self._queue
-        assert queue is not None
-        await self._announce()
-        lease = await queue.take(run_id, self.worker_id, lease_s=self.lease_s)
-        if lease is not None:
-            return lease
-        owner = await self.owner(run_id)
-        if owner is None or _process_gone(owner):
-            return await queue.acquire(run_id, self.worker_id, lease_s=self.lease_s)
-        since = f" since {owner.since:%H:%M:%S} UTC" if owner.since else ""
-        raise RunInUse(run_id, owner.describe(), detail=since)
+    # -- ownership: leases, handing back, draining --------------------------------------
 
     async def owner(self, run_id: str) -> RunOwner | None:
         """Who drives the run now (the holder of its live lease), or None: nobody does."""
-        queue = self._queue
-        if queue is None:
-            return None
-        entry = await queue.queue_entry(RunId(run_id))
-        if entry is None or entry.lease_owner is None or entry.lease_expires_at is None:
-            return None
-        if entry.lease_expires_at <= utcnow():
-            return None
-        known = [
-            w
-            for w in await queue.list_workers(live_within_s=None)
-            if w.worker_id == entry.lease_owner
-        ]
-        info = known[0] if known else None
-        if info is not None and info.status is WorkerStatus.STOPPED:
-            return None  # it said it stopped: the lease it left behind drives nothing
-        return RunOwner(
-            run_id=RunId(run_id),
-            worker_id=entry.lease_owner,
-            expires_at=entry.lease_expires_at,
-            host=info.host if info else None,
-            pid=info.pid if info else None,
-            since=info.started_at if info else None,
-        )
-
-    async def _announce(self) -> None:
-        """Enter this runtime in the worker registry (once), as a driver of one run at a time."""
-        queue = self._queue
-        if not self._register or self._announced or queue is None:
-            return
-        await queue.register_worker(
-            WorkerInfo(
-                worker_id=self.worker_id, host=socket.gethostname(), pid=os.getpid(), concurrency=1
-            )
-        )
-        self._announced = True
-
-    async def _withdraw(self) -> None:
-        """Mark this runtime stopped in the registry, if it entered itself."""
-        queue = self._queue
-        if not self._announced or queue is None:
-            return
-        self._announced = False
-        with contextlib.suppress(Exception):  # a stale entry ages out of the live list anyway
-            await queue.worker_heartbeat(self.worker_id, WorkerStatus.STOPPED)
-
-    async def _release(self, lease: Lease, **kwargs: Any) -> None:
-        queue = self._queue
-        if queue is not None:
-            await queue.release(lease, **kwargs)
-
-    async def _hand_back(self, state: RunState, reason: str) -> None:
-        """Record that this worker let go of a running run (the next one does not cry crash)."""
-        event = ev.RunReleased(
-            run_id=state.run_id,
-            seq=state.seq + 1,
-            worker_id=self.worker_id,
-            reason=reason,
-            actor=f"worker:{self.worker_id}",
-        )
-        with contextlib.suppress(ConcurrencyConflict, RunIsTerminal):
-            await self.store.append(state.run_id, stamp(state, [event]), expected_seq=state.seq)
+        return await self._own.owner(run_id)
 
     async def release(
         self,
@@ -789,9 +420,7 @@ class Runtime:
         an attempt, for runs that keep failing.
         """
         state = await self.state(lease.run_id)
-        if state.status is RunStatus.RUNNING:
-            await self._hand_back(state, reason)
-        await self._release(lease, not_before=not_before, failed=failed)
+        await self._own.release(state, lease, reason=reason, not_before=not_before, failed=failed)
 
     def drain(self, *, reason: str = "the worker is shutting down", at_once: bool = False) -> None:
         """Let every run in flight finish its current step, then hand it back to the queue
@@ -800,36 +429,12 @@ class Runtime:
         `at_once` cuts the step in flight instead: what it recorded stays, a tool call it had
         dispatched is settled when the run resumes, as after a crash.
         """
-        self._draining = True
-        self._drain_reason = reason
-        for run_id, (driver, task) in self._inflight.items():
-            driver.stop_requested = True
-            if at_once and not task.done():
-                self._cancelled.add(run_id)
-                task.cancel()
+        self._own.drain(reason=reason, at_once=at_once)
 
     @property
     def in_flight(self) -> int:
         """Runs this runtime is driving now."""
-        return len(self._inflight)
-
-    async def _watch_for_cancel(self) -> None:
-        """Cancel in-flight steps of runs that someone else ended.
-
-        Short steps need no watching: their next append hits the fence. Only a step in flight
-        for longer than the poll interval (a slow tool, a slow model) costs a status read, so a
-        thousand concurrent runs do not mean a thousand reads per interval.
-        """
-        while self._inflight:
-            await asyncio.sleep(self.cancel_poll_s)
-            now = time.monotonic()
-            for run_id, (driver, task) in list(self._inflight.items()):
-                if task.done() or now - driver.step_started < self.cancel_poll_s:
-                    continue
-                summary = await self.store.get_run(run_id)
-                if summary.status.is_terminal and not task.done():
-                    self._cancelled.add(run_id)
-                    task.cancel()
+        return self._own.in_flight
 
     def model_for(self, agent: Agent) -> ModelAdapter:
         if not isinstance(agent.model, str):
@@ -881,7 +486,7 @@ class Runtime:
         state = await self.state(rid)
         for child in state.children.values():  # a cancelled parent's children stop too
             if not child.finished:
-                await self._cancel_child(
+                await self._children.cancel_child(
                     child.contract.child_run_id, f"its parent run {rid} was cancelled"
                 )
         return RunResult.from_state(state)
@@ -902,7 +507,7 @@ class Runtime:
                 return RunResult.from_state(state)
             check_pausable(state)
             owner = await self.owner(rid) if state.status is RunStatus.RUNNING else None
-            driven = owner is not None and not _process_gone(owner)
+            driven = owner is not None and not process_gone(owner)
             if driven and state.pause_requested is not None:
                 return RunResult.from_state(state)  # asked already; its driver will see it
             kind = ev.RunPauseRequested if driven else ev.RunPaused
@@ -941,7 +546,7 @@ class Runtime:
         check_sendable(await self.state(rid))  # before taking a lease on it
         # Driving here: hold the lease before the message queues the run, or a worker may
         # take it first.
-        lease = await self._take(rid) if drive and self._queue is not None else None
+        lease = await self._own.take(rid) if drive and self._queue is not None else None
         try:
             while True:
                 state = await self.state(rid)
@@ -957,7 +562,7 @@ class Runtime:
                     continue
         except BaseException:
             if lease is not None:
-                await self._release(lease)
+                await self._own.release_lease(lease)
             raise
         if self._traces is not None:
             await self._traces.committed(self.store, rid, [event])
@@ -1224,29 +829,6 @@ def _authority_from(
     if policy is None and os.environ.get("CONTEXTOS_POLICY"):
         return Authority()
     return None
-
-
-def _process_gone(owner: RunOwner) -> bool:
-    """Whether the owner's process is known to have ended: it ran here and its pid is free."""
-    if owner.pid is None or owner.host != socket.gethostname():
-        return False
-    try:
-        os.kill(owner.pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False  # someone else's live process
-    return False
-
-
-def _input_text(agent: Agent | Workflow, input: str | BaseModel | dict[str, Any]) -> str:
-    if isinstance(agent, Workflow):
-        return agent.input_text(input)
-    if not isinstance(input, str):
-        raise ConfigError(
-            f"agent {agent.name} takes its input as text, not a {type(input).__name__}"
-        )
-    return input
 
 
 def run(

@@ -387,6 +387,7 @@ def _apply_graph(
             node.completed_seq = event.seq
             node.output = event.output
             node.converged = event.converged
+            node.route = event.route
             node.finished_at = event.occurred_at
         case ev.NodeFailed():
             node = _node(state, event)

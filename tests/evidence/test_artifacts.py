@@ -13,7 +13,7 @@ from evidence_cli import cli_for
 from pydantic import BaseModel
 from support_agents import POLICY, lookup, support
 
-from contextos import Agent, Principal, Runtime, tool
+from contextos import Agent, Principal, Runtime, codec, tool
 from contextos import events as ev
 from contextos.errors import ArtifactCorrupt, ArtifactNotFound
 from contextos.store.artifacts import artifacts_of, record_artifact
@@ -49,7 +49,7 @@ async def test_the_final_output_is_an_artifact_with_its_lineage(backend_url: str
     # The log names the artifact and its hash; the content stays out of the event row.
     recorded = next(e for e in events if isinstance(e, ev.ArtifactRecorded))
     assert recorded.artifact_id == found.artifact_id and recorded.seq == events[-1].seq - 1
-    assert b"Refunded" not in ev.encode(recorded)
+    assert b"Refunded" not in codec.encode(recorded)
 
 
 async def test_a_structured_output_is_json_with_its_schema_version(tmp_path: Path) -> None:

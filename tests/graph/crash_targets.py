@@ -161,3 +161,58 @@ scan.gate(
     concurrency=4,
 )
 scan.agent("report", scripted("writer", synthesize, Report))
+
+
+# -- a routed workflow: fan-out of 2 agent nodes -> code reduce -> route -> agent or code ------
+
+
+class Order(BaseModel):
+    items: list[str]
+
+
+class Priced(BaseModel):
+    item: str
+    price: float
+
+
+class Total(BaseModel):
+    total: float
+
+
+class Decision(BaseModel):
+    approved: bool
+    by: str
+
+
+def price_item(request: ModelRequest) -> ModelResponse:
+    item = str(given(request))
+    return reply(json.dumps({"item": item, "price": 40.0 * len(item)}))
+
+
+def review(request: ModelRequest) -> ModelResponse:
+    total = given(request)["total"]  # type: ignore[index]
+    return reply(json.dumps({"approved": total < 1000, "by": "reviewer"}))
+
+
+def add_prices(priced: list[Priced]) -> Total:
+    log("code.jsonl", node="total")
+    return Total(total=sum(p.price for p in priced))
+
+
+def auto_approve(total: Total) -> Decision:
+    log("code.jsonl", node="approve")
+    return Decision(approved=True, by="rule")
+
+
+def is_big(total: Total) -> bool:
+    log("route.jsonl", node="total")
+    return total.total >= 200
+
+
+orders = Workflow("orders", input=Order)
+orders.map("price", scripted("pricer", price_item, Priced), over="items", item=str, concurrency=1)
+summed = orders.reduce("total", add_prices)
+reviewed = orders.agent("review", scripted("reviewer", review, Decision), after=summed)
+approved = orders.code("approve", auto_approve, after=summed)
+orders.route(summed, (is_big, reviewed), otherwise=approved)
+orders.join("decision", after=[reviewed, approved])

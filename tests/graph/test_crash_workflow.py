@@ -5,7 +5,6 @@ the output equals a clean run's."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -17,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from contextos.runs import RunStatus
-from contextos.state import RunState, fold
-from contextos.store import SqliteStore
+from contextos.state import RunState
+from support.crashes import lines, states
 
 ROOT = Path(__file__).resolve().parents[2]
 KILLER = ROOT / "tests" / "graph" / "kill_after.py"
@@ -58,24 +57,6 @@ def resume(db: Path, log_dir: Path) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=120,
     )
-
-
-def states(db: Path) -> dict[str, RunState]:
-    """Every run in the store, folded."""
-
-    async def read() -> dict[str, RunState]:
-        store = SqliteStore(db)
-        try:
-            runs = await store.list_runs(limit=1000)
-            return {r.run_id: fold(await store.read(r.run_id)) for r in runs}
-        finally:
-            await store.close()
-
-    return asyncio.run(read()) if db.exists() else {}
-
-
-def lines(path: Path) -> list[dict[str, object]]:
-    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 
 @pytest.fixture(scope="module")

@@ -17,10 +17,10 @@ EXAMPLES = re.findall(r"```python\n(.*?)```\n\nprints\n\n```\n(.*?)```", DOC.rea
 
 
 def test_the_page_has_its_examples() -> None:
-    assert len(EXAMPLES) == 2
+    assert len(EXAMPLES) == 3
 
 
-@pytest.mark.parametrize(("code", "printed"), EXAMPLES, ids=["workflow", "subagents"])
+@pytest.mark.parametrize(("code", "printed"), EXAMPLES, ids=["workflow", "routes", "subagents"])
 def test_each_example_prints_what_the_page_says(tmp_path: Path, code: str, printed: str) -> None:
     script = tmp_path / "example.py"
     script.write_text(code)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from contextos import EventDecodeError, RunStatus, Runtime
+from contextos import EventDecodeError, RunStatus, Runtime, codec
 from contextos import events as ev
 from contextos.messages import FinishReason, Message, ToolCall, Usage
 from contextos.runs import Budget, FailureReason, RunId
@@ -65,7 +65,7 @@ def test_every_event_type_round_trips_through_the_codec() -> None:
         ev.RunCancelled(run_id=RID, seq=1, reason="r"),
         ev.RunExpired(run_id=RID, seq=1, reason="r"),
     ]:
-        decoded = ev.decode(RID, event.seq, event.type, 1, ev.encode(event))
+        decoded = codec.decode(RID, event.seq, event.type, 1, codec.encode(event))
         assert decoded == event
         seen.add(event.type)
     kernel_types = {
@@ -126,17 +126,17 @@ def test_fold_refuses_gaps() -> None:
 
 def test_unknown_version_and_type_and_corruption_fail_loudly() -> None:
     created = sample_events()[0]
-    payload = ev.encode(created)
+    payload = codec.encode(created)
     with pytest.raises(EventDecodeError) as info:
-        ev.decode(RID, 1, "run_created", 99, payload)
+        codec.decode(RID, 1, "run_created", 99, payload)
     assert (info.value.run_id, info.value.seq) == (RID, 1)
     assert "schema version 99" in str(info.value)
     with pytest.raises(EventDecodeError, match="unknown event type"):
-        ev.decode(RID, 1, "run_teleported", 1, payload)
+        codec.decode(RID, 1, "run_teleported", 1, payload)
     with pytest.raises(EventDecodeError, match="corrupt run_created"):
-        ev.decode(RID, 1, "run_created", 1, payload[:-10])
+        codec.decode(RID, 1, "run_created", 1, payload[:-10])
     with pytest.raises(EventDecodeError, match="does not match its row"):
-        ev.decode(RID, 2, "run_created", 1, payload)
+        codec.decode(RID, 2, "run_created", 1, payload)
 
 
 async def test_a_corrupt_row_in_the_store_stops_reading_with_run_and_seq(tmp_path: Path) -> None:
@@ -171,7 +171,7 @@ FIXTURES = Path(__file__).parents[1] / "fixtures" / "events"
 
 def test_a_v1_run_completed_still_reads_with_its_output() -> None:
     payload = (FIXTURES / "run_completed.v1.json").read_bytes()
-    event = ev.decode(RID, 6, "run_completed", 1, payload)
+    event = codec.decode(RID, 6, "run_completed", 1, payload)
     assert isinstance(event, ev.RunCompleted)
     assert (event.output, event.answer_seq) == ("It is 18 degrees.", None)
     assert event.structured_output == {"temp_c": 18}

@@ -22,7 +22,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("cli", "api", "jobs", "__main__"),
     ("contextos", "workers:face", "testing"),
     ("improve",),
-    ("runtime", "workers"),
+    ("runtime", "starting", "ownership", "hosting", "workers"),
     ("graph", "loop", "agents", "verify", "evidence", "control"),
     ("middleware",),
     ("context",),
@@ -31,7 +31,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("store",),
     ("state", "causality"),
     ("records",),
-    ("events",),
+    ("events", "codec"),
     ("errors", "runs", "messages", "ledger", "delegation", "numbers"),
 )
 """The rooms from the top down: the faces; the public API (`contextos` and the face of

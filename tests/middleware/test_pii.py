@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from guard_corpora import pii_scores, pii_table, presidio_faker_pii, project_pii
 
-from contextos import Agent, FailureReason, Runtime
+from contextos import Agent, FailureReason, Runtime, codec
 from contextos import events as ev
 from contextos.middleware import PiiRedaction, custom
 from contextos.middleware.pii import iban_ok, luhn_ok
@@ -211,7 +211,7 @@ async def test_a_snapshot_holds_the_runs_input_no_more_often_than_its_events(
     async with Runtime(str(tmp_path / "r.db")) as rt:
         result = await rt.run(agent, raw)
         events = await rt.events(result.run_id)
-    in_events = sum(ev.encode(e).count(raw.encode()) for e in events)
+    in_events = sum(codec.encode(e).count(raw.encode()) for e in events)
     state = fold(events)
     blob = encode(state)  # what the store writes as the run's snapshot
     assert blob.count(raw.encode()) <= in_events == 1

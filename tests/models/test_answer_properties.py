@@ -10,6 +10,7 @@ import httpx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from contextos import codec
 from contextos import events as ev
 from contextos.errors import ModelError
 from contextos.messages import Message, ToolSpec
@@ -135,7 +136,7 @@ def storable(response: ModelResponse) -> None:
         model=response.model,
         request_id=response.request_id,
     )
-    assert ev.decode("r", 1, event.type, 1, ev.encode(event)) == event
+    assert codec.decode("r", 1, event.type, 1, codec.encode(event)) == event
 
 
 def answer_or_model_error(parse: Any, body: bytes) -> None:

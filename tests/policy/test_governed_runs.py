@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from contextos import Agent, FrozenAction, RunStatus, Runtime, tool
+from contextos import Agent, FrozenAction, RunStatus, Runtime, codec, tool
 from contextos import events as ev
 from contextos.errors import AnswerInvalid, ApprovalRefused, AuthorityWidened
 from contextos.messages import FinishReason, Message, ToolCall, Usage
@@ -369,4 +369,6 @@ async def test_redacted_arguments_stay_out_of_the_approval_record(tmp_path: Path
         for e in events
         if isinstance(e, ev.PolicyDecided | ev.InterruptRaised | ev.ApprovalGranted)
     ]
-    assert authority_events and all(secret not in ev.encode(e).decode() for e in authority_events)
+    assert authority_events and all(
+        secret not in codec.encode(e).decode() for e in authority_events
+    )

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from contextos import codec
 from contextos import events as ev
 from contextos.errors import (
     ConcurrencyConflict,
@@ -301,7 +302,7 @@ Attack = tuple[str, tuple[Any, ...]]
 def rewrites(raw: Raw, run_id: str, seq: int) -> list[Attack]:
     """Plain SQL that would rewrite or remove what is recorded of a run whose last event is
     `seq`, or create the run again; refused for every run. A run named `live` must exist."""
-    at, forged = raw.ts(T0), ev.encode(note(run_id, seq, "forged"))
+    at, forged = raw.ts(T0), codec.encode(note(run_id, seq, "forged"))
     attacks: list[Attack] = [
         ("UPDATE runs SET run_id = 'elsewhere' WHERE run_id = ?", (run_id,)),
         ("DELETE FROM runs WHERE run_id = ?", (run_id,)),
@@ -328,7 +329,7 @@ def rewrites(raw: Raw, run_id: str, seq: int) -> list[Attack]:
 
 def reopenings(raw: Raw, run_id: str, seq: int) -> list[Attack]:
     """Plain SQL that would move a run whose last event is `seq` on: refused once it ended."""
-    at, more = raw.ts(T0), ev.encode(note(run_id, seq + 1, "more"))
+    at, more = raw.ts(T0), codec.encode(note(run_id, seq + 1, "more"))
     return [
         ("UPDATE runs SET status = 'running' WHERE run_id = ?", (run_id,)),
         ("UPDATE runs SET last_seq = 99 WHERE run_id = ?", (run_id,)),
@@ -391,7 +392,7 @@ async def test_a_batch_that_fails_half_way_leaves_nothing_behind(
     await store.append(RunId("r1"), [created("r1"), started("r1", 2)], expected_seq=0)
     # A row appears at seq 4 behind the store's back; the batch 3, 4, 5 hits it on its second
     # insert, after its first one went in.
-    raw.insert_event("r1", 4, ev.encode(note("r1", 4, "intruder")), type="user_message_added")
+    raw.insert_event("r1", 4, codec.encode(note("r1", 4, "intruder")), type="user_message_added")
     batch = [responded("r1", 3), note("r1", 4, "mine"), completed("r1", 5)]
     with pytest.raises(ConcurrencyConflict):
         await store.append(RunId("r1"), batch, expected_seq=2)
@@ -491,7 +492,7 @@ async def test_a_corrupt_payload_fails_loudly_with_run_and_seq(store: EventStore
 
 async def test_a_payload_of_another_shape_fails_loudly(store: EventStore, raw: Raw) -> None:
     await store.append(RunId("r1"), [created("r1")], expected_seq=0)
-    raw.insert_event("r1", 2, ev.encode(note("other", 2)), type="user_message_added")
+    raw.insert_event("r1", 2, codec.encode(note("other", 2)), type="user_message_added")
     with pytest.raises(EventDecodeError, match=r"run r1 event #2") as caught:
         await store.read(RunId("r1"))
     assert caught.value.seq == 2
@@ -499,7 +500,7 @@ async def test_a_payload_of_another_shape_fails_loudly(store: EventStore, raw: R
 
 async def test_an_unknown_schema_version_fails_loudly(store: EventStore, raw: Raw) -> None:
     await store.append(RunId("r1"), [created("r1")], expected_seq=0)
-    raw.insert_event("r1", 2, ev.encode(note("r1", 2)), type="user_message_added", version=99)
+    raw.insert_event("r1", 2, codec.encode(note("r1", 2)), type="user_message_added", version=99)
     with pytest.raises(EventDecodeError, match=r"run r1 event #2: .*schema version 99") as caught:
         await store.read(RunId("r1"))
     assert (caught.value.run_id, caught.value.seq) == ("r1", 2)

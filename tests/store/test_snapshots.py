@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from contextos import Agent, Runtime
+from contextos import Agent, Runtime, codec
 from contextos import events as ev
 from contextos.errors import EventDecodeError, RunIsTerminal
 from contextos.ledger import EffectState
@@ -637,7 +637,7 @@ async def test_an_unknown_event_version_after_the_snapshot_stops_the_load(
             newer.type,
             99,
             T0 if raw.postgres else T0.isoformat(),
-            ev.encode(newer),
+            codec.encode(newer),
         ),
     )
     with pytest.raises(EventDecodeError, match="schema version 99") as caught:

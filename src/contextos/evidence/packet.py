@@ -12,6 +12,7 @@ import hashlib
 import json
 from collections.abc import Sequence
 
+from contextos import codec
 from contextos import events as ev
 from contextos.errors import RecordInvalid
 from contextos.evidence.canonical import Expected, LatestResult, LoggedEvent, ReplayPacket
@@ -57,7 +58,7 @@ def make_packet(events: Sequence[ev.Event], *, agent_ref: str | None = None) -> 
         ),
         latest_result=LatestResult(),
         events=[
-            LoggedEvent(schema_version=type(e).SCHEMA_VERSION, event=json.loads(ev.encode(e)))
+            LoggedEvent(schema_version=type(e).SCHEMA_VERSION, event=json.loads(codec.encode(e)))
             for e in events
         ],
     )
@@ -69,7 +70,7 @@ def packet_events(packet: ReplayPacket) -> list[ev.Event]:
     for logged in packet.events:
         data = logged.event
         out.append(
-            ev.decode(
+            codec.decode(
                 packet.source_ref,
                 int(data.get("seq", 0)),
                 str(data.get("type", "")),

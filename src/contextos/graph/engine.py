@@ -23,7 +23,7 @@ from contextos.agents import Subagent
 from contextos.delegation import ChildRun, ChildStatus, DelegationContract, NodeStatus
 from contextos.events import utcnow
 from contextos.graph.children import WAIT_S, ChildHost, Delegations, child_input, remaining
-from contextos.graph.workflow import ClaimCheck, Node, Workflow
+from contextos.graph.workflow import ClaimCheck, Node, Route, Workflow
 from contextos.runs import FailureReason, RunStatus
 from contextos.state import RunState, apply
 from contextos.store.base import EventStore, load_state
@@ -48,6 +48,13 @@ class _Waiting:
 
 
 WAITING = _Waiting()
+
+
+class _Skipped:
+    """A node a route left out: it does not run, and gives nothing."""
+
+
+SKIPPED = _Skipped()
 
 
 class WorkflowDriver:
@@ -146,6 +153,8 @@ class WorkflowDriver:
             deadline = self.state.deadline_at
             if deadline is not None and self.clock() >= deadline:
                 raise _Failed(None, FailureReason.TIMEOUT, "the workflow's deadline passed")
+            values.update({n.name: SKIPPED for n in wave if self._skipped(n, values)})
+            wave = [n for n in wave if n.name not in values]
             try:
                 async with asyncio.TaskGroup() as group:
                     tasks = [group.create_task(self._node(n, values)) for n in wave]
@@ -155,7 +164,27 @@ class WorkflowDriver:
             if any(isinstance(r, _Waiting) for r in results) or self.stop_requested:
                 return WAITING
             values.update({n.name: r for n, r in zip(wave, results, strict=True)})
-        return values[self.workflow.output_node.name]
+        output = self.workflow.output_node.name
+        if values[output] is SKIPPED:
+            raise _Failed(
+                None,
+                FailureReason.NODE_FAILED,
+                f"the output node {output} was skipped: a route took another branch; bring "
+                "the branches together with flow.join and make that the output",
+            )
+        return values[output]
+
+    def _skipped(self, node: Node[Any], values: dict[str, Any]) -> bool:
+        """Whether a route left the node out: it is a target not chosen, or it reads a skipped
+        node (a join only when every branch it joins was skipped)."""
+        upstream = [values[a] is SKIPPED for a in node.after]
+        if all(upstream) if node.kind == "join" else any(upstream):
+            return True
+        route = self.workflow.route_into(node.name)
+        if route is None:
+            return False
+        source = self.state.nodes.get(route.source)
+        return source is None or source.route != node.name
 
     async def _fail(self, failure: _Failed) -> None:
         """Stop every child still running, record what they became, then the failure."""
@@ -217,6 +246,9 @@ class WorkflowDriver:
                 return await self._fan_out(node, args[0])
             case "loop":
                 return await self._loop(node, args[0])
+            case "join":
+                await self._started(node)
+                return await self._complete(node, next(a for a in args if a is not SKIPPED))
             case _:
                 raise AssertionError(node.kind)
 
@@ -243,8 +275,33 @@ class WorkflowDriver:
                 errors,
             ) from None
         output = node.adapter.dump_python(checked, mode="json")
+        route = self.workflow.route_of(node.name)
+        if route is not None:
+            extra["route"] = await self._choose(node, route, checked)
         await self.record(ev.NodeCompleted, node=node.name, output=output, **extra)
         return checked
+
+    async def _choose(self, node: Node[Any], route: Route, output: Any) -> str:
+        """The node a route takes for this output: asked once, then recorded with it."""
+        for predicate, target in route.cases:
+            holds = await self._call(node, predicate, output)
+            if not isinstance(holds, bool):
+                raise _Failed(
+                    node.name,
+                    FailureReason.NODE_FAILED,
+                    f"a route predicate of node {node.name} returned {type(holds).__name__}, "
+                    "not a bool",
+                )
+            if holds:
+                return target
+        if route.otherwise is None:
+            raise _Failed(
+                node.name,
+                FailureReason.NODE_FAILED,
+                f"no route out of node {node.name} holds for its output; add otherwise=NODE "
+                "to the route",
+            )
+        return route.otherwise
 
     async def _call(self, node: Node[Any], fn: Any, *args: Any) -> Any:
         """Run user code (sync in a thread, so children in flight keep going); what it raises

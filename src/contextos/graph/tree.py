@@ -7,6 +7,7 @@ for one still running, from its own log), and its own children below it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -79,8 +80,9 @@ async def run_tree(store: EventStore, run_id: RunId, *, depth: int = 0) -> RunTr
         below = tuple(children.values())
         kind, detail = "run", f"{state.agent_name} v{state.agent_version}"
     else:
+        left_out = _skipped(state.workflow.nodes, state.nodes)
         below = tuple(
-            _node(spec, state.nodes.get(str(spec["name"])), children)
+            _node(spec, state.nodes.get(str(spec["name"])), children, spec["name"] in left_out)
             for spec in state.workflow.nodes
         )
         kind, detail = "workflow", f"{state.workflow.workflow} v{state.agent_version}"
@@ -105,10 +107,29 @@ def _why(detail: str, state: RunState) -> str:
     return f"{detail} · {state.failure_reason.value}: {state.failure_message or ''}".strip()
 
 
-def _node(spec: dict[str, Any], node: NodeRun | None, children: dict[str, RunTree]) -> RunTree:
+def _skipped(specs: Sequence[dict[str, Any]], nodes: dict[str, NodeRun]) -> set[str]:
+    """The nodes a route left out: targets it did not choose, and what reads them."""
+    out: set[str] = set()
+    deciders = {t: spec["name"] for spec in specs for t in spec.get("routes", ())}
+    for spec in specs:
+        name, after = spec["name"], [a in out for a in spec["after"]]
+        source = deciders.get(name)
+        decided = nodes.get(source) if source is not None else None
+        if (after and (all(after) if spec["kind"] == "join" else any(after))) or (
+            source in out or (decided is not None and decided.route not in (None, name))
+        ):
+            out.add(name)
+    return out
+
+
+def _node(
+    spec: dict[str, Any], node: NodeRun | None, children: dict[str, RunTree], skipped: bool
+) -> RunTree:
     name = str(spec["name"])
     if node is None:
-        return RunTree(label=name, kind=str(spec["kind"]), status="pending")
+        return RunTree(
+            label=name, kind=str(spec["kind"]), status="skipped" if skipped else "pending"
+        )
     below = tuple(children[k] for k in node.children if k in children)
     detail = _node_detail(node)
     if node.reason:

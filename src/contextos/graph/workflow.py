@@ -39,7 +39,7 @@ from contextos.runs import Budget
 
 T = TypeVar("T")
 
-NodeKind = Literal["agent", "code", "map", "reduce", "gate", "loop"]
+NodeKind = Literal["agent", "code", "map", "reduce", "gate", "loop", "join"]
 OnLimit = Literal["fail", "accept"]
 
 DEFAULT_BUDGET = Budget(max_turns=1000)
@@ -128,10 +128,36 @@ class Node(Generic[T]):
         }
 
 
+@dataclass(frozen=True, kw_only=True)
+class Route:
+    """Conditional edges out of one node: after it completes, the first case whose predicate
+    holds for its output names the one node that runs next; the other targets are skipped."""
+
+    source: str
+    """The node whose output decides."""
+    cases: tuple[tuple[Callable[[Any], bool], str], ...]
+    """(predicate on the source's output, target node), asked in order."""
+    otherwise: str | None = None
+    """The target when no predicate holds (None: that fails the workflow)."""
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        return (*(t for _, t in self.cases), *filter(None, [self.otherwise]))
+
+    def identity(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "cases": [[_code(p), t] for p, t in self.cases],
+            "otherwise": self.otherwise,
+        }
+
+
 @dataclass(kw_only=True)
 class _Build:
     nodes: dict[str, Node[Any]] = field(default_factory=dict)
     output: str | None = None
+    routes: dict[str, Route] = field(default_factory=dict)
+    """Conditional edges, by source node."""
 
 
 class Workflow:
@@ -329,6 +355,66 @@ class Workflow:
             )
         )
 
+    def route(
+        self,
+        source: Node[T],
+        *cases: tuple[Callable[[T], bool], Node[Any]],
+        otherwise: Node[Any] | None = None,
+    ) -> Route:
+        """Conditional edges: once `source` completes, the first `(predicate, node)` whose
+        predicate holds for its output names the one node that runs next; the other targets,
+        and every node that reads a skipped one (a join: all it joins), are skipped. No
+        predicate holding takes `otherwise` (without one, the workflow fails). The choice is
+        recorded with the source's output, so a resumed run takes the same branch; `flow.join`
+        brings the branches back together."""
+        if self._build.nodes.get(source.name) is not source:
+            raise ConfigError(f"{source.name!r} is not a node of {self.name}", node=source.name)
+        if source.name in self._build.routes:
+            raise ConfigError(f"node {source.name!r} has its routes already", node=source.name)
+        targets = [node for _, node in cases] + ([otherwise] if otherwise is not None else [])
+        if not cases:
+            raise ConfigError(f"the route out of {source.name!r} needs at least one case")
+        taken = {t for r in self._build.routes.values() for t in r.targets}
+        for target in targets:
+            if self._build.nodes.get(target.name) is not target or source.name not in target.after:
+                raise ConfigError(
+                    f"{target.name!r} is not a node that reads {source.name!r}: declare it with "
+                    f"after={source.name} before routing to it",
+                    node=target.name,
+                )
+            if target.name in taken or targets.count(target) > 1:
+                raise ConfigError(f"node {target.name!r} is the target of two routes")
+        for predicate, _ in cases:
+            _check_params(source.name, predicate, [source.output])
+            answer = _hints(predicate).get("return")
+            if answer is not None and answer is not bool:
+                raise ConfigError(
+                    f"the route out of {source.name!r}: a predicate returns bool, not "
+                    f"{_name(answer)}",
+                    node=source.name,
+                )
+        route = Route(
+            source=source.name,
+            cases=tuple((predicate, node.name) for predicate, node in cases),
+            otherwise=otherwise.name if otherwise is not None else None,
+        )
+        self._build.routes[source.name] = route
+        return route
+
+    def join(self, name: str, after: Sequence[Node[Any]], *, output: Any = None) -> Node[Any]:
+        """Where routed branches meet: gives the output of the first node of `after` that
+        ran (they give the same type, or `output=` names one they all fit)."""
+        upstream = self._after(name, after, None)
+        given = [(self._build.nodes.get(a) or self.start).output for a in upstream]
+        out = output if output is not None else given[0]
+        if not all(_accepts(out, g) for g in given):
+            raise ConfigError(
+                f"join {name!r}: its branches give {', '.join(_name(g) for g in given)}; "
+                "pass output=TYPE that each of them fits",
+                node=name,
+            )
+        return self._add(Node(name=name, kind="join", output=out, after=upstream))
+
     def output(self, node: Node[Any]) -> None:
         """Make `node`'s output the workflow's (by default the last node declared gives it)."""
         if self._build.nodes.get(node.name) is not node:
@@ -365,6 +451,18 @@ class Workflow:
             waves[d - 1].append(node)
         return waves
 
+    @property
+    def routes(self) -> tuple[Route, ...]:
+        return tuple(self._build.routes.values())
+
+    def route_of(self, source: str) -> Route | None:
+        """The conditional edges out of node `source`, if it has any."""
+        return self._build.routes.get(source)
+
+    def route_into(self, target: str) -> Route | None:
+        """The conditional edges that decide whether node `target` runs, if any do."""
+        return next((r for r in self._build.routes.values() if target in r.targets), None)
+
     def agent_named(self, name: str) -> Agent:
         """The agent the child runs of node `name` run (for `load_ref`, `path:flow#node`)."""
         spec = self.node(name).spec
@@ -374,7 +472,7 @@ class Workflow:
 
     def identity(self) -> dict[str, Any]:
         """Everything that changes what a run does, as JSON data: its structure included."""
-        return {
+        identity = {
             "name": self.name,
             "version": self.version,
             "input": _schema(self.input_type),
@@ -382,6 +480,9 @@ class Workflow:
             "nodes": [n.identity() for n in self.nodes],
             "output": self.output_node.name,
         }
+        if self.routes:  # absent otherwise: a graph without routes keeps the hash it had
+            identity["routes"] = [r.identity() for r in self.routes]
+        return identity
 
     def identity_hash(self) -> str:
         blob = json.dumps(self.identity(), sort_keys=True, separators=(",", ":"), default=str)
@@ -389,10 +490,15 @@ class Workflow:
 
     def structure(self) -> tuple[dict[str, Any], ...]:
         """The graph as recorded when a run starts (what `contextos show` draws)."""
-        return tuple(
-            {"name": n.name, "kind": n.kind, "after": list(n.after), "output": _name(n.output)}
-            for n in self.nodes
-        )
+        nodes = []
+        for n in self.nodes:
+            shape: dict[str, Any] = {"name": n.name, "kind": n.kind, "after": list(n.after)}
+            shape["output"] = _name(n.output)
+            route = self.route_of(n.name)
+            if route is not None:
+                shape["routes"] = list(route.targets)
+            nodes.append(shape)
+        return tuple(nodes)
 
     def input_text(self, value: BaseModel | dict[str, Any] | str) -> str:
         """A run's input, validated against the input type, as the JSON its log keeps."""
@@ -638,5 +744,6 @@ __all__ = [
     "Node",
     "NodeKind",
     "Rejected",
+    "Route",
     "Workflow",
 ]

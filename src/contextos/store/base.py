@@ -10,6 +10,7 @@ from typing import Protocol, runtime_checkable
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
 
+from contextos import codec
 from contextos import events as ev
 from contextos.errors import EventDecodeError, EventEncodeError
 from contextos.runs import RunId, RunStatus
@@ -185,8 +186,8 @@ def encode_batch(run_id: RunId, events: Sequence[ev.Event]) -> list[bytes]:
     payloads: list[bytes] = []
     for event in events:
         try:
-            payload = ev.encode(event)
-            ev.decode(run_id, event.seq, event.type, type(event).SCHEMA_VERSION, payload)
+            payload = codec.encode(event)
+            codec.decode(run_id, event.seq, event.type, type(event).SCHEMA_VERSION, payload)
         except PydanticSerializationError as exc:
             raise EventEncodeError(run_id, event.seq, str(exc)) from exc
         except EventDecodeError as exc:

@@ -19,6 +19,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
+from contextos import codec
 from contextos import events as ev
 from contextos.errors import (
     ConcurrencyConflict,
@@ -297,7 +298,7 @@ class PostgresStore(PostgresQueue, SqlTokens, snapshots.Snapshotting, SqlArtifac
 
     async def read(self, run_id: RunId, *, after_seq: int = 0) -> list[ev.Event]:
         rows = await self._read_rows(run_id, after_seq)
-        return [ev.decode(run_id, seq, t, v, payload) for seq, t, v, payload in rows]
+        return [codec.decode(run_id, seq, t, v, payload) for seq, t, v, payload in rows]
 
     async def _read_rows(self, run_id: RunId, after_seq: int) -> list[snapshots.Row]:
         async with self._conn() as conn:

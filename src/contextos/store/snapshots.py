@@ -22,6 +22,7 @@ from typing import Any
 import pydantic_core
 from pydantic import TypeAdapter, ValidationError
 
+from contextos import codec
 from contextos import events as ev
 from contextos.errors import EventDecodeError
 from contextos.messages import Message
@@ -54,6 +55,7 @@ _MESSAGES: TypeAdapter[list[Message]] = TypeAdapter(list[Message])
 _SOURCES = (
     "contextos.state",
     "contextos.events",
+    "contextos.codec",
     "contextos.messages",
     "contextos.ledger",
     "contextos.records.interrupts",
@@ -157,7 +159,7 @@ def replay(state: RunState, rows: Sequence[Row]) -> RunState:
     """Fold event rows into `state`; a corrupt or unknown row stops with its run and seq."""
     run_id = state.run_id
     for seq, event_type, version, payload in rows:
-        apply(state, ev.decode(run_id, seq, event_type, version, payload))
+        apply(state, codec.decode(run_id, seq, event_type, version, payload))
     return state
 
 

@@ -22,6 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar, cast
 
+from contextos import codec
 from contextos import events as ev
 from contextos.errors import (
     ConcurrencyConflict,
@@ -361,7 +362,7 @@ class SqliteStore(SqliteQueue, SqlTokens, snapshots.Snapshotting, SqlArtifacts):
 
     async def read(self, run_id: RunId, *, after_seq: int = 0) -> list[ev.Event]:
         rows = await self._read_rows(run_id, after_seq)
-        return [ev.decode(run_id, seq, t, v, payload) for seq, t, v, payload in rows]
+        return [codec.decode(run_id, seq, t, v, payload) for seq, t, v, payload in rows]
 
     async def _read_snapshot(
         self, run_id: RunId

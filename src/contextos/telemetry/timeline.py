@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from contextos import codec
 from contextos import events as ev
 from contextos.delegation import DelegationContract
 from contextos.records.interrupts import canonical_json, fmt_roles
@@ -46,7 +47,7 @@ def timeline(events: Sequence[ev.Event]) -> list[TimelineEntry]:
             actor=e.actor,
             causation_id=e.causation_id,
             line=describe(e),
-            data=json.loads(ev.encode(e)),
+            data=json.loads(codec.encode(e)),
         )
         for e in events
     ]
@@ -205,7 +206,8 @@ def describe(event: ev.Event) -> str:
             return f"{event.node} round {event.round}: {_clip(json.dumps(event.output), 100)}"
         case ev.NodeCompleted():
             done = "" if event.converged is None else (" (converged)" if event.converged else "")
-            return f"{event.node} completed{done}: {_clip(json.dumps(event.output), 100)}"
+            routed = f" → {event.route}" if event.route is not None else ""
+            return f"{event.node} completed{done}{routed}: {_clip(json.dumps(event.output), 100)}"
         case ev.NodeFailed():
             return f"{event.node} failed ({event.reason}): {event.message}"
         case _:

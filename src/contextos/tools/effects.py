@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any, Protocol
 
@@ -46,7 +45,7 @@ from contextos.records.interrupts import InterruptKind, approval_interrupt, inte
 from contextos.runs import RunId
 from contextos.state import RunState
 from contextos.store.base import EventStore
-from contextos.tools._invoke import error_text, error_type, safe_text, stray_cancellation
+from contextos.tools._invoke import error_text, error_type, safe_text
 from contextos.tools.contract import Tool, ToolContext
 from contextos.tools.gateway import (
     Gateway,
@@ -58,9 +57,7 @@ from contextos.tools.gateway import (
     timeout_message,
     unshowable_outcome,
 )
-
-CANCEL_POLL_S = 0.25
-"""How often an in-flight tool call checks whether its run is being ended."""
+from contextos.tools.inflight import Ending, attempt, ms_since, now
 
 
 class Journal(Protocol):
@@ -72,10 +69,6 @@ class Journal(Protocol):
     def event(self, cls: type[Any], offset: int = 1, **fields: Any) -> Any: ...
 
     async def commit(self, *events: ev.Event) -> None: ...
-
-
-class _Ending(Exception):
-    """Internal: the run is being ended (RunEnding arrived) while a tool was in flight."""
 
 
 @dataclass(slots=True)
@@ -92,35 +85,6 @@ class _Batch:
         if self.events:
             await self.journal.commit(*self.events)
             self.events = []
-
-
-class _EndingWatcher:
-    """Polls a run's log while a slow call is in flight; cancels the call if the run is ending."""
-
-    def __init__(self, runner: ToolRunner, task: asyncio.Task[Any]) -> None:
-        self.runner = runner
-        self.task = task
-        self.cut = False
-        self.polling: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self.polling = asyncio.ensure_future(self._poll())
-
-    def stop(self) -> None:
-        if self.polling is not None and not self.polling.done():
-            self.polling.cancel()
-
-    async def _poll(self) -> None:
-        while True:
-            try:
-                ending = await self.runner._ending_requested()
-            except Exception:
-                return  # the store is unreachable: the call's own commit will say so
-            if ending:
-                self.cut = True
-                self.task.cancel()
-                return
-            await asyncio.sleep(CANCEL_POLL_S)
 
 
 class ToolRunner:
@@ -215,10 +179,10 @@ class ToolRunner:
         attempt = 1
         while True:
             ctx = self._context(call, None, attempt)
-            started = _now()
+            started = now()
             try:
                 r = self.gw.render(await self._attempt(tool, args, ctx), tool)
-            except _Ending:
+            except Ending:
                 return error_outcome("cancelled", f"{tool.name} was cancelled: the run is ending.")
             except TimeoutError as exc:
                 if await self._retry_after(call, tool, None, attempt, exc, failed):
@@ -234,7 +198,7 @@ class ToolRunner:
                 output=r.text,
                 truncated=r.truncated,
                 receipts={**safe_receipts(ctx.receipts), **r.receipts},
-                duration_ms=_ms_since(started),
+                duration_ms=ms_since(started),
             )
 
     # -- tools with effects ---------------------------------------------------------------
@@ -423,10 +387,10 @@ class ToolRunner:
             b.add(ev.EffectChanged, effect_id=eid, state=EffectState.DISPATCHED, attempt=attempt)
             await b.commit()  # durable before the tool is called: a crash after it is detectable
             ctx = self._context(call, effect, attempt)
-            started = _now()
+            started = now()
             try:
                 r = self.gw.render(await self._attempt(tool, args, ctx), tool)
-            except (TimeoutError, ToolOutcomeUnknown, ToolCrashed, _Ending) as exc:
+            except (TimeoutError, ToolOutcomeUnknown, ToolCrashed, Ending) as exc:
                 # Cut short, or ended abnormally: the call may have acted.
                 b = self.batch()
                 b.add(
@@ -442,7 +406,7 @@ class ToolRunner:
                 return
             except ToolOutputInvalid as exc:
                 # The call returned, so it took effect; only its result cannot be shown.
-                outcome = unshowable_outcome(tool, exc, ctx.receipts, _ms_since(started))
+                outcome = unshowable_outcome(tool, exc, ctx.receipts, ms_since(started))
                 await self._commit_effect(call, tool, effect, outcome)
                 return
             except Exception as exc:
@@ -466,7 +430,7 @@ class ToolRunner:
                 output=r.text,
                 truncated=r.truncated,
                 receipts={**safe_receipts(ctx.receipts), **r.receipts},
-                duration_ms=_ms_since(started),
+                duration_ms=ms_since(started),
             )
             await self._commit_effect(call, tool, effect, outcome)
             return
@@ -666,40 +630,7 @@ class ToolRunner:
         )
 
     async def _attempt(self, tool: Tool, args: BaseModel, ctx: ToolContext) -> Any:
-        """One dispatch, cut short if another process starts ending the run meanwhile.
-
-        The call runs in this task. Only a call still running after `CANCEL_POLL_S` gets a
-        watcher that polls the log, so a quick call costs no extra task or status read.
-        """
-        deadline = self.state.deadline_at
-        remaining = (deadline - _now()).total_seconds() if deadline is not None else None
-        task = asyncio.current_task()
-        assert task is not None
-        watcher = _EndingWatcher(self, task)
-        handle = asyncio.get_running_loop().call_later(CANCEL_POLL_S, watcher.start)
-        try:
-            result = await self.gw.dispatch(tool, args, ctx, timeout_s=remaining)
-        except asyncio.CancelledError:
-            if not watcher.cut:
-                if task.cancelling():
-                    raise  # the runtime is stopping this run (cancel, lease lost, shutdown)
-                # raised by code around the call (a middleware), not by the runtime
-                raise stray_cancellation(tool.name) from None
-        finally:
-            handle.cancel()
-            watcher.stop()
-        if watcher.cut:
-            task.uncancel()  # the cancellation was ours, not the caller's
-            raise _Ending("the run is being ended; the call was cancelled in flight")
-        return result
-
-    async def _ending_requested(self) -> bool:
-        s = self.state
-        summary = await self.j.store.get_run(s.run_id)
-        if summary.last_seq <= s.seq:
-            return False
-        tail = await self.j.store.read(s.run_id, after_seq=s.seq)
-        return any(isinstance(e, ev.RunEnding) for e in tail)
+        return await attempt(self.gw, tool, args, ctx, self.j.store, self.state)
 
     async def _retry_after(
         self,
@@ -813,14 +744,6 @@ def _unknown_note(tool: Tool, exc: BaseException) -> str:
     if isinstance(exc, ToolCrashed):
         return f"{tool.name} crashed ({safe_text(exc)}); it may have acted"
     return error_text(exc)
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
-def _ms_since(started: datetime) -> float:
-    return (_now() - started).total_seconds() * 1000
 
 
 __all__ = [

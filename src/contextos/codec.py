@@ -1,0 +1,91 @@
+"""The one codec for every event: stored rows to events and back.
+
+Each row stores its event's schema version; a row with a version this code does not know stops
+loudly instead of guessing, and an older version is brought up to date by its upcasters.
+
+Version history (bump SCHEMA_VERSION on the type, add a line here and a golden fixture of the
+old shape under tests/fixtures/events/):
+- every type: v1, the first shape.
+- run_completed v2: `answer_seq` names the model answer that holds the output, which is then
+  not repeated in `output` (v1 always repeated it; it reads as v2 without `answer_seq`).
+- every type: the optional `correlation_id` (rows written before it read with none), and on
+  run_created the optional `caused_by`; no version bump, since no older reader is misled.
+- node_completed: the optional `route` (the node a conditional edge chose; rows written before
+  it read with none); no version bump, since no graph without routes writes one.
+- user_message_added moves the run to `queued` (a follow-up is answered by the next driver);
+  no version bump: nothing recorded it before.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+
+from contextos.errors import EventDecodeError
+from contextos.events import EVENT_TYPES, Event
+
+_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+
+Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
+UPCASTERS: dict[tuple[str, int], Upcaster] = {
+    ("run_completed", 1): lambda payload: payload,  # v2 only added `answer_seq`
+}
+"""(type, old version) -> function turning that payload into the next version's shape."""
+
+
+# One serializer per type, built on first use: the union's serializer must first find which
+# member an event is, which costs several times the encoding itself; the bytes are the same.
+_ENCODERS: dict[type[Any], TypeAdapter[Any]] = {}
+
+
+def encode(event: Event) -> bytes:
+    """The event as JSON bytes, envelope included."""
+    cls = type(event)
+    encoder = _ENCODERS.get(cls)
+    if encoder is None:
+        encoder = _ENCODERS[cls] = TypeAdapter(cls)
+    return encoder.dump_json(event)
+
+
+def decode(run_id: str, seq: int, event_type: str, version: int, payload: bytes | str) -> Event:
+    """Turn a stored row back into an event; corrupt or unknown rows raise EventDecodeError."""
+    cls = EVENT_TYPES.get(event_type)
+    if cls is None:
+        raise EventDecodeError(run_id, seq, f"unknown event type {event_type!r}")
+    if version != cls.SCHEMA_VERSION:
+        if version > cls.SCHEMA_VERSION or version < 1:
+            raise EventDecodeError(
+                run_id,
+                seq,
+                f"{event_type} has schema version {version}, this code knows up to "
+                f"{cls.SCHEMA_VERSION}; upgrade ContextOS to read it",
+            )
+        return _upcast(run_id, seq, event_type, version, payload)
+    try:
+        event = _ADAPTER.validate_json(payload)
+    except ValidationError as exc:
+        raise EventDecodeError(run_id, seq, f"corrupt {event_type} payload: {exc}") from exc
+    if event.run_id != run_id or event.seq != seq or event.type != event_type:
+        raise EventDecodeError(run_id, seq, "payload does not match its row (run id, seq or type)")
+    return event
+
+
+def _upcast(run_id: str, seq: int, event_type: str, version: int, payload: bytes | str) -> Event:
+    try:
+        data = json.loads(payload)
+    except ValueError as exc:
+        raise EventDecodeError(run_id, seq, f"corrupt {event_type} payload: {exc}") from exc
+    current = EVENT_TYPES[event_type].SCHEMA_VERSION
+    while version < current:
+        step = UPCASTERS.get((event_type, version))
+        if step is None:
+            raise EventDecodeError(run_id, seq, f"no upcaster for {event_type} v{version}")
+        data = step(data)
+        version += 1
+    try:
+        return _ADAPTER.validate_python(data)
+    except ValidationError as exc:
+        raise EventDecodeError(run_id, seq, f"corrupt {event_type} payload: {exc}") from exc
