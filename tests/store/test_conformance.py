@@ -209,7 +209,7 @@ async def test_create_append_and_read_back(store: EventStore) -> None:
 
     summary = await store.get_run(RunId("r1"))
     assert (summary.run_id, summary.agent_name, summary.agent_version) == ("r1", "clerk", "3")
-    assert summary.status is RunStatus.RUNNING
+    assert summary.status is RunStatus.QUEUED  # a person's message queues it for a driver
     assert summary.last_seq == 5
     assert (summary.turns, summary.input_tokens, summary.output_tokens) == (2, 18, 5)
     assert summary.cost_usd == pytest.approx(0.5)

@@ -236,7 +236,12 @@ def cancel(
 def runs(
     store: StoreOption = None,
     status: Annotated[
-        RunStatus | None, typer.Option("--status", help="Only runs with this status.")
+        RunStatus | None,
+        typer.Option(
+            "--status",
+            metavar="STATUS",
+            help=f"Only runs with this status: {', '.join(RunStatus)}.",
+        ),
     ] = None,
     limit: Annotated[int, typer.Option(help="How many runs to list.")] = 50,
     top_level: Annotated[
