@@ -11,7 +11,7 @@ from pydantic import BaseModel
 from rich.text import Text
 
 from contextos import ContextOSError, ReplayPacket, Runtime
-from contextos.cli.common import JsonOption, StoreOption, app, call, console, err, fail
+from contextos.cli.common import JsonOption, StoreOption, app, call, console, err, examples, fail
 from contextos.improve import Change, Decided, Improvements, ReleaseReport
 
 candidate_app = typer.Typer(
@@ -34,7 +34,7 @@ def _dump(value: BaseModel | list[Any]) -> None:
         sys.stdout.write(value.model_dump_json(indent=2) + "\n")
 
 
-@app.command()
+@app.command(epilog=examples("contextos findings", "contextos findings --scan --min-runs 3 --json"))
 def findings(
     scan: Annotated[
         bool, typer.Option("--scan", help="Run the findings job now (a run) before showing.")
@@ -69,7 +69,7 @@ def findings(
         )
 
 
-@app.command()
+@app.command(epilog=examples("contextos proposals", "contextos proposals --json"))
 def proposals(store: StoreOption = None, as_json: JsonOption = False) -> None:
     """What the latest findings say should change, and on which rung of the ladder."""
     review = call(store, lambda rt: Improvements(rt).review())
@@ -91,7 +91,13 @@ def proposals(store: StoreOption = None, as_json: JsonOption = False) -> None:
         console.print("[dim]no proposals: the latest findings found nothing recurring[/]")
 
 
-@candidate_app.command("create")
+@candidate_app.command(
+    "create",
+    epilog=examples(
+        "contextos candidate create prop_3f2a9c",
+        'contextos candidate create prop_3f2a9c --text "Ids: A-1."',
+    ),
+)
 def candidate_create(
     proposal_id: Annotated[str, typer.Argument(help="The proposal (`contextos proposals`).")],
     text: Annotated[
@@ -127,7 +133,10 @@ def candidate_create(
     )
 
 
-@candidate_app.command("change")
+@candidate_app.command(
+    "change",
+    epilog=examples('contextos candidate change desk.py:agent --tool lookup --text "Ids: A-1."'),
+)
 def candidate_change(
     agent_ref: Annotated[str, typer.Argument(help="The agent (path.py:attr or module:attr).")],
     text: Annotated[str, typer.Option(help="The new description, or the added instruction.")],
@@ -148,7 +157,9 @@ def candidate_change(
     console.print(Text(f"candidate {found.candidate_id} of {found.agent}", style="bold"))
 
 
-@candidate_app.command("list")
+@candidate_app.command(
+    "list", epilog=examples("contextos candidate list", "contextos candidate list --json")
+)
 def candidate_list(store: StoreOption = None, as_json: JsonOption = False) -> None:
     """Every candidate kept in the store, oldest first."""
     found = call(store, lambda rt: Improvements(rt).candidates())
@@ -164,7 +175,10 @@ def candidate_list(store: StoreOption = None, as_json: JsonOption = False) -> No
         )
 
 
-@release_app.command("check")
+@release_app.command(
+    "check",
+    epilog=examples("contextos release check cand_3f2a9c --golden run_1a2b --golden run_3c4d"),
+)
 def release_check(
     candidate_id: Annotated[str, typer.Argument(help="The candidate to replay.")],
     golden: Annotated[
@@ -211,7 +225,13 @@ def _print_report(report: ReleaseReport) -> None:
         )
 
 
-@release_app.command("request")
+@release_app.command(
+    "request",
+    epilog=examples(
+        "contextos release request cand_3f2a9c rep_9e8d --releaser alice",
+        "contextos release request cand_3f2a9c rep_9e8d --releaser ann --fraction 0.1",
+    ),
+)
 def release_request(
     candidate_id: Annotated[str, typer.Argument(help="The candidate to release.")],
     report_id: Annotated[str, typer.Argument(help="Its replay report (`release check`).")],
@@ -235,7 +255,9 @@ def release_request(
     err.print(Text(f"approve: contextos release approve {asked.id} --as NAME", "dim"))
 
 
-@release_app.command("approve")
+@release_app.command(
+    "approve", epilog=examples("contextos release approve run_3f2a9c.i2 --as alice")
+)
 def release_approve(
     interrupt_id: Annotated[str, typer.Argument(help="The release's question.")],
     approver: Annotated[str, typer.Option("--as", help="Who approves (a releaser).")],
@@ -247,7 +269,10 @@ def release_approve(
     _print_decided(done, as_json)
 
 
-@release_app.command("deny")
+@release_app.command(
+    "deny",
+    epilog=examples('contextos release deny run_3f2a9c.i2 --as alice --reason "not this week"'),
+)
 def release_deny(
     interrupt_id: Annotated[str, typer.Argument(help="The release's question.")],
     approver: Annotated[str, typer.Option("--as", help="Who refuses (a releaser).")],
@@ -259,7 +284,10 @@ def release_deny(
     console.print(f"release {interrupt_id} refused: nothing changed")
 
 
-@release_app.command("status")
+@release_app.command(
+    "status",
+    epilog=examples("contextos release status", "contextos release status order-desk --json"),
+)
 def release_status(
     agent: Annotated[
         str | None, typer.Argument(help="One agent's release line (default: every agent's).")
@@ -278,7 +306,10 @@ def release_status(
         console.print("[dim]no release decisions: agents run their code as it is[/]")
 
 
-@release_app.command("watch")
+@release_app.command(
+    "watch",
+    epilog=examples("contextos release watch order-desk --max-failure-rate 0.2 --min-runs 20"),
+)
 def release_watch(
     agent: Annotated[str, typer.Argument(help="The agent whose canary to judge.")],
     max_failure_rate: Annotated[
@@ -303,7 +334,7 @@ def release_watch(
         raise typer.Exit(code=1)
 
 
-@app.command()
+@app.command(epilog=examples('contextos rollback order-desk --as alice --reason "more failures"'))
 def rollback(
     agent: Annotated[str, typer.Argument(help="The agent whose current release to undo.")],
     by: Annotated[str, typer.Option("--as", help="Who rolls back.")],
