@@ -488,24 +488,17 @@ class Driver:
             for _, verdict in verdicts:
                 if verdict.structured_output is not None:
                     structured = verdict.structured_output
-            if self.agent.conversation:  # it waits for the next message instead of ending
-                events.append(
-                    self.event(
-                        ev.RunAnswered,
-                        offset=len(events) + 1,
-                        answer_seq=answer_seq,
-                        structured_output=structured,
-                    )
-                )
-                await self.commit(*events)
-                return
-            output = await self.output_artifact(answer, structured, answer_seq)
-            if output is not None:
-                events.append(self.event(ev.ArtifactRecorded, offset=len(events) + 1, **output))
+            # A conversation waits for the next message with its answer instead of ending.
+            done: type[ev.RunAnswered | ev.RunCompleted] = ev.RunAnswered
+            if not self.agent.conversation:
+                done = ev.RunCompleted
+                output = await self.output_artifact(answer, structured, answer_seq)
+                if output is not None:
+                    events.append(self.event(ev.ArtifactRecorded, offset=len(events) + 1, **output))
             # The answer is the last model answer's text: named, not stored a second time.
             events.append(
                 self.event(
-                    ev.RunCompleted,
+                    done,
                     offset=len(events) + 1,
                     answer_seq=answer_seq,
                     structured_output=structured,
