@@ -114,7 +114,11 @@ class ChildRuns:
             if take_over:
                 lease = await queue.acquire(run_id, self.worker_id, lease_s=self.lease_s)
             else:
-                lease = await queue.take(run_id, self.worker_id, lease_s=self.lease_s)
+                # Not reentrant: this worker's own live lease means its worker loop claimed
+                # the child and drives it already.
+                lease = await queue.take(
+                    run_id, self.worker_id, lease_s=self.lease_s, reenter=False
+                )
             if lease is None:
                 return None
         return await self._resume(run_id, agent, lease=lease, take_over=take_over)

@@ -173,6 +173,8 @@ class Ownership:
         """
         queue = self._queue
         assert queue is not None
+        if run_id in self._inflight:  # a task of this runtime drives it: its lease is live
+            raise RunInUse(run_id, f"this runtime ({self.worker_id})")
         await self.announce()
         lease = await queue.take(run_id, self.worker_id, lease_s=self.lease_s)
         if lease is not None:

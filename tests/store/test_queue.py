@@ -235,6 +235,9 @@ async def test_take_refuses_a_live_lease_of_another_holder(store: EventStore) ->
     assert held is not None
     assert await queue.take(RunId("r1"), "cli", lease_s=30) is None
     assert await queue.renew(held, lease_s=30) is not None  # the holder still holds it
+    # A parent hosting its child does not take the lease its own worker loop claimed.
+    assert await queue.take(RunId("r1"), "w1", lease_s=30, reenter=False) is None
+    assert await queue.renew(held, lease_s=30) is not None
     again = await queue.take(RunId("r1"), "w1", lease_s=30)  # its own lease: taken anew
     assert again is not None and again.token > held.token
     assert await queue.release(again)

@@ -273,8 +273,14 @@ class RunQueue(Protocol):
         """Take a run's lease whoever holds it (an explicit resume); the old holder stops."""
         ...
 
-    async def take(self, run_id: RunId, worker_id: str, *, lease_s: float) -> Lease | None:
-        """Take a run's lease unless another holder's lease is still live (None then)."""
+    async def take(
+        self, run_id: RunId, worker_id: str, *, lease_s: float, reenter: bool = True
+    ) -> Lease | None:
+        """Take a run's lease unless another holder's lease is still live (None then).
+
+        With `reenter`, a live lease of the same worker is taken anew (a process that lost
+        track of its own lease); without it, that lease counts as another holder's: some task
+        of this worker drives the run already."""
         ...
 
     async def renew(self, lease: Lease, *, lease_s: float) -> Lease | None:

@@ -126,7 +126,7 @@ VALUES (:run_id, COALESCE((SELECT agent_name FROM runs WHERE run_id = :run_id), 
 ON CONFLICT (run_id) DO UPDATE SET lease_owner = excluded.lease_owner,
     lease_token = run_queue.lease_token + 1, lease_expires_at = excluded.lease_expires_at
 WHERE run_queue.lease_owner IS NULL OR run_queue.lease_expires_at <= {now}
-    OR run_queue.lease_owner = excluded.lease_owner
+    OR (run_queue.lease_owner = excluded.lease_owner AND :reenter = 1)
 RETURNING lease_token, lease_expires_at, attempts
 """
 
@@ -372,9 +372,13 @@ class SqlQueue:
 
         return await self._execute(op)
 
-    async def take(self, run_id: RunId, worker_id: str, *, lease_s: float) -> Lease | None:
+    async def take(
+        self, run_id: RunId, worker_id: str, *, lease_s: float, reenter: bool = True
+    ) -> Lease | None:
+        params = {"run_id": run_id, "worker": worker_id, "lease_s": lease_s, "reenter": int(reenter)}
+
         def op() -> Op[Lease | None]:
-            taken = yield _TAKE, {"run_id": run_id, "worker": worker_id, "lease_s": lease_s}
+            taken = yield _TAKE, params
             if taken.row is None:
                 return None
             token, expires, attempts = taken.row
