@@ -9,7 +9,9 @@ import pytest
 
 from contextos import Agent, ConfigError, FailureReason, RunStatus, Runtime
 from contextos import events as ev
-from contextos.middleware import BudgetGate, StoreDailySpend
+from contextos.messages import FinishReason, Message, Usage
+from contextos.middleware import BudgetGate, StoreDailySpend, daily_spend_of
+from contextos.models.base import ModelResponse
 from contextos.testing import ScriptedModel, reply
 
 
@@ -67,8 +69,21 @@ async def test_the_daily_cap_per_principal_spans_runs_and_is_kept_in_the_store(
 async def test_daily_caps_need_a_store_that_keeps_the_ledger() -> None:
     from contextos.middleware import Chain
 
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError) as refused:
         Chain([BudgetGate(daily_tokens=10)], model=ScriptedModel([]))
+    assert refused.value.to_dict() == {
+        "code": "config_error",
+        "message": "the budget gate has daily caps but the store keeps no daily usage counters",
+        "layer": "budget",
+    }
+
+
+async def test_only_a_store_that_counts_daily_usage_lends_the_gate_its_spend(
+    tmp_path: Path,
+) -> None:
+    assert daily_spend_of(object()) is None  # a store of one's own without the counters
+    async with Runtime(str(tmp_path / "r.db")) as rt:
+        assert isinstance(daily_spend_of(rt.store), StoreDailySpend)
 
 
 async def test_the_daily_call_cap_allows_exactly_that_many_calls(tmp_path: Path) -> None:
@@ -80,3 +95,61 @@ async def test_the_daily_call_cap_allows_exactly_that_many_calls(tmp_path: Path)
     assert [r.status for r in results] == [RunStatus.COMPLETED] * 2 + [RunStatus.FAILED]
     assert results[2].failure_reason is FailureReason.BUDGET_EXHAUSTED
     assert len(model.requests) == 2
+
+
+async def test_a_call_that_exactly_fits_the_run_cap_reaches_the_model(tmp_path: Path) -> None:
+    # ~100 input tokens plus the default reserve of 512 for the answer: exactly the cap.
+    model = ScriptedModel([reply("fits")])
+    agent = Agent(name="a", model=model, middleware=[BudgetGate(run_tokens=100 + 512)])
+    async with Runtime(str(tmp_path / "r.db")) as rt:
+        result = await rt.run(agent, "x" * 400)
+        events = await rt.events(result.run_id)
+    assert result.status is RunStatus.COMPLETED
+    responded = next(e for e in events if isinstance(e, ev.ModelResponded))
+    assert sum(item["tokens"] for item in responded.context["manifest"]) == 100
+    assert responded.context["telemetry"] == {"budget.estimate": 100 + 512}
+
+
+async def test_a_call_that_exactly_fits_the_daily_token_cap_reaches_the_model(
+    tmp_path: Path,
+) -> None:
+    model = ScriptedModel(
+        [reply("one", input_tokens=300, output_tokens=100), reply("two"), reply("never")]
+    )
+    # 400 spent by the first run, then ~100 input + 10 reserved: exactly the cap.
+    gate = BudgetGate(daily_tokens=400 + 110, reserve_output_tokens=10)
+    agent = Agent(name="a", model=model, middleware=[gate])
+    alice = {"tenant_id": "acme", "user_id": "alice"}
+    async with Runtime(str(tmp_path / "r.db")) as rt:
+        results = [await rt.run(agent, "x" * 400, metadata=alice) for _ in range(3)]
+    assert [r.status for r in results] == [RunStatus.COMPLETED] * 2 + [RunStatus.FAILED]
+    assert results[2].failure_reason is FailureReason.BUDGET_EXHAUSTED
+    assert len(model.requests) == 2
+
+
+def priced(text: str, cost_usd: float) -> ModelResponse:
+    """An answer from a model that reports what the call cost."""
+    return ModelResponse(
+        message=Message(role="assistant", content=text),
+        finish_reason=FinishReason.STOP,
+        usage=Usage(input_tokens=10, output_tokens=5, requests=1, cost_usd=cost_usd),
+        model="scripted",
+    )
+
+
+async def test_the_daily_cost_cap_refuses_once_the_money_is_spent(backend_url: str) -> None:
+    model = ScriptedModel([priced("one", 0.5), priced("two", 0.5), priced("never", 0.5)])
+    agent = Agent(name="a", model=model, middleware=[BudgetGate(daily_cost_usd=1.0)])
+    alice = {"tenant_id": "acme", "user_id": "alice"}
+    async with Runtime(backend_url) as rt:
+        results = [await rt.run(agent, "hi", metadata=alice) for _ in range(3)]
+        events = await rt.events(results[2].run_id)
+        today = datetime.now(UTC).date()
+        spent = await StoreDailySpend(rt.store).spent("acme/alice", today)  # type: ignore[arg-type]
+    assert [r.status for r in results] == [RunStatus.COMPLETED] * 2 + [RunStatus.FAILED]
+    assert results[2].failure_reason is FailureReason.BUDGET_EXHAUSTED
+    assert len(model.requests) == 2
+    assert spent.cost_usd == 1.0
+    failed = events[-1]
+    assert isinstance(failed, ev.RunFailed)
+    assert failed.message == "acme/alice spent $1.0000 of the daily $1.0000"
