@@ -10,7 +10,7 @@ import pytest
 from contextos import Agent, ConfigError, FailureReason, RunStatus, Runtime
 from contextos import events as ev
 from contextos.messages import FinishReason, Message, Usage
-from contextos.middleware import BudgetGate, StoreDailySpend, daily_spend_of
+from contextos.middleware import BudgetGate, StoreDailySpend, daily_spend_of, stack_identity
 from contextos.models.base import ModelResponse
 from contextos.testing import ScriptedModel, reply
 
@@ -153,3 +153,28 @@ async def test_the_daily_cost_cap_refuses_once_the_money_is_spent(backend_url: s
     failed = events[-1]
     assert isinstance(failed, ev.RunFailed)
     assert failed.message == "acme/alice spent $1.0000 of the daily $1.0000"
+
+
+def test_every_cap_enters_the_agent_identity_under_a_stable_name() -> None:
+    # A run resumes only under the identity hash it started with: renaming a field here would
+    # leave every run in flight unable to resume after an upgrade.
+    gate = BudgetGate(
+        run_tokens=1,
+        max_model_calls=2,
+        daily_tokens=3,
+        daily_calls=4,
+        daily_cost_usd=5.0,
+        reserve_output_tokens=6,
+    )
+    assert stack_identity([gate]) == [
+        {
+            "layer": "budget",
+            "platform": True,
+            "run_tokens": 1,
+            "max_model_calls": 2,
+            "daily_tokens": 3,
+            "daily_calls": 4,
+            "daily_cost_usd": 5.0,
+            "reserve_output_tokens": 6,
+        }
+    ]
