@@ -59,7 +59,16 @@ PAIRS: dict[str, Pair] = {
         ["src/contextos/store/sqlite.py", "src/contextos/store/postgres.py"],
         ["tests/store/test_conformance.py"],
     ),
-    "policy": Pair(["src/contextos/policy/engine.py"], ["tests/policy/test_engine.py"]),
+    # The engine's rules, conditions, limits and repeat guard are proven end to end in runs.
+    "policy": Pair(
+        ["src/contextos/policy/engine.py"],
+        [
+            "tests/policy/test_engine.py",
+            "tests/policy/test_rules.py",
+            "tests/policy/test_fail_closed.py",
+            "tests/policy/test_containment.py",
+        ],
+    ),
     "pii": Pair(["src/contextos/middleware/pii.py"], ["tests/middleware/test_pii.py"]),
     "sanitize": Pair(
         ["src/contextos/middleware/sanitize.py"], ["tests/middleware/test_sanitize.py"]
