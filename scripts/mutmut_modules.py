@@ -82,6 +82,9 @@ PAIRS: dict[str, Pair] = {
     ),
 }
 
+EXTRAS = ("docs", "examples")
+"""Folders besides src/ and tests/ that the tests read."""
+
 STATUS = ("killed", "survived", "no tests", "timeout")
 
 
@@ -96,6 +99,8 @@ def prepare(name: str, modules: list[str], tests: list[str]) -> Path:
     ignore = shutil.ignore_patterns("__pycache__")
     shutil.copytree(ROOT / "src", work / "src", ignore=ignore)
     shutil.copytree(ROOT / "tests", work / "tests", ignore=ignore)
+    for extra in EXTRAS:  # some tests read the docs' samples or the examples
+        shutil.copytree(ROOT / extra, work / extra, ignore=ignore)
     settings = f"""
 [tool.mutmut]
 source_paths = ["src/"]
@@ -103,6 +108,7 @@ only_mutate = {_toml_list(modules)}
 pytest_add_cli_args_test_selection = {_toml_list(tests)}
 pytest_add_cli_args = ["-p", "no:cacheprovider", "-q"]
 use_git_change_detection = false
+also_copy = {_toml_list([f"{extra}/" for extra in EXTRAS])}
 """
     (work / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text() + settings)
     return work

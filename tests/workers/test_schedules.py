@@ -4,6 +4,7 @@ and restarts, on both backends."""
 from __future__ import annotations
 
 import asyncio
+import random
 import signal
 from collections import Counter
 from datetime import UTC, datetime, timedelta
@@ -17,7 +18,14 @@ from contextos import events as ev
 from contextos.errors import ConfigError
 from contextos.runs import RunId
 from contextos.store.queue import CatchUp, RunQueue, Schedule, queue_of, tick_key
-from contextos.workers.scheduler import add_schedule, fire_schedules, next_tick, plan
+from contextos.workers.scheduler import (
+    add_schedule,
+    fire_schedules,
+    next_tick,
+    plan,
+    retry_at,
+    retry_delay,
+)
 from support.processes import spawn_worker, stop_all, wait_until
 
 TICKER = f"{AGENTS}:ticker"
@@ -225,3 +233,34 @@ async def test_three_workers_and_a_restart_fire_each_tick_exactly_once(
         assert schedule.last_tick_at in fired
         assert schedule.last_run_id is not None
         assert RunId(schedule.last_run_id) in {r.run_id for r in await rt.runs(limit=1000)}
+
+
+# -- retry timers -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("attempt", "ceiling"), [(1, 1.0), (2, 2.0), (4, 8.0), (9, 256.0), (10, 300.0), (40, 300.0)]
+)
+def test_a_retry_waits_over_the_upper_half_of_a_doubling_capped_delay(
+    monkeypatch: pytest.MonkeyPatch, attempt: int, ceiling: float
+) -> None:
+    # The jitter's two extremes: the shortest and the longest wait this attempt may get.
+    monkeypatch.setattr(random, "random", lambda: 0.0)
+    shortest = retry_delay(attempt)
+    monkeypatch.setattr(random, "random", lambda: 1.0)
+    longest = retry_delay(attempt)
+    assert (shortest, longest) == (ceiling / 2, ceiling)
+
+
+@pytest.mark.parametrize(
+    ("base_s", "cap_s", "wait_s"),
+    [(0.25, 300.0, 1.0), (0.5, 1.5, 1.5)],  # the base doubled twice, or the cap below it
+)
+def test_a_retry_timer_is_set_that_far_ahead(
+    monkeypatch: pytest.MonkeyPatch, base_s: float, cap_s: float, wait_s: float
+) -> None:
+    monkeypatch.setattr(random, "random", lambda: 1.0)
+    before = datetime.now(UTC)
+    at = retry_at(3, base_s=base_s, cap_s=cap_s)
+    after = datetime.now(UTC)
+    assert before + timedelta(seconds=wait_s) <= at <= after + timedelta(seconds=wait_s)
