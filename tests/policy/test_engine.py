@@ -226,3 +226,14 @@ def test_a_child_context_can_only_narrow(tmp_path: Path) -> None:
             parent.delegate(**wider)
     assert RunContext.from_dict(child.to_dict()) == child
     assert child.hash() != parent.hash()
+
+
+def test_an_exception_to_a_deny_cannot_lift_a_broken_constraint() -> None:
+    freeze, cap = POLICY.rules[2], POLICY.rules[3]  # open to a cfo's exception; max_amount 5000
+    engine = Engine(Policy(rules=(freeze, cap)))
+    within = engine.evaluate(proposal(refund, order_id="FROZEN-1", amount=50), ctx())
+    assert within.decision is Decision.DENY and within.exception_role == "cfo"
+    over = engine.evaluate(proposal(refund, order_id="FROZEN-1", amount=6000), ctx())
+    assert over.decision is Decision.DENY and not over.absolute
+    assert over.rule_ids == ("weekend-freeze", "constraints")
+    assert over.exception_role is None and over.approver_roles == ()

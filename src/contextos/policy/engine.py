@@ -198,7 +198,7 @@ class Engine:
         worst = max((f.check.decision for f in findings), key=_RANK.__getitem__)
         constraints = _merge_constraints([f.constraints for f in findings if f.constraints])
         broken = check_constraints(constraints, call.arguments) if constraints else []
-        if broken and _RANK[worst] < _RANK[Decision.DENY]:
+        if broken:  # even under a deny: an exception to that deny must not lift the constraint
             findings.append(
                 _deny(
                     "policy", "constraints", "the arguments break constraints: " + "; ".join(broken)
