@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from contextos.policy import (
     Limit,
     NetworkPolicy,
     Policy,
+    PolicyDecision,
     Principal,
     ProposedCall,
     Rule,
@@ -237,3 +239,190 @@ def test_an_exception_to_a_deny_cannot_lift_a_broken_constraint() -> None:
     assert over.decision is Decision.DENY and not over.absolute
     assert over.rule_ids == ("weekend-freeze", "constraints")
     assert over.exception_role is None and over.approver_roles == ()
+
+
+def test_a_deny_outranks_a_required_approval() -> None:
+    history = CallHistory(succeeded=(("refund", {"amount": 910}),))
+    d = decide(refund, proposal(refund, order_id="A", amount=500), history=history)
+    assert d.decision is Decision.DENY and not d.absolute  # nobody can approve past the budget
+    assert d.rule_ids == ("refund-budget",) and d.approver_roles == ()
+
+
+def test_every_layer_records_its_check_under_its_own_name(tmp_path: Path) -> None:
+    read_file, _, _ = file_tools()
+    limits = (Limit(id="refunds", tools=("refund",), max_calls=1), Limit(id="reads", max_calls=5))
+    engine = Engine(Policy(limits=limits))
+    run_ctx = ctx(
+        principal=Principal.user("u", scopes=("*",)),
+        containment=Containment(roots=(str(tmp_path),)),
+    )
+    d = engine.evaluate(proposal(read_file, path="a.txt"), run_ctx)
+    assert [(c.layer, c.decision, c.rule_id, c.reason) for c in d.checks] == [
+        ("manifest", Decision.ALLOW, "manifest", ""),
+        ("containment", Decision.ALLOW, "containment", ""),
+        ("allowlist", Decision.ALLOW, "allowlist", ""),
+        ("scopes", Decision.ALLOW, "scopes", ""),
+        ("classification", Decision.ALLOW, "classification", ""),
+        ("policy", Decision.ALLOW, "policy:default", ""),
+        ("limits", Decision.ALLOW, "reads", ""),
+    ]
+
+
+def test_each_layer_denies_under_its_own_name_and_says_why() -> None:
+    def denial(d: PolicyDecision) -> tuple[str, str, str, bool]:
+        (check,) = [c for c in d.checks if c.decision is Decision.DENY]
+        return check.layer, check.rule_id, check.reason, d.absolute
+
+    call = proposal(refund, order_id="A", amount=5)
+    read_file, _, _ = file_tools()
+    twice = Engine(Policy(limits=(Limit(id="twice", tools=("refund",), max_calls=2),)))
+    done_twice = CallHistory(succeeded=(("refund", {}),) * 2)
+    unscoped = ctx(principal=Principal.user("u", scopes=("files:read",)))
+    cases = [
+        (decide(None, call), ("manifest", "manifest", "refund is not in the run's manifest")),
+        (
+            decide(refund, call, ctx(tools=("lookup_*", "search"))),
+            (
+                "allowlist",
+                "allowlist",
+                "refund is not on this run's tool allowlist (lookup_*, search)",
+            ),
+        ),
+        (
+            decide(refund, call, unscoped),
+            (
+                "scopes",
+                "scope:payments:refund",
+                "user:u@default has not delegated scope payments:refund to this run",
+            ),
+        ),
+        (
+            decide(read_medical, proposal(read_medical, patient="p")),
+            (
+                "classification",
+                "classification",
+                "read_medical handles restricted data; this run is cleared up to internal",
+            ),
+        ),
+        (
+            Engine().evaluate(
+                proposal(read_file, path="a.txt"), ctx(principal=Principal.user("u", scopes=("*",)))
+            ),
+            ("containment", "containment", "read_file: no containment configured"),
+        ),
+    ]
+    for decision, (layer, rule_id, reason) in cases:
+        assert denial(decision) == (layer, rule_id, reason, True)  # no approval widens these
+    assert denial(twice.evaluate(call, ctx(), history=done_twice)) == (
+        "limits",
+        "twice",
+        "rate limit: 2 of 2 calls used",
+        False,
+    )
+    assert denial(Engine(Policy(default=Decision.DENY)).evaluate(call, ctx())) == (
+        "policy",
+        "policy:default",
+        "no rule allows this call",
+        False,
+    )
+
+
+def test_every_covering_limit_is_counted_after_one_denies() -> None:
+    limits = (
+        Limit(id="spend", tools=("refund",), sum_of="amount", max_total=100),
+        Limit(id="twice", tools=("refund",), max_calls=2, sum_of="amount"),  # counts calls only
+        Limit(id="spend-again", tools=("refund",), sum_of="amount", max_total=100),
+    )
+    history = CallHistory(succeeded=(("refund", {"amount": 1}),) * 2)
+    d = Engine(Policy(limits=limits)).evaluate(
+        proposal(refund, order_id="A", amount=500), ctx(), history=history
+    )
+    assert d.decision is Decision.DENY and d.rule_ids == ("spend", "twice", "spend-again")
+
+
+def test_a_call_without_the_budgeted_argument_spends_nothing() -> None:
+    engine = Engine(
+        Policy(limits=(Limit(id="spend", tools=("refund",), sum_of="amount", max_total=10),))
+    )
+    history = CallHistory(
+        succeeded=(*(("refund", {"order_id": o}) for o in "BCD"), ("refund", {"amount": 8}))
+    )
+    assert engine.evaluate(proposal(refund, order_id="A", amount=2), ctx(), history=history).allowed
+    assert engine.evaluate(proposal(refund, order_id="A"), ctx(), history=history).allowed
+
+
+def test_budget_amounts_add_up_exactly_past_the_usual_decimal_precision() -> None:
+    engine = Engine(
+        Policy(limits=(Limit(id="spend", tools=("refund",), sum_of="amount", max_total=1000),))
+    )
+    history = CallHistory(
+        succeeded=(("refund", {"amount": Decimal("999.999999999999999999999999999")}),)
+    )
+    tiny = Decimal("0.000000000000000000000000002")  # 1000.000…001 in all: over the limit
+    d = engine.evaluate(proposal(refund, order_id="A", amount=tiny), ctx(), history=history)
+    assert d.decision is Decision.DENY and d.rule_ids == ("spend",)
+
+
+def test_an_amount_that_is_not_a_number_is_named_in_the_denial() -> None:
+    engine = Engine(Policy(limits=POLICY.limits))
+    d = engine.evaluate(proposal(refund, order_id="A", amount="ten"), ctx())
+    assert d.reasons == (
+        "budget refund-budget: amount='ten' is not a finite number, so it cannot be counted "
+        "against the limit",
+    )
+
+
+def test_a_rule_applied_because_it_fails_closed_says_which_conditions_were_unclear() -> None:
+    rule = Rule(
+        id="big",
+        tools=("refund",),
+        decision=Decision.REQUIRE_APPROVAL,
+        approver_role="finance",
+        reason="refunds over 100 need finance",
+        when=conditions({"amount": {"gt": 100}, "order_id": {"glob": "A*"}}),
+    )
+    d = Engine(Policy(rules=(rule,))).evaluate(proposal(refund, order_id=7, amount="lots"), ctx())
+    assert d.reasons == (
+        "refunds over 100 need finance (applied: cannot tell whether amount gt 100 for "
+        "amount='lots'; order_id glob 'A*' for order_id=7)",
+    )
+
+
+def test_several_constrain_rules_keep_the_tightest_of_each_constraint() -> None:
+    loose = {"max_amount": 100, "min_amount": 1, "currency_in": ["EUR", "USD"], "note": "a"}
+    tight = {"max_amount": 50, "min_amount": 5, "currency_in": ["USD", "GBP"], "note": "b"}
+    rules = tuple(
+        Rule(id=f"r{i}", decision=Decision.CONSTRAIN, constraints=c)
+        for i, c in enumerate((loose, tight))
+    )
+    d = Engine(Policy(rules=rules)).evaluate(proposal(refund, order_id="A", amount=20), ctx())
+    assert d.decision is Decision.CONSTRAIN
+    assert d.constraints == {"max_amount": 50, "min_amount": 5, "currency_in": ["USD"], "note": "b"}
+    tight_first = Engine(Policy(rules=rules[::-1])).evaluate(
+        proposal(refund, order_id="A", amount=20), ctx()
+    )
+    assert tight_first.constraints == {
+        **d.constraints,
+        "note": "a",
+    }  # unknown: the later word stands
+
+
+def test_a_repeated_write_needs_the_policy_s_approver_and_a_repeated_read_does_not() -> None:
+    read_file, _, _ = file_tools()
+    engine = Engine(Policy(repeat_writes=2, repeat_approver_role="ops"))
+    # Arguments in another key order and not plain JSON are still the same call.
+    done = CallHistory(succeeded=(("refund", {"amount": Decimal("5"), "order_id": "A"}),) * 2)
+    d = engine.evaluate(proposal(refund, order_id="A", amount=Decimal("5")), ctx(), history=done)
+    assert d.decision is Decision.REQUIRE_APPROVAL and d.approver_roles == ("ops",)
+    (check,) = [c for c in d.checks if c.decision is Decision.REQUIRE_APPROVAL]
+    assert (check.layer, check.rule_id, check.reason) == (
+        "limits",
+        "repeat_writes",
+        "the same call to refund (same arguments) already succeeded 2 times in this run; "
+        "a person must approve another",
+    )
+    reads = CallHistory(succeeded=(("read_file", {"path": "a.txt"}),) * 5)
+    confined = ctx(
+        principal=Principal.user("u", scopes=("*",)), containment=Containment(roots=("/tmp",))
+    )
+    assert engine.evaluate(proposal(read_file, path="a.txt"), confined, history=reads).allowed
