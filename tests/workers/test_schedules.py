@@ -7,22 +7,27 @@ import asyncio
 import random
 import signal
 from collections import Counter
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from worker_helpers import AGENTS
 
-from contextos import Runtime, load_agent
+from contextos import Agent, Runtime, Workflow, load_agent
 from contextos import events as ev
 from contextos.errors import ConfigError
 from contextos.runs import RunId
 from contextos.store.queue import CatchUp, RunQueue, Schedule, queue_of, tick_key
 from contextos.workers.scheduler import (
     add_schedule,
+    check_cron,
     fire_schedules,
+    latest_tick,
+    list_schedules,
     next_tick,
     plan,
+    remove_schedule,
     retry_at,
     retry_delay,
 )
@@ -101,6 +106,8 @@ def test_cron_reads_in_the_schedule_time_zone() -> None:
 async def test_bad_schedules_are_refused_when_added(backend_url: str) -> None:
     async with Runtime(backend_url) as rt:
         q = queue(rt)
+        with pytest.raises(ConfigError, match=r"^a schedule needs a name$"):
+            await add_schedule(q, "", TICKER, "0 6 * * *")
         with pytest.raises(ConfigError, match="cron"):
             await add_schedule(q, "s", TICKER, "every morning")
         with pytest.raises(ConfigError, match="time zone"):
@@ -111,6 +118,69 @@ async def test_bad_schedules_are_refused_when_added(backend_url: str) -> None:
         with pytest.raises(ConfigError, match="exists"):
             await add_schedule(q, "s", TICKER, "0 7 * * *")
         assert [s.name for s in await q.list_schedules()] == ["s"]
+
+
+def test_a_tick_fires_at_its_very_instant_and_on_the_last_instant_of_its_grace() -> None:
+    at_once = plan(daily(), T)
+    at_grace_end = plan(daily(), T + timedelta(seconds=60))
+    assert at_once is not None and at_grace_end is not None
+    assert (at_once.fire, at_grace_end.fire, at_grace_end.missed) == ((T,), (T,), 0)
+    every_10s = Schedule(name="s", agent_ref=TICKER, cron="* * * * * */10", next_tick_at=T)
+    p = plan(every_10s, T + timedelta(seconds=20))  # now is itself a tick
+    assert p is not None and p.fire[-1] == T + timedelta(seconds=20)
+
+
+def test_only_ticks_before_the_grace_are_missed() -> None:
+    every_10s = Schedule(name="s", agent_ref=TICKER, cron="* * * * * */10", next_tick_at=T)
+    p = plan(every_10s, T + timedelta(seconds=70))  # the grace of 60 s starts at T + 10 s
+    assert p is not None
+    assert (p.missed, p.fire[0], len(p.fire)) == (1, T + timedelta(seconds=10), 7)
+
+
+def test_a_pass_fires_at_most_a_thousand_ticks_and_leaves_the_rest_due() -> None:
+    every_second = Schedule(
+        name="s", agent_ref=TICKER, cron="* * * * * *", misfire_grace_s=3600, next_tick_at=T
+    )
+    p = plan(every_second, T + timedelta(seconds=1500))
+    assert p is not None
+    assert (len(p.fire), p.next_tick_at) == (1000, T + timedelta(seconds=1000))
+
+
+def test_missed_ticks_are_reckoned_in_the_schedule_time_zone() -> None:
+    paris_6am = datetime(2026, 1, 11, 5, 0, tzinfo=UTC)
+    schedule = Schedule(
+        name="s",
+        agent_ref=TICKER,
+        cron="0 6 * * *",
+        timezone="Europe/Paris",
+        catch_up=CatchUp.RUN_ONCE,
+        next_tick_at=paris_6am,
+    )
+    on_time = plan(schedule, paris_6am + 2 * DAY + timedelta(seconds=30))
+    assert on_time is not None
+    assert on_time.fire == (paris_6am + DAY, paris_6am + 2 * DAY)
+    assert (on_time.missed, on_time.next_tick_at) == (2, paris_6am + 3 * DAY)
+    skipped = replace(schedule, catch_up=CatchUp.SKIP)
+    late = plan(skipped, paris_6am + 2 * DAY + timedelta(hours=4))
+    assert late is not None
+    assert (late.fire, late.missed, late.last_tick) == ((), 3, paris_6am + 2 * DAY)
+
+
+def test_the_latest_tick_is_at_or_before_the_instant() -> None:
+    assert latest_tick("0 6 * * *", T) == T
+    assert latest_tick("0 6 * * *", T - timedelta(microseconds=1)) == T - DAY
+    assert latest_tick("0 6 * * *", T, timezone="Europe/Paris") == T - timedelta(hours=1)
+
+
+def test_a_bad_cron_expression_says_how_to_write_one() -> None:
+    with pytest.raises(ConfigError) as refused:
+        check_cron("every morning")
+    assert refused.value.to_dict() == {
+        "code": "config_error",
+        "message": "bad cron expression 'every morning': use 5 fields (minute hour day month "
+        "weekday), or 6 with seconds last",
+        "cron": "every morning",
+    }
 
 
 # -- exactly once per tick --------------------------------------------------------------------
@@ -264,3 +334,29 @@ def test_a_retry_timer_is_set_that_far_ahead(
     at = retry_at(3, base_s=base_s, cap_s=cap_s)
     after = datetime.now(UTC)
     assert before + timedelta(seconds=wait_s) <= at <= after + timedelta(seconds=wait_s)
+
+
+async def test_a_schedule_keeps_its_settings_and_its_runs_carry_them(backend_url: str) -> None:
+    async with Runtime(backend_url) as rt:
+        plain = await add_schedule(rt.store, "plain", TICKER, "0 6 * * *", now=T - DAY)
+        assert (plain.input, plain.catch_up, plain.misfire_grace_s) == ("", CatchUp.SKIP, 60.0)
+        assert (plain.priority, plain.tenant) == (0, "")
+        await add_schedule(
+            rt.store, "billing", TICKER, "0 6 * * *", priority=5, tenant="acme", now=T - DAY
+        )
+        assert [s.name for s in await list_schedules(rt.store)] == ["billing", "plain"]
+        other = load_agent(f"{AGENTS}:quick")
+        cache: dict[str, Agent | Workflow] = {}
+        fired = await fire_schedules(rt, now=T, agents=cache)
+        assert [f.schedule for f in fired] == ["billing", "plain"]
+        assert list(cache) == [TICKER]  # loaded once, kept for the next pass
+        billed = fired[0].runs[0][1]
+        entry = await queue(rt).queue_entry(billed)
+        assert entry is not None and (entry.priority, entry.tenant) == (5, "acme")
+        assert await remove_schedule(rt.store, "plain") is True
+        assert await remove_schedule(rt.store, "plain") is False
+        assert [s.name for s in await list_schedules(rt.store)] == ["billing"]
+        # A cached agent is used as it is, not loaded again.
+        (again,) = await fire_schedules(rt, now=T + DAY, agents={TICKER: other})
+        created = (await rt.events(again.runs[0][1]))[0]
+        assert isinstance(created, ev.RunCreated) and created.agent_name == other.name
