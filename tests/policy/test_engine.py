@@ -426,3 +426,29 @@ def test_a_repeated_write_needs_the_policy_s_approver_and_a_repeated_read_does_n
         principal=Principal.user("u", scopes=("*",)), containment=Containment(roots=("/tmp",))
     )
     assert engine.evaluate(proposal(read_file, path="a.txt"), confined, history=reads).allowed
+
+
+def test_a_path_needs_its_access_from_the_run_s_containment_and_the_tool_s_own(
+    tmp_path: Path,
+) -> None:
+    rw, ro = tmp_path / "rw", tmp_path / "ro"
+    (rw / "sub").mkdir(parents=True)
+    ro.mkdir()
+    run_ctx = ctx(
+        principal=Principal.user("u", scopes=("*",)),
+        containment=Containment(roots=(str(rw),), read_only=(str(ro),)),
+    )
+    _, write_file, _ = file_tools()
+    d = Engine().evaluate(proposal(write_file, path=str(ro / "x"), content=""), run_ctx)
+    (check,) = [c for c in d.checks if c.decision is Decision.DENY]
+    assert (check.layer, check.rule_id, d.absolute) == ("containment", "containment:path", True)
+    # The tool's own walls: writes only under rw/sub, reads anywhere in rw.
+    read_own, write_own, _ = file_tools(roots=(str(rw / "sub"),), read_only=(str(rw),))
+    assert Engine().evaluate(proposal(read_own, path=str(rw / "x")), run_ctx).allowed
+    assert (
+        Engine()
+        .evaluate(proposal(write_own, path=str(rw / "sub" / "x"), content=""), run_ctx)
+        .allowed
+    )
+    outside = Engine().evaluate(proposal(write_own, path=str(rw / "x"), content=""), run_ctx)
+    assert outside.decision is Decision.DENY and outside.rule_ids == ("containment:path",)
