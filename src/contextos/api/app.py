@@ -261,7 +261,8 @@ def create_app(config: ApiConfig | None = None) -> FastAPI:
     async def inbox(
         api: ApiDep, principal: PrincipalDep, limit: Annotated[int, Query(ge=1, le=1000)] = 200
     ) -> dict[str, Any]:
-        pending = await visible(api, principal, await api.runtime.inbox(limit=limit))
+        waiting = await api.runtime.inbox(limit=limit, tenant=principal.tenant)
+        pending = await visible(api, principal, waiting)
         return {"interrupts": [i.to_dict() for i in pending]}
 
     @app.post("/v1/interrupts/{interrupt_id}/approve")
