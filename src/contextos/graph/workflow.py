@@ -38,9 +38,14 @@ from contextos.errors import ConfigError
 from contextos.runs import Budget
 
 T = TypeVar("T")
+I = TypeVar("I")  # noqa: E741
 
 NodeKind = Literal["agent", "code", "map", "reduce", "gate", "loop", "join"]
 OnLimit = Literal["fail", "accept"]
+Merge = Literal["all", "collect", "first"]
+"""How a map takes in its items' results: `all` must give one (a failed item fails the node),
+`collect` keeps the results there are and the failures beside them, `first` takes the result
+of the first item (in item order) that gives one and starts no item after that."""
 
 DEFAULT_BUDGET = Budget(max_turns=1000)
 """A workflow's budget when it declares none: what all its child runs together may spend."""
@@ -69,6 +74,23 @@ class Gated(BaseModel, Generic[T]):
 
     passed: list[T] = []
     rejected: list[Rejected[T]] = []
+
+
+class ItemFailure(BaseModel, Generic[T]):
+    """An item whose work gave no result, and why."""
+
+    item: T
+    reason: str
+    """The failure's reason: `child_failed`, `output_invalid`, `node_failed`, …"""
+    message: str = ""
+
+
+class Collected(BaseModel, Generic[I, T]):
+    """What a map with `merge="collect"` gives: the results of the items that gave one, in item
+    order, and the items that did not, with why."""
+
+    results: list[T] = []
+    failed: list[ItemFailure[I]] = []
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -100,6 +122,8 @@ class Node(Generic[T]):
     the last round's state)."""
     concurrency: int = 1
     """Map and gate: items worked on at once."""
+    merge: Merge = "all"
+    """Map: how it takes in its items' results."""
 
     @cached_property
     def adapter(self) -> TypeAdapter[Any]:
@@ -111,7 +135,7 @@ class Node(Generic[T]):
 
     def identity(self) -> dict[str, Any]:
         """Everything about the node that changes what a run does, as JSON data."""
-        return {
+        identity: dict[str, Any] = {
             "name": self.name,
             "kind": self.kind,
             "after": list(self.after),
@@ -126,6 +150,9 @@ class Node(Generic[T]):
             "max_rounds": self.max_rounds,
             "on_limit": self.on_limit,
         }
+        if self.merge != "all":  # absent otherwise: a node keeps the hash it had
+            identity["merge"] = self.merge
+        return identity
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -251,9 +278,14 @@ class Workflow:
         output: Any = None,
         objective: str | Callable[[Any], str] | None = None,
         concurrency: int = 4,
+        merge: Merge = "all",
     ) -> Node[Any]:
         """Fan out: run `worker` (an agent, as one child run per item, or a function) on each
-        item, `concurrency` at a time; the node gives the list of outputs, in item order."""
+        item, `concurrency` at a time. With `merge="all"` the node gives the list of outputs,
+        in item order, and an item that fails fails the node; `"collect"` gives
+        `Collected[item, output]`; `"first"` gives the output of the first item that has one."""
+        if merge not in ("all", "collect", "first"):
+            raise ConfigError(f"node {name!r}: merge is 'all', 'collect' or 'first'", node=name)
         upstream = self._after(name, after, 1)
         item_type = self._item_type(name, upstream[0], over, item)
         spec = fn = None
@@ -264,11 +296,16 @@ class Workflow:
             fn = worker
             each = output or _returns(name, worker)
             _check_params(name, worker, [item_type])
+        merged: Any = each  # first
+        if merge == "all":
+            merged = list[each]  # type: ignore[valid-type]
+        elif merge == "collect":
+            merged = Collected[item_type, each]  # type: ignore[valid-type]
         return self._add(
             Node(
                 name=name,
                 kind="map",
-                output=list[each],  # type: ignore[valid-type]
+                output=merged,
                 after=upstream,
                 fn=fn,
                 spec=spec,
@@ -276,6 +313,7 @@ class Workflow:
                 item=item_type,
                 objective=objective,
                 concurrency=_positive(name, concurrency),
+                merge=merge,
             )
         )
 
@@ -740,7 +778,10 @@ def _problems(exc: ValidationError) -> str:
 __all__ = [
     "DEFAULT_BUDGET",
     "ClaimCheck",
+    "Collected",
     "Gated",
+    "ItemFailure",
+    "Merge",
     "Node",
     "NodeKind",
     "Rejected",
