@@ -84,6 +84,9 @@ class NodeStarted(BaseEvent):
     """agent, code, map, reduce, gate or loop."""
     items: list[Any] | None = None
     """For a fan-out or a gate: its items (JSON data), fixed here for every later resume."""
+    effect: str | None = None
+    """For a code node that declares an effect: the intent to run it, durable before its code
+    runs, so a resume that finds no outcome after it knows the code may have acted."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

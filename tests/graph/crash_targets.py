@@ -192,3 +192,35 @@ reviewed = orders.agent("review", scripted("reviewer", review, Decision), after=
 approved = orders.code("approve", auto_approve, after=summed)
 orders.route(summed, (is_big, reviewed), otherwise=approved)
 orders.join("decision", after=[reviewed, approved])
+
+
+# -- a code node that acts on the world: at most once -----------------------------------------
+
+
+class Payment(BaseModel):
+    order: str
+    amount: float
+
+
+class Receipt(BaseModel):
+    charged: str
+
+
+def charge(p: Payment) -> Receipt:
+    log("code.jsonl", node="charge")
+    kill_once("charge")
+    return Receipt(charged=f"{p.order}: {p.amount:.2f}")
+
+
+def file_receipt(r: Receipt) -> Receipt:
+    log("code.jsonl", node="file")
+    return r
+
+
+payments = Workflow("payments", input=Payment)
+payments.code("charge", charge, effect="write")
+payments.code("file", file_receipt)
+
+careless = Workflow("payments-careless", input=Payment)
+careless.code("charge", charge)  # no effect declared: run again when its output was not recorded
+careless.code("file", file_receipt)

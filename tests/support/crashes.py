@@ -129,10 +129,12 @@ def kill_after(
     *,
     count: Literal["all", "own"] = "all",
     timeout_s: float = 120,
+    **extra: str,
 ) -> subprocess.CompletedProcess[str]:
     """Run `ref` in a process killed right after its Nth append (N = 0: a clean run, which
-    prints how many appends it made)."""
-    return run(kill_after_command(db, run_id, n, ref, text, count), log_dir, timeout_s=timeout_s)
+    prints how many appends it made); `extra` is more of its environment (CRASH_KILL_AT)."""
+    command = kill_after_command(db, run_id, n, ref, text, count)
+    return run(command, log_dir, timeout_s=timeout_s, **extra)
 
 
 def resume(db: Path, run_id: str, log_dir: Path, **extra: str) -> subprocess.CompletedProcess[str]:

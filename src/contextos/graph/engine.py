@@ -236,6 +236,8 @@ class WorkflowDriver:
             return node.adapter.validate_python(done.output)
         args = [values[a] for a in node.after]
         match node.kind:
+            case "code" | "reduce" if node.effect is not None:
+                return await self._at_most_once(node, args)
             case "code" | "reduce":
                 await self._started(node)
                 return await self._complete(node, await self._call(node, node.fn, *args))
@@ -260,6 +262,20 @@ class WorkflowDriver:
             # Nothing outside waits on it, so it need not wait for the disk (the next commit
             # flushes it).
             await self.record(ev.NodeStarted, False, node=node.name, kind=node.kind, items=items)
+
+    async def _at_most_once(self, node: Node[Any], args: list[Any]) -> Any:
+        """Run a code node that declares an effect at most once: its intent is on disk before
+        its code runs; an intent found without an outcome means it may have acted."""
+        if node.name in self.state.nodes:
+            raise _Failed(
+                node.name,
+                FailureReason.OUTCOME_UNKNOWN,
+                f"node {node.name} ({node.effect}) was stopped after it started and before its "
+                "output was recorded: whether its effect happened is unknown, so it is not run "
+                "again; check what it did, then start the workflow again",
+            )
+        await self.record(ev.NodeStarted, node=node.name, kind=node.kind, effect=node.effect)
+        return await self._complete(node, await self._call(node, node.fn, *args))
 
     async def _complete(self, node: Node[Any], value: Any, **extra: Any) -> Any:
         """Validate the output against the node's type, then record it."""

@@ -35,10 +35,11 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from contextos.agents import Agent, Subagent, load_ref
 from contextos.errors import ConfigError
+from contextos.graph.outputs import ClaimCheck, Collected, Gated, ItemFailure, Rejected
 from contextos.runs import Budget
+from contextos.tools.contract import EffectKind
 
 T = TypeVar("T")
-I = TypeVar("I")  # noqa: E741
 
 NodeKind = Literal["agent", "code", "map", "reduce", "gate", "loop", "join"]
 OnLimit = Literal["fail", "accept"]
@@ -51,46 +52,6 @@ DEFAULT_BUDGET = Budget(max_turns=1000)
 """A workflow's budget when it declares none: what all its child runs together may spend."""
 
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,47}")
-
-
-class ClaimCheck(BaseModel):
-    """A verifier's verdict on one claim, after trying to disprove it."""
-
-    holds: bool
-    """True when the claim survived every attempt to disprove it."""
-    reason: str = ""
-    """Why: the evidence that disproves it, or what was checked."""
-
-
-class Rejected(BaseModel, Generic[T]):
-    """An item a gate rejected, and why."""
-
-    item: T
-    reason: str = ""
-
-
-class Gated(BaseModel, Generic[T]):
-    """What a gate gives: the items whose claim held, and those it rejected."""
-
-    passed: list[T] = []
-    rejected: list[Rejected[T]] = []
-
-
-class ItemFailure(BaseModel, Generic[T]):
-    """An item whose work gave no result, and why."""
-
-    item: T
-    reason: str
-    """The failure's reason: `child_failed`, `output_invalid`, `node_failed`, …"""
-    message: str = ""
-
-
-class Collected(BaseModel, Generic[I, T]):
-    """What a map with `merge="collect"` gives: the results of the items that gave one, in item
-    order, and the items that did not, with why."""
-
-    results: list[T] = []
-    failed: list[ItemFailure[I]] = []
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -124,6 +85,9 @@ class Node(Generic[T]):
     """Map and gate: items worked on at once."""
     merge: Merge = "all"
     """Map: how it takes in its items' results."""
+    effect: EffectKind | None = None
+    """Code: what its function does to the world, when it does anything (then it runs at most
+    once: an intent is recorded first, and a resume that finds no outcome does not run it)."""
 
     @cached_property
     def adapter(self) -> TypeAdapter[Any]:
@@ -152,6 +116,8 @@ class Node(Generic[T]):
         }
         if self.merge != "all":  # absent otherwise: a node keeps the hash it had
             identity["merge"] = self.merge
+        if self.effect is not None:
+            identity["effect"] = self.effect.value
         return identity
 
 
@@ -220,9 +186,24 @@ class Workflow:
         *,
         after: Node[Any] | Sequence[Node[Any]] | None = None,
         output: Any = None,
+        effect: EffectKind | str | None = None,
     ) -> Node[Any]:
-        """A node that runs `fn` (sync or async) on the outputs of the nodes it reads."""
-        return self._code("code", name, fn, after, output)
+        """A node that runs `fn` (sync or async) on the outputs of the nodes it reads.
+
+        A function that acts on the world declares it (`effect="write"`, `"reversible_write"`
+        or `"irreversible"`) and runs at most once: its intent is recorded before it runs,
+        and a workflow stopped after that and before its output was recorded fails with
+        `outcome_unknown` on resume instead of running it again."""
+        try:
+            kind = EffectKind(effect) if effect is not None else None
+        except ValueError:
+            raise ConfigError(
+                f"node {name!r}: effect is one of {', '.join(e.value for e in EffectKind)}",
+                node=name,
+            ) from None
+        return self._code(
+            "code", name, fn, after, output, None if kind is EffectKind.READ else kind
+        )
 
     def reduce(
         self,
@@ -562,6 +543,7 @@ class Workflow:
         fn: Callable[..., Any],
         after: Node[Any] | Sequence[Node[Any]] | None,
         output: Any,
+        effect: EffectKind | None = None,
     ) -> Node[Any]:
         upstream = self._after(name, after, None)
         given = [(self._build.nodes.get(a) or self.start).output for a in upstream]
@@ -573,6 +555,7 @@ class Workflow:
                 output=output or _returns(name, fn),
                 after=upstream,
                 fn=fn,
+                effect=effect,
             )
         )
 
