@@ -224,3 +224,32 @@ payments.code("file", file_receipt)
 careless = Workflow("payments-careless", input=Payment)
 careless.code("charge", charge)  # no effect declared: run again when its output was not recorded
 careless.code("file", file_receipt)
+
+
+# -- a fallback chain: a map that takes the first item giving a result ------------------------
+
+
+class Mirrors(BaseModel):
+    names: list[str]
+
+
+class Fetched(BaseModel):
+    mirror: str
+
+
+def fetch_from(request: ModelRequest) -> ModelResponse:
+    mirror = str(given(request))
+    if mirror == "down":
+        raise RuntimeError(f"mirror {mirror} does not answer")
+    return reply(json.dumps({"mirror": mirror}))
+
+
+fallback = Workflow("fallback", input=Mirrors)
+fallback.map(
+    "fetch",
+    scripted("fetcher", fetch_from, Fetched),
+    over="names",
+    item=str,
+    concurrency=1,
+    merge="first",
+)

@@ -236,7 +236,7 @@ class WorkflowDriver:
             return node.adapter.validate_python(done.output)
         args = [values[a] for a in node.after]
         match node.kind:
-            case "code" | "reduce" if node.effect is not None:
+            case "code" if node.effect is not None:
                 return await self._at_most_once(node, args)
             case "code" | "reduce":
                 await self._started(node)
