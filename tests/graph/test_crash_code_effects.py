@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from contextos import ConfigError, Workflow
+from contextos import ConfigError, Runtime, Workflow
 from contextos import events as ev
 from contextos.runs import FailureReason, RunStatus
 from contextos.store import SqliteStore
@@ -133,3 +133,16 @@ def test_the_declared_effect_is_checked_and_part_of_the_identity() -> None:
     assert build("irreversible").identity_hash() != build("write").identity_hash()
     with pytest.raises(ConfigError, match="effect is one of read, write"):
         build("delete")
+
+
+async def test_show_marks_a_node_that_declares_an_effect(tmp_path: Path) -> None:
+    def send(o: Order) -> str:
+        return f"sent {o.id}"
+
+    flow = Workflow("effects", input=Order)
+    flow.code("send", send, effect="irreversible")
+    async with Runtime(str(tmp_path / "runs.db")) as rt:
+        result = await rt.run(flow, Order(id="A-1"))
+        assert result.structured_output == "sent A-1"
+        (drawn,) = (await rt.tree(result.run_id)).children
+    assert drawn.detail == "effect irreversible"

@@ -72,6 +72,8 @@ async def test_collect_keeps_the_results_there_are_and_the_failures_beside_them(
     (failure,) = node.output["failed"]
     assert failure["item"] == 2 and failure["reason"] == FailureReason.CHILD_FAILED.value
     assert "item 1" in failure["message"] and "model_error" in failure["message"]
+    (drawn,) = [n for n in (await rt.tree(result.run_id)).children if n.label == "double"]
+    assert drawn.detail == "3 items, 2 results, 1 failed"  # what `contextos show` draws
 
 
 async def test_all_is_the_default_and_a_failed_item_fails_the_node(rt: Runtime) -> None:
@@ -100,6 +102,8 @@ async def test_first_takes_the_first_result_and_starts_no_item_after_it(rt: Runt
         "try.0": "failed",
         "try.1": "completed",
     }
+    (drawn,) = (await rt.tree(result.run_id)).children
+    assert drawn.detail == "4 items, took the first result"
 
 
 async def test_first_with_code_stops_at_the_first_item_that_does_not_raise(rt: Runtime) -> None:

@@ -516,6 +516,10 @@ class Workflow:
             route = self.route_of(n.name)
             if route is not None:
                 shape["routes"] = list(route.targets)
+            if n.merge != "all":
+                shape["merge"] = n.merge
+            if n.effect is not None:
+                shape["effect"] = n.effect.value
             nodes.append(shape)
         return tuple(nodes)
 
