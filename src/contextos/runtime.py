@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from contextos import events as ev
 from contextos.agents import Agent, load_agent, load_ref
 from contextos.causality import stamp
-from contextos.control import check_pausable, check_sendable
+from contextos.control import check_finishable, check_pausable, check_sendable
 from contextos.errors import (
     AgentChanged,
     ConcurrencyConflict,
@@ -375,7 +375,17 @@ class Runtime:
                 clock=self.governance.clock,
             )
             return await self._supervise(flow, state, lease)
-        driver = Driver(
+        driver = self._driver(state, agent)
+        if agent.subagents:
+            driver.delegations = SubagentCalls(
+                agent,
+                self._children.host(take_over=take_over, clock=self.governance.clock),
+                parent_ref=state.agent_ref,
+            )
+        return await self._supervise(driver, state, lease)
+
+    def _driver(self, state: RunState, agent: Agent) -> Driver:
+        return Driver(
             store=self.store,
             agent=agent,
             model=self.model_for(agent),
@@ -384,13 +394,6 @@ class Runtime:
             authority=self.governance,
             hook=self.policy,
         )
-        if agent.subagents:
-            driver.delegations = SubagentCalls(
-                agent,
-                self._children.host(take_over=take_over, clock=self.governance.clock),
-                parent_ref=state.agent_ref,
-            )
-        return await self._supervise(driver, state, lease)
 
     async def _supervise(
         self, driver: Driver | WorkflowDriver, state: RunState, lease: Lease | None
@@ -571,6 +574,32 @@ class Runtime:
             if not drive:
                 return RunResult.from_state(apply(state, event))
         return await self.resume(rid, agent, lease=lease)
+
+    async def finish(
+        self, run_id: str, *, actor: str = "user", agent: Agent | None = None
+    ) -> RunResult:
+        """Close a conversation that answered as completed: its last answer is the run's
+        output and output artifact. ControlRefused, with nothing recorded, for any other run
+        (one that ended, runs, waits on a question or is not a conversation)."""
+        rid = RunId(run_id)
+        state = await self.state(rid)
+        check_finishable(state)
+        if agent is None:
+            if not state.agent_ref:
+                raise ConfigError(
+                    f"run {run_id} was started without an agent reference; pass the agent",
+                    run_id=run_id,
+                )
+            agent = load_ref(state.agent_ref)
+        if not isinstance(agent, Agent):
+            raise ConfigError(f"run {run_id} is not an agent run", run_id=run_id)
+        driver = self._driver(state, agent)
+        await driver.finish_conversation(actor)
+        if self._traces is not None:
+            done = await self.store.read(rid, after_seq=state.seq)
+            await self._traces.committed(self.store, rid, done)
+        await self._materialise(driver.state)
+        return RunResult.from_state(driver.state)
 
     # -- authority: contexts, the policy gate, people answering interrupts ---------------
 
