@@ -53,6 +53,7 @@ from contextos.policy.hook import PolicyHook
 from contextos.policy.identity import Principal, RunContext
 from contextos.policy.rules import Policy
 from contextos.records.interrupts import Approval, Interrupt
+from contextos.releases import bound
 from contextos.runs import FailureReason, RunId, RunStatus, check_priority
 from contextos.starting import RunStarter
 from contextos.state import RunState, apply, fold
@@ -343,6 +344,8 @@ class Runtime:
                 f"{type(agent).__name__}",
                 run_id=run_id,
             )
+        if isinstance(agent, Agent):  # the candidate its release bound the run to, if any
+            agent = bound(agent, state)
         if agent.identity_hash() != state.agent_hash and not allow_changed_agent:
             raise AgentChanged(
                 f"run {run_id} was started by {state.agent_name} v{state.agent_version} "

@@ -1,5 +1,5 @@
-"""Canaries: a release that serves a fraction of new runs by key, judged on those runs' logs
-and rolled back (a recorded decision) when they fail too often."""
+"""Canaries: a release that serves a fraction of new runs (picked by run id), judged on those
+runs' logs and rolled back (a recorded decision) when they fail too often."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from test_improve_cli import cli_for
 from test_improvement_loop import REF, seed
 
 from contextos import Runtime
+from contextos.events import RunCreated
 from contextos.improve import Change, Improvements
-from contextos.improve.canary import in_canary
+from contextos.releases import binding_of, in_canary
 
 
 async def canary_of(rt: Runtime, loop: Improvements, candidate_id: str, golden: str) -> str:
@@ -25,16 +26,21 @@ async def canary_of(rt: Runtime, loop: Improvements, candidate_id: str, golden: 
     return done.run_id
 
 
-async def serve(rt: Runtime, loop: Improvements, salt: str) -> tuple[int, int]:
-    """Run order questions under keys until both sides served a few; (canary, stable) runs."""
+async def serve(rt: Runtime, salt: str) -> tuple[int, int]:
+    """Run order questions until both sides served a few; (canary, stable) runs. The runtime
+    picks the side of each new run by its id, and its first event records which."""
     base_hash = desk().identity_hash()
     on = off = 0
     for i in range(60):
-        key = f"ticket-{i}"
-        agent = await loop.released(desk(), key=key)
-        assert (agent.identity_hash() != base_hash) == in_canary(key, 0.5, salt=salt)
-        await rt.run(agent, f"Where is order {i + 10}?")
-        on, off = (on + 1, off) if agent.identity_hash() != base_hash else (on, off + 1)
+        done = await rt.run(desk(), f"Where is order {i + 10}?", run_id=f"run_ticket_{i}")
+        created = (await rt.events(done.run_id))[0]
+        assert isinstance(created, RunCreated)
+        binding = binding_of(created.metadata)
+        assert binding is not None and binding.decision == salt
+        canary = in_canary(done.run_id, 0.5, salt=salt)
+        assert binding.canary is canary
+        assert (created.agent_hash != base_hash) is canary
+        on, off = (on + 1, off) if canary else (on, off + 1)
         if on >= 3 and off >= 1:
             break
     return on, off
@@ -48,7 +54,7 @@ async def test_a_healthy_canary_serves_its_fraction_and_stays(tmp_path: Path) ->
         candidate = await loop.candidate(proposal.proposal_id)
         salt = await canary_of(rt, loop, candidate.candidate_id, golden)
         assert (await loop.released(desk())).identity_hash() == desk().identity_hash()  # no key
-        on, off = await serve(rt, loop, salt)
+        on, off = await serve(rt, salt)
         verdict = await loop.watch("order-desk", max_failure_rate=0.2, min_runs=3)
     assert (verdict.runs, verdict.failures, verdict.action) == (on, 0, "healthy")
     assert off >= 1  # the stable runs failed their first call, and do not count against it
@@ -63,7 +69,7 @@ async def test_a_failing_canary_is_rolled_back(tmp_path: Path) -> None:
         salt = await canary_of(rt, loop, candidate.candidate_id, golden)
         early = await loop.watch("order-desk", max_failure_rate=0.2, min_runs=3)
         assert early.action == "wait"
-        on, _ = await serve(rt, loop, salt)
+        on, _ = await serve(rt, salt)
         # the watch runs in a process of its own, as a cron job or an operator would run it
         cli = cli_for(tmp_path)
         watched = cli(
@@ -78,6 +84,8 @@ async def test_a_failing_canary_is_rolled_back(tmp_path: Path) -> None:
         [*_, last] = await loop.history("order-desk")
         assert (last.decision.action, last.decision.decided_by) == ("rollback", "canary-watch")
         assert f"canary: {on} of {on} runs failed" in last.decision.reason
-        for i in range(5):
-            agent = await loop.released(desk(), key=f"ticket-{i}")
-            assert agent.identity_hash() == desk().identity_hash()
+        for i in range(5):  # the next runs after the rollback all run the code as it is
+            done = await rt.run(desk(), f"Where is order {i}?", run_id=f"run_after_{i}")
+            created = (await rt.events(done.run_id))[0]
+            assert isinstance(created, RunCreated)
+            assert created.agent_hash == desk().identity_hash()

@@ -9,24 +9,14 @@ over the limit, it rolls the release back, recorded like any rollback.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from contextos import events as ev
 from contextos.improve.findings import observe
+from contextos.releases import in_canary
 from contextos.state import fold
-
-BUCKETS = 16**8
-
-
-def in_canary(key: str | None, fraction: float, *, salt: str) -> bool:
-    """Whether the run `key` names is one of the canary's (no key: never)."""
-    if key is None:
-        return False
-    bucket = int(hashlib.sha256(f"{salt}/{key}".encode()).hexdigest()[:8], 16)
-    return bucket < fraction * BUCKETS
 
 
 def failed(events: Sequence[ev.Event]) -> bool:

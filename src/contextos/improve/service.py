@@ -22,13 +22,12 @@ from contextos.errors import ConfigError, ImprovementNotFound, ReleaseRefused
 from contextos.events import RunCreated
 from contextos.evidence.canonical import ReplayPacket
 from contextos.improve import ledger
-from contextos.improve.canary import CanaryVerdict, failed, in_canary
-from contextos.improve.candidates import load, make, propose_change
+from contextos.improve.canary import CanaryVerdict, failed
+from contextos.improve.candidates import make, propose_change
 from contextos.improve.job import JOB, FindingsRequest, Review, findings_job
 from contextos.improve.records import Candidate, Change, Decision, Finding, Proposal, ReleaseReport
 from contextos.improve.release import (
     RELEASE_AGENT,
-    ROLLBACK_AGENT,
     Decided,
     ReleaseRequest,
     RollbackRequest,
@@ -40,6 +39,7 @@ from contextos.improve.release import (
     rollback_agent,
 )
 from contextos.records.interrupts import Interrupt
+from contextos.releases import decision_run_id, release_line, route
 from contextos.runs import RunStatus
 from contextos.runtime import Runtime
 
@@ -165,7 +165,11 @@ class Improvements:
             candidate=candidate, report=report, releasers=tuple(releasers), fraction=fraction
         )
         async with Runtime(self.rt.store.url, policy=release_policy(releasers)) as rt:
-            done = await rt.run(release_agent(request), request.model_dump_json())
+            done = await rt.run(
+                release_agent(request),
+                request.model_dump_json(),
+                run_id=decision_run_id(candidate.agent),
+            )
             waiting = [i for i in await rt.inbox() if i.run_id == done.run_id]
         if not waiting:
             raise ReleaseRefused(
@@ -211,23 +215,7 @@ class Improvements:
 
         A rollback counts only when it goes back to a release made before it (or to the code):
         rolling back needs no approval, so it can never reach what nobody approved."""
-        found: list[Decided] = []
-        for summary in await self.rt.runs(status=RunStatus.COMPLETED, limit=ledger.SCAN_LIMIT):
-            if summary.agent_name in (RELEASE_AGENT, ROLLBACK_AGENT):
-                one = decided(await self.rt.events(summary.run_id))
-                if one is not None and (agent is None or one.decision.agent == agent):
-                    found.append(one)
-        found.sort(key=lambda d: (d.at, d.run_id))
-        approved: set[tuple[str, str | None]] = set()
-        out: list[Decided] = []
-        for d in found:
-            x = d.decision
-            if x.action == "release":
-                approved.add((x.agent, x.candidate_id))
-            elif x.candidate_id is not None and (x.agent, x.candidate_id) not in approved:
-                continue
-            out.append(d)
-        return out
+        return await release_line(self.rt.store, agent)
 
     async def current(self, agent: str) -> Decision | None:
         """The decision the agent runs under now (None: its code as it is, never released)."""
@@ -235,20 +223,13 @@ class Improvements:
         return line[-1].decision if line else None
 
     async def released(self, base: Agent, *, key: str | None = None) -> Agent:
-        """The agent a new run should run: `base` with its current release's change, if any.
+        """The agent a new run with id `key` runs: `base` with its current release's change,
+        if any (what the runtime itself does when it creates a run of `base`).
 
         During a canary, only the runs whose `key` falls in its fraction get the candidate;
-        the others (and runs without a key) get the release before it."""
-        line = await self.history(base.name)
-        if not line:
-            return base
-        last = line[-1]
-        serving = last.decision.candidate_id
-        if last.decision.fraction < 1 and not in_canary(
-            key, last.decision.fraction, salt=last.run_id
-        ):
-            serving = line[-2].decision.candidate_id if len(line) > 1 else None
-        return base if serving is None else load(await self.get_candidate(serving), base)
+        the others (and `key` None) get the release before it."""
+        agent, _ = await route(self.rt.store, base, key)
+        return agent
 
     async def watch(
         self, agent: str, *, max_failure_rate: float, min_runs: int = 5, by: str = "canary-watch"
@@ -308,7 +289,9 @@ class Improvements:
             by=by,
             reason=reason,
         )
-        done = await self.rt.run(rollback_agent(request), request.model_dump_json())
+        done = await self.rt.run(
+            rollback_agent(request), request.model_dump_json(), run_id=decision_run_id(agent)
+        )
         found = decided(await self.rt.events(done.run_id))
         if found is None:  # pragma: no cover - the rollback's call cannot be refused
             raise ReleaseRefused(f"the rollback run {done.run_id} did not roll back")
