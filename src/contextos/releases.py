@@ -72,6 +72,8 @@ class Decision(BaseModel):
     """The identity hash of the agent code the candidate changes."""
     change: Change | None = None
     """The candidate's change (None: the agent's code as it is)."""
+    criteria: tuple[str, ...] = ()
+    """What a canary is judged on (`tool_error_rate <= 0.1`, …), as its releaser approved."""
 
 
 class Binding(BaseModel):
@@ -182,6 +184,7 @@ def decided(events: Sequence[ev.Event]) -> Decided | None:
                         fraction=args.get("fraction", 1.0),
                         base_hash=candidate["base_hash"],
                         change=Change.model_validate(candidate["change"]),
+                        criteria=tuple(args.get("criteria", ())),
                     )
                 elif e.name == ROLLBACK_TOOL and created.agent_name == ROLLBACK_AGENT:
                     decision = Decision(

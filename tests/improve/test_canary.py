@@ -1,28 +1,34 @@
 """Canaries: a release that serves a fraction of new runs (picked by run id), judged on those
-runs' logs and rolled back (a recorded decision) when they fail too often."""
+runs' logs on the criteria its release names, each measured on both arms, and rolled back (a
+recorded decision) when one fails."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from orders import desk
 from test_improve_cli import cli_for
 from test_improvement_loop import REF, seed
 
 from contextos import Runtime
+from contextos.errors import ConfigError
 from contextos.events import RunCreated
-from contextos.improve import Change, Improvements
+from contextos.improve import Change, Criterion, Improvements
 from contextos.releases import binding_of, in_canary
 
 
-async def canary_of(rt: Runtime, loop: Improvements, candidate_id: str, golden: str) -> str:
+async def canary_of(
+    loop: Improvements, candidate_id: str, golden: str, criteria: tuple[str, ...]
+) -> str:
     report = await loop.check(candidate_id, golden=[golden])
     asked = await loop.request_release(
-        candidate_id, report.report_id, releasers=("alice",), fraction=0.5
+        candidate_id, report.report_id, releasers=("alice",), fraction=0.5, criteria=criteria
     )
     assert asked.action is not None and asked.action.arguments["fraction"] == 0.5
+    assert asked.action.arguments["criteria"] == list(criteria)  # approved with the release
     done = await loop.approve(asked.id, approver="alice")
-    assert done.decision.fraction == 0.5
+    assert (done.decision.fraction, done.decision.criteria) == (0.5, criteria)
     return done.run_id
 
 
@@ -46,18 +52,59 @@ async def serve(rt: Runtime, salt: str) -> tuple[int, int]:
     return on, off
 
 
-async def test_a_healthy_canary_serves_its_fraction_and_stays(tmp_path: Path) -> None:
+async def test_a_healthy_canary_is_judged_on_each_criterion_against_the_stable_arm(
+    tmp_path: Path,
+) -> None:
+    criteria = (
+        "tool_error_rate <= 0.1",
+        "turns_per_run - stable <= 0",
+        "verification_pass_rate >= 1",
+        "cost_per_run - stable <= 0.01",
+    )
     async with Runtime(str(tmp_path / "c.db")) as rt:
         _, golden = await seed(rt)
         loop = Improvements(rt)
         [proposal] = (await loop.scan()).proposals
         candidate = await loop.candidate(proposal.proposal_id)
-        salt = await canary_of(rt, loop, candidate.candidate_id, golden)
-        assert (await loop.released(desk())).identity_hash() == desk().identity_hash()  # no key
+        salt = await canary_of(loop, candidate.candidate_id, golden, criteria)
         on, off = await serve(rt, salt)
-        verdict = await loop.watch("order-desk", max_failure_rate=0.2, min_runs=3)
-    assert (verdict.runs, verdict.failures, verdict.action) == (on, 0, "healthy")
-    assert off >= 1  # the stable runs failed their first call, and do not count against it
+        verdict = await loop.watch("order-desk", min_runs=3)
+    assert (verdict.runs, verdict.stable_runs, verdict.action) == (on, off, "healthy")
+    measured = [(j.criterion.text(), j.canary, j.stable, j.passed) for j in verdict.judged]
+    assert measured == [
+        ("tool_error_rate <= 0.1", 0.0, 0.5, True),  # the stable arm fails its first call
+        ("turns_per_run - stable <= 0", 2.0, 3.0, True),
+        ("verification_pass_rate >= 1", 1.0, 1.0, True),
+        ("cost_per_run - stable <= 0.01", 0.0, 0.0, True),
+    ]
+
+
+def test_criteria_are_read_or_refused_in_one_line() -> None:
+    read = Criterion.parse("cost_per_run - stable <= 0.002")
+    assert (read.metric, read.over_stable, read.at_most) == ("cost_per_run", True, 0.002)
+    assert read.text() == "cost_per_run - stable <= 0.002"
+    with pytest.raises(ConfigError, match="METRIC <= NUMBER") as refused:
+        Criterion.parse("latency < 3")
+    assert "\n" not in str(refused.value)
+
+
+async def test_criteria_judge_only_a_canary(tmp_path: Path) -> None:
+    async with Runtime(str(tmp_path / "c.db")) as rt:
+        _, golden = await seed(rt)
+        loop = Improvements(rt)
+        [proposal] = (await loop.scan()).proposals
+        candidate = await loop.candidate(proposal.proposal_id)
+        report = await loop.check(candidate.candidate_id, golden=[golden])
+        with pytest.raises(ConfigError, match="fraction below 1"):
+            await loop.request_release(
+                candidate.candidate_id,
+                report.report_id,
+                releasers=("alice",),
+                criteria=("failure_rate <= 0.1",),
+            )
+        await canary_of(loop, candidate.candidate_id, golden, ())
+        with pytest.raises(ConfigError, match="names no criteria"):
+            await loop.watch("order-desk")
 
 
 async def test_a_failing_canary_is_rolled_back(tmp_path: Path) -> None:
@@ -66,24 +113,25 @@ async def test_a_failing_canary_is_rolled_back(tmp_path: Path) -> None:
         loop = Improvements(rt)
         vague = Change(kind="tool_description", target="lookup_order", text="Look an order up.")
         candidate = await loop.change(REF, vague)  # replays the golden run equal, fixes nothing
-        salt = await canary_of(rt, loop, candidate.candidate_id, golden)
-        early = await loop.watch("order-desk", max_failure_rate=0.2, min_runs=3)
+        salt = await canary_of(loop, candidate.candidate_id, golden, ("tool_error_rate <= 0.2",))
+        early = await loop.watch("order-desk", min_runs=3)
         assert early.action == "wait"
-        on, _ = await serve(rt, salt)
+        on, off = await serve(rt, salt)
         # the watch runs in a process of its own, as a cron job or an operator would run it
         cli = cli_for(tmp_path)
-        watched = cli(
-            "release", "watch", "order-desk", "--max-failure-rate", "0.2", "--min-runs", "100"
-        )
+        watched = cli("release", "watch", "order-desk", "--min-runs", "100")
         assert watched.returncode == 0 and "-> wait" in watched.stdout
         watched = cli(
             "release", "watch", "order-desk", "--max-failure-rate", "0.2", "--min-runs", "3"
         )
         assert watched.returncode == 1, watched.stderr
-        assert f"{on} of {on} runs failed (100%, limit 20%) -> rolled_back" in watched.stdout
+        assert f"{on} canary runs, {off} stable -> rolled_back" in watched.stdout
+        failing = "tool_error_rate <= 0.2: canary 0.5, stable 0.5 -> FAILED"
+        assert failing in watched.stdout
+        assert "failure_rate <= 0.2: canary 1, stable 1 -> FAILED" in watched.stdout
         [*_, last] = await loop.history("order-desk")
         assert (last.decision.action, last.decision.decided_by) == ("rollback", "canary-watch")
-        assert f"canary: {on} of {on} runs failed" in last.decision.reason
+        assert last.decision.reason.startswith(f"canary: {failing}")
         for i in range(5):  # the next runs after the rollback all run the code as it is
             done = await rt.run(desk(), f"Where is order {i}?", run_id=f"run_after_{i}")
             created = (await rt.events(done.run_id))[0]

@@ -7,7 +7,7 @@ approval bound to both hashes, and is a recorded decision, like a rollback. Noth
 changes what an agent runs any other way.
 """
 
-from contextos.improve.canary import CanaryVerdict
+from contextos.improve.canary import METRICS, CanaryVerdict, Criterion, Judged
 from contextos.improve.candidates import apply
 from contextos.improve.job import FindingsRequest, Review, findings_job
 from contextos.improve.records import (
@@ -28,11 +28,13 @@ from contextos.improve.release import RELEASER, Decided
 from contextos.improve.service import Improvements
 
 __all__ = [
+    "METRICS",
     "RELEASER",
     "CanaryVerdict",
     "Candidate",
     "Case",
     "Change",
+    "Criterion",
     "Decided",
     "Decision",
     "Evidence",
@@ -41,6 +43,7 @@ __all__ = [
     "FindingsRequest",
     "Impact",
     "Improvements",
+    "Judged",
     "Layer",
     "Proposal",
     "ReleaseReport",

@@ -24,6 +24,7 @@ from contextos.agents import Agent
 from contextos.errors import ReleaseRefused
 from contextos.evidence.canonical import ReplayPacket
 from contextos.evidence.replay import ReplayReport
+from contextos.improve.canary import Criterion
 from contextos.improve.candidates import load
 from contextos.improve.records import Candidate, Case, Finding, Outcome, ReleaseReport, digest
 from contextos.messages import FinishReason, Message, ToolCall, Usage
@@ -160,6 +161,8 @@ class ReleaseRequest(BaseModel):
     releasers: tuple[str, ...]
     fraction: float = Field(default=1.0, gt=0.0, le=1.0)
     """The share of new runs to serve (below 1: a canary)."""
+    criteria: tuple[Criterion, ...] = ()
+    """What the canary is judged on."""
 
     def arguments(self) -> dict[str, Any]:
         return {
@@ -169,6 +172,7 @@ class ReleaseRequest(BaseModel):
             "report_id": self.report.report_id,
             "report_hash": self.report.content_hash(),
             "fraction": self.fraction,
+            "criteria": [c.text() for c in self.criteria],
         }
 
 
@@ -196,8 +200,10 @@ def release_agent(request: ReleaseRequest) -> Agent:
         report_id: str,
         report_hash: str,
         fraction: float,
+        criteria: list[str],
     ) -> dict[str, Any]:
-        """Make the approved candidate the agent's current release (for `fraction` of runs)."""
+        """Make the approved candidate the agent's current release (for `fraction` of runs,
+        judged on `criteria`)."""
         if request.arguments() != {
             "agent": agent,
             "candidate_id": candidate_id,
@@ -205,6 +211,7 @@ def release_agent(request: ReleaseRequest) -> Agent:
             "report_id": report_id,
             "report_hash": report_hash,
             "fraction": fraction,
+            "criteria": criteria,
         }:
             raise ReleaseRefused("the release's arguments are not its request's")
         refuse_regressions(request.report, request.candidate)

@@ -19,10 +19,10 @@ from typing import Literal
 
 from contextos.agents import Agent, load_agent
 from contextos.errors import ConfigError, ImprovementNotFound, ReleaseRefused
-from contextos.events import RunCreated
+from contextos.events import Event, RunCreated
 from contextos.evidence.canonical import ReplayPacket
 from contextos.improve import ledger
-from contextos.improve.canary import CanaryVerdict, failed
+from contextos.improve.canary import CanaryVerdict, Criterion, judge
 from contextos.improve.candidates import make, propose_change
 from contextos.improve.job import JOB, FindingsRequest, Review, findings_job
 from contextos.improve.records import Candidate, Change, Decision, Finding, Proposal, ReleaseReport
@@ -39,7 +39,7 @@ from contextos.improve.release import (
     rollback_agent,
 )
 from contextos.records.interrupts import Interrupt
-from contextos.releases import decision_run_id, release_line, route
+from contextos.releases import binding_of, decision_run_id, release_line, route
 from contextos.runs import RunStatus
 from contextos.runtime import Runtime
 
@@ -152,17 +152,26 @@ class Improvements:
         *,
         releasers: Sequence[str],
         fraction: float = 1.0,
+        criteria: Sequence[Criterion | str] = (),
     ) -> Interrupt:
         """Ask for a release: refused when the report regresses a golden run; otherwise a
         release run waits for one of `releasers` to approve the candidate's and the report's
-        hashes (the interrupt returned). Below 1, `fraction` makes it a canary."""
+        hashes (the interrupt returned). Below 1, `fraction` makes it a canary, judged by
+        `watch` on `criteria` (`tool_error_rate <= 0.1`, `cost_per_run - stable <= 0.01`, …),
+        which the releaser approves with it."""
         candidate = await self.get_candidate(candidate_id)
         report = await self.report(report_id)
         refuse_regressions(report, candidate)
         if not releasers:
             raise ConfigError("name who may approve the release (--releaser NAME)")
+        if criteria and fraction >= 1:
+            raise ConfigError("criteria judge a canary: release to a fraction below 1")
         request = ReleaseRequest(
-            candidate=candidate, report=report, releasers=tuple(releasers), fraction=fraction
+            candidate=candidate,
+            report=report,
+            releasers=tuple(releasers),
+            fraction=fraction,
+            criteria=tuple(c if isinstance(c, Criterion) else Criterion.parse(c) for c in criteria),
         )
         async with Runtime(self.rt.store.url, policy=release_policy(releasers)) as rt:
             done = await rt.run(
@@ -232,44 +241,56 @@ class Improvements:
         return agent
 
     async def watch(
-        self, agent: str, *, max_failure_rate: float, min_runs: int = 5, by: str = "canary-watch"
+        self,
+        agent: str,
+        *,
+        max_failure_rate: float | None = None,
+        min_runs: int = 5,
+        by: str = "canary-watch",
     ) -> CanaryVerdict:
-        """Judge the agent's canary on its runs since its release; roll it back (a recorded
-        decision) when more than `max_failure_rate` of at least `min_runs` runs failed."""
+        """Judge the agent's canary on the criteria its release names (and, when given, a
+        failure rate of at most `max_failure_rate`), measured on its runs and on the stable
+        runs since the release; roll it back (a recorded decision) when any fails once at
+        least `min_runs` canary runs ended."""
         line = await self.history(agent)
         last = line[-1] if line else None
         if last is None or last.decision.action != "release" or last.decision.fraction >= 1:
             raise ConfigError(f"agent {agent} has no canary running")
-        outcomes: list[bool] = []
+        criteria = [Criterion.parse(c) for c in last.decision.criteria]
+        if max_failure_rate is not None:
+            criteria.append(Criterion(metric="failure_rate", at_most=max_failure_rate))
+        if not criteria:
+            raise ConfigError(
+                f"the canary of {agent} names no criteria: pass --max-failure-rate RATE"
+            )
+        arms: dict[bool, list[list[Event]]] = {True: [], False: []}
         for summary in await self.rt.runs(limit=ledger.SCAN_LIMIT):
-            if summary.agent_name != agent or summary.created_at < last.at:
-                continue
-            if not summary.status.is_terminal:
+            if summary.agent_name != agent or not summary.status.is_terminal:
                 continue
             events = await self.rt.events(summary.run_id)
             created = events[0]
-            if isinstance(created, RunCreated) and (
-                created.agent_hash == last.decision.candidate_hash
+            assert isinstance(created, RunCreated)
+            binding = binding_of(created.metadata)
+            if (
+                binding is not None
+                and binding.decision == last.run_id
+                and binding.canary is not None
             ):
-                outcomes.append(failed(events))
-        failures = sum(outcomes)
+                arms[binding.canary].append(events)
+        judged = judge(criteria, arms[True], arms[False])
         action: Literal["wait", "healthy", "rolled_back"] = "healthy"
-        if len(outcomes) < min_runs:
+        if len(arms[True]) < min_runs:
             action = "wait"
-        elif failures > max_failure_rate * len(outcomes):
+        elif any(not j.passed for j in judged):
             action = "rolled_back"
-            await self.rollback(
-                agent,
-                by=by,
-                reason=f"canary: {failures} of {len(outcomes)} runs failed "
-                f"(limit {max_failure_rate:.0%})",
-            )
+            why = "; ".join(j.line() for j in judged if not j.passed)
+            await self.rollback(agent, by=by, reason=f"canary: {why}")
         return CanaryVerdict(
             agent=agent,
             candidate_id=last.decision.candidate_id or "",
-            runs=len(outcomes),
-            failures=failures,
-            limit=max_failure_rate,
+            runs=len(arms[True]),
+            stable_runs=len(arms[False]),
+            judged=judged,
             action=action,
         )
 
