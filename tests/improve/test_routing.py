@@ -10,11 +10,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
+from api_server import serving
 from orders import desk
 from test_governance import candidate_ready
 from test_improvement_loop import REF
 
 from contextos import RunStatus, Runtime
+from contextos.api import ApiConfig
 from contextos.events import RunCreated, ToolCompleted
 from contextos.releases import Binding, binding_of
 from support.processes import ROOT, ended, spawn_worker, stop_all
@@ -83,6 +86,27 @@ async def test_contextos_run_runs_the_release(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     run_id = json.loads(done.stdout)["run_id"]
     async with Runtime(str(store)) as rt:
+        created, calls = await ran(rt, run_id)
+    binding = binding_of(created.metadata)
+    assert binding is not None and binding.candidate_id == candidate_id
+    assert calls == [False]
+
+
+async def test_post_v1_runs_runs_the_release(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path}/runs.db"
+    async with Runtime(store) as rt:
+        loop, candidate_id, report_id = await candidate_ready(rt)
+        asked = await loop.request_release(candidate_id, report_id, releasers=("alice",))
+        await loop.approve(asked.id, approver="alice")
+        config = ApiConfig(store=store, agents=(REF,), open_access=True, worker=True)
+        with serving(config) as base:
+            async with httpx.AsyncClient(base_url=base, timeout=60) as http:
+                started = await http.post(
+                    "/v1/runs", json={"agent": "order-desk", "input": "Where is order 8?"}
+                )
+                assert started.status_code == 201, started.text
+                run_id = started.json()["run_id"]
+                assert await ended(rt, run_id) is RunStatus.COMPLETED  # the server's worker
         created, calls = await ran(rt, run_id)
     binding = binding_of(created.metadata)
     assert binding is not None and binding.candidate_id == candidate_id
