@@ -11,11 +11,15 @@ from orders import desk
 from test_improve_cli import cli_for
 from test_improvement_loop import REF, seed
 
-from contextos import Runtime
+from contextos import Agent, Runtime
 from contextos.errors import ConfigError
 from contextos.events import RunCreated
 from contextos.improve import Change, Criterion, Improvements
+from contextos.improve.canary import measure
+from contextos.messages import FinishReason, Message, Usage
+from contextos.models.base import ModelResponse
 from contextos.releases import binding_of, in_canary
+from contextos.testing import ScriptedModel, reply
 
 
 async def canary_of(
@@ -137,3 +141,26 @@ async def test_a_failing_canary_is_rolled_back(tmp_path: Path) -> None:
             created = (await rt.events(done.run_id))[0]
             assert isinstance(created, RunCreated)
             assert created.agent_hash == desk().identity_hash()
+
+
+async def test_each_metric_is_measured_from_the_runs_logs(tmp_path: Path) -> None:
+    def must_cite(answer: str) -> list[str]:
+        return [] if "[source]" in answer else ["Cite a [source]."]
+
+    priced = ModelResponse(
+        message=Message(role="assistant", content="Paris [source]."),
+        finish_reason=FinishReason.STOP,
+        usage=Usage(input_tokens=10, output_tokens=5, cost_usd=0.25, requests=1),
+        model="scripted",
+    )
+    async with Runtime(str(tmp_path / "c.db")) as rt:
+        runs = []
+        for steps in ([reply("Paris."), priced], [priced]):
+            qa = Agent(name="qa", model=ScriptedModel(steps), verifier=must_cite)
+            runs.append(await rt.events((await rt.run(qa, "Capital?")).run_id))
+    assert measure("verification_pass_rate", runs) == 2 / 3  # one rejected answer of three
+    assert measure("failure_rate", runs) == 0.5  # the rejection is a pattern the job looks for
+    assert measure("cost_per_run", runs) == 0.25
+    assert measure("turns_per_run", runs) == 1.5
+    assert measure("tool_error_rate", runs) is None  # no tool was called: nothing to judge
+    assert measure("turns_per_run", []) is None
