@@ -368,6 +368,8 @@ def _decided_line(d: Decided) -> str:
     x = d.decision
     now = x.candidate_id or "its code as it is"
     share = f" for {x.fraction:.0%} of runs" if x.fraction < 1 else ""
+    if x.criteria:
+        share += f" (judged on {'; '.join(x.criteria)})"
     why = f": {x.reason}" if x.reason else ""
     return (
         f"{d.at:%Y-%m-%d %H:%M:%S} {x.agent}: {x.action} -> {now}{share} by {x.decided_by}"

@@ -9,7 +9,8 @@ the candidate's hash and the report's hash, and policy makes that call wait for 
 approval of exactly those hashes (a typed interrupt over a frozen action). Once approved and
 resumed, the call completes: that event, with the approval before it, is the release decision.
 A rollback is a run too, whose tool names the release it goes back to. The agent's current
-release is derived from those runs' logs; nothing else can move it.
+release is derived from those runs' logs (`contextos.releases`, which the runtime reads when it
+creates a run); nothing else can move it.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@
         asked = await loop.request_release(candidate.candidate_id, report.report_id,
                                            releasers=("alice",))
         await loop.approve(asked.id, approver="alice")  # releases: a recorded decision
-        agent = await loop.released(base_agent)         # what new runs should run
+        await rt.run(base_agent, "...")                 # new runs run the release
 """
 
 from __future__ import annotations
