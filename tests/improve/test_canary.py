@@ -117,12 +117,20 @@ async def test_a_failing_canary_is_rolled_back(tmp_path: Path) -> None:
         loop = Improvements(rt)
         vague = Change(kind="tool_description", target="lookup_order", text="Look an order up.")
         candidate = await loop.change(REF, vague)  # replays the golden run equal, fixes nothing
-        salt = await canary_of(loop, candidate.candidate_id, golden, ("tool_error_rate <= 0.2",))
+        report = await loop.check(candidate.candidate_id, golden=[golden])
+        cli = cli_for(tmp_path)  # asked for and watched from the command line, in processes
+        asked = cli(
+            *("release", "request", candidate.candidate_id, report.report_id),
+            *("--releaser", "alice", "--fraction", "0.5", "--criterion", "tool_error_rate<=0.2"),
+        )
+        assert asked.returncode == 0, asked.stderr
+        [question] = await rt.inbox()
+        assert question.action is not None
+        assert question.action.arguments["criteria"] == ["tool_error_rate <= 0.2"]
+        salt = (await loop.approve(question.id, approver="alice")).run_id
         early = await loop.watch("order-desk", min_runs=3)
         assert early.action == "wait"
         on, off = await serve(rt, salt)
-        # the watch runs in a process of its own, as a cron job or an operator would run it
-        cli = cli_for(tmp_path)
         watched = cli("release", "watch", "order-desk", "--min-runs", "100")
         assert watched.returncode == 0 and "-> wait" in watched.stdout
         watched = cli(

@@ -229,8 +229,7 @@ def _print_report(report: ReleaseReport) -> None:
     "request",
     epilog=examples(
         "contextos release request cand_3f2a9c rep_9e8d --releaser alice",
-        "contextos release request cand_3f2a9c rep_9e8d --releaser ann --fraction 0.1 "
-        "--criterion 'tool_error_rate <= 0.05' --criterion 'cost_per_run - stable <= 0.01'",
+        "contextos release request cand_3f2a9c rep_9e8d --releaser ann --fraction 0.1",
     ),
 )
 def release_request(
