@@ -285,9 +285,9 @@ async def route(store: EventStore, agent: Agent, key: str | None) -> tuple[Agent
     return changed, binding
 
 
-def bound(agent: Agent, state: RunState) -> Agent:
-    """`agent` as the run was bound to at its start: with its release's change when the run
-    recorded one and `agent` is the code that change was made to."""
+def bound(agent: Agent, state: RunState | ev.RunCreated) -> Agent:
+    """`agent` as the run (its state or first event) was bound to at its start: with its
+    release's change when the run recorded one and `agent` is the code it was made to."""
     if agent.identity_hash() == state.agent_hash:
         return agent
     binding = binding_of(state.metadata)

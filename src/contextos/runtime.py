@@ -739,6 +739,8 @@ class Runtime:
                     "the run was recorded without an agent reference; pass the agent to replay"
                 )
             agent = load_agent(ref)
+            if isinstance(events[0], ev.RunCreated):  # the candidate its release ran, if any
+                agent = bound(agent, events[0])
         authority = _authority_from(policy) if policy is not None else self.authority
         governed = any(isinstance(e, ev.ContextBound) for e in events) or any(
             isinstance(t, HumanTool) for t in agent.tool_list

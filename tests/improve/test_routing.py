@@ -61,6 +61,7 @@ async def test_new_runs_run_the_release_and_a_rollback_takes_effect_for_the_next
             stop_all([worker])
         created, calls = await ran(rt, queued)
         assert binding_of(created.metadata) == expected and calls == [False]
+        assert (await rt.replay(queued)).equal  # replayed as it ran, from its reference
 
         back = await loop.rollback("order-desk", by="bob")
         after = await rt.run(desk(), "Where is order 44?")
