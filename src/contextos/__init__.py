@@ -25,6 +25,7 @@ from contextos.policy import (
     Policy,
     PolicyDecision,
     Principal,
+    PrincipalKind,
     Rule,
     RunContext,
 )
@@ -92,6 +93,7 @@ __all__ = [
     "Policy",
     "PolicyDecision",
     "Principal",
+    "PrincipalKind",
     "ReplayPacket",
     "ReplayReport",
     "RetryPolicy",

@@ -723,11 +723,22 @@ def _code(fn: Any) -> str | None:
     if fn is None:
         return None
     name = str(getattr(fn, "__qualname__", repr(fn)))
+    code = getattr(inspect.unwrap(fn), "__code__", fn)  # new closures share their code
     try:
-        source = inspect.getsource(fn)
+        digest = _source_digest(code)
+    except TypeError:  # an unhashable callable: not kept
+        digest = _source_digest.__wrapped__(code)
+    return name if digest is None else f"{name}:{digest}"
+
+
+@functools.lru_cache(maxsize=1024)
+def _source_digest(code: Any) -> str | None:
+    # reading a function's source is the rest of a workflow's identity hash: once per code
+    try:
+        source = inspect.getsource(code)
     except (OSError, TypeError):  # no source at hand (a builtin, an interactive session)
-        return name
-    return f"{name}:{hashlib.sha256(source.encode()).hexdigest()[:16]}"
+        return None
+    return hashlib.sha256(source.encode()).hexdigest()[:16]
 
 
 def _problems(exc: ValidationError) -> str:
