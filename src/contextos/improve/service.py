@@ -265,7 +265,9 @@ class Improvements:
             )
         arms: dict[bool, list[list[Event]]] = {True: [], False: []}
         for summary in await self.rt.runs(limit=ledger.SCAN_LIMIT):
-            if summary.agent_name != agent or not summary.status.is_terminal:
+            if summary.agent_name != agent or summary.created_at < last.at:
+                continue  # the runs since the release: only they can be on either arm
+            if not summary.status.is_terminal:
                 continue
             events = await self.rt.events(summary.run_id)
             created = events[0]
