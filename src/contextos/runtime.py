@@ -53,6 +53,7 @@ from contextos.policy.hook import PolicyHook
 from contextos.policy.identity import Principal, RunContext
 from contextos.policy.rules import Policy
 from contextos.records.interrupts import Approval, Interrupt
+from contextos.releases import bound
 from contextos.runs import FailureReason, RunId, RunStatus, check_priority
 from contextos.starting import RunStarter
 from contextos.state import RunState, apply, fold
@@ -343,6 +344,8 @@ class Runtime:
                 f"{type(agent).__name__}",
                 run_id=run_id,
             )
+        if isinstance(agent, Agent):  # the candidate its release bound the run to, if any
+            agent = bound(agent, state)
         if agent.identity_hash() != state.agent_hash and not allow_changed_agent:
             raise AgentChanged(
                 f"run {run_id} was started by {state.agent_name} v{state.agent_version} "
@@ -775,6 +778,8 @@ class Runtime:
                     "the run was recorded without an agent reference; pass the agent to replay"
                 )
             agent = load_agent(ref)
+            if isinstance(events[0], ev.RunCreated):  # the candidate its release ran, if any
+                agent = bound(agent, events[0])
         authority = _authority_from(policy) if policy is not None else self.authority
         governed = any(isinstance(e, ev.ContextBound) for e in events) or any(
             isinstance(t, HumanTool) for t in agent.tool_list

@@ -24,6 +24,7 @@ from contextos.events import utcnow
 from contextos.graph.children import carve
 from contextos.graph.workflow import Workflow
 from contextos.policy.identity import RunContext
+from contextos.releases import BOUND, route
 from contextos.runs import RunId
 from contextos.state import RunState
 from contextos.store import EventStore, wakeup
@@ -88,6 +89,10 @@ class RunStarter:
         """
         text = _input_text(agent, input)
         rid = RunId(run_id) if run_id else new_run_id()
+        if isinstance(agent, Agent):  # its current release decides what the run runs
+            agent, binding = await route(self.store, agent, rid)
+            if binding is not None:
+                metadata = {**(metadata or {}), BOUND: binding.model_dump(mode="json")}
         lease: Lease | None = None
         queue = self._queue
         if queue is not None:

@@ -99,8 +99,12 @@ async def test_a_release_made_for_other_code_is_refused_when_loaded(tmp_path: Pa
         asked = await loop.request_release(candidate_id, report_id, releasers=("alice",))
         await loop.approve(asked.id, approver="alice")
         edited = dataclasses.replace(desk(), instructions="Answer in French.")
-        with pytest.raises(ReleaseRefused, match="make a new candidate"):
+        with pytest.raises(ReleaseRefused, match="release a candidate made from the current"):
             await loop.released(edited)
+        before = await rt.runs(limit=1000)
+        with pytest.raises(ReleaseRefused, match="contextos rollback order-desk"):
+            await rt.run(edited, "Where is order 9?", run_id="run_edited")
+        assert await rt.runs(limit=1000) == before  # refused before anything was written
 
 
 async def test_a_rollback_cannot_reach_a_candidate_nobody_released(tmp_path: Path) -> None:

@@ -84,7 +84,7 @@ async def test_a_misleading_description_is_found_fixed_replayed_and_released(
 
         released = await loop.released(desk())
         assert released.identity_hash() == candidate.candidate_hash
-        run = await rt.run(released, "Where is order 42?")
+        run = await rt.run(desk(), "Where is order 42?")  # the runtime runs the release
         calls = [e for e in await rt.events(run.run_id) if e.type == "tool_completed"]
         assert [c.is_error for c in calls] == [False]  # right the first time
 

@@ -84,3 +84,63 @@ def samples(page: Path) -> list[Sample]:
 def pages() -> list[Path]:
     """README.md and every page of docs/."""
     return [README, *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def run_page(
+    page: Path, cwd: Path, *, timeout: float = 300
+) -> list[tuple[str, subprocess.CompletedProcess[str]]]:
+    """Run a page's blocks as a reader would, in one directory, in order; each shell line with
+    its result.
+
+    A block whose first line is `# NAME.ext` is saved as that file; a Python block runs, and
+    when the page follows it with "prints" and a block, it must print exactly that; a shell
+    line must exit 0 (1 when it ends `# exits 1`) without a traceback; `export K=V` sets the
+    environment of the lines after it. No store, policy or capture mode is configured."""
+    text = page.read_text()
+    env = {
+        **os.environ,
+        "NO_COLOR": "1",
+        "COLUMNS": "200",
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    }
+    for name in ("CONTEXTOS_STORE", "CONTEXTOS_POLICY", "CONTEXTOS_OTEL_CAPTURE_CONTENT"):
+        env.pop(name, None)
+    shell: list[tuple[str, subprocess.CompletedProcess[str]]] = []
+    found = list(re.finditer(r"```(\w*)\n(.*?)```", text, re.S))
+    for i, block in enumerate(found):
+        lang, body = block.group(1), block.group(2)
+        named = re.fullmatch(r"# (\S+\.\w+)", body.splitlines()[0])
+        if named:
+            (cwd / named.group(1)).write_text(body)
+        elif lang == "python":
+            done = subprocess.run(
+                [sys.executable, "-c", body],
+                cwd=cwd,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
+            assert done.returncode == 0, f"block {i}:\n{done.stderr}"
+            after = found[i + 1] if i + 1 < len(found) else None
+            if after is not None and text[block.end() : after.start()] == "\n\nprints\n\n":
+                assert done.stdout == after.group(2), f"block {i} printed:\n{done.stdout}"
+        elif lang == "bash":
+            for line in body.splitlines():
+                if line.startswith("export "):
+                    key, _, value = line.removeprefix("export ").partition("=")
+                    env[key] = value
+                    continue
+                expected = 1 if line.endswith("# exits 1") else 0
+                done = subprocess.run(
+                    ["bash", "-c", line],
+                    cwd=cwd,
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=timeout,
+                )
+                assert done.returncode == expected, f"{line}\n{done.stdout}\n{done.stderr}"
+                assert "Traceback" not in done.stderr, line
+                shell.append((line, done))
+    return shell

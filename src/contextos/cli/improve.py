@@ -12,7 +12,7 @@ from rich.text import Text
 
 from contextos import ContextOSError, ReplayPacket, Runtime
 from contextos.cli.common import JsonOption, StoreOption, app, call, console, err, examples, fail
-from contextos.improve import Change, Decided, Improvements, ReleaseReport
+from contextos.improve import METRICS, Change, Decided, Improvements, ReleaseReport
 
 candidate_app = typer.Typer(
     help="Candidates: an exact change to an agent, kept beside its current release.",
@@ -239,13 +239,20 @@ def release_request(
     fraction: Annotated[
         float, typer.Option(min=0.0, max=1.0, help="Serve this share of new runs: a canary.")
     ] = 1.0,
+    criterion: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="What the canary is judged on (repeatable): METRIC <= N, METRIC >= N or "
+            "METRIC - stable <= N; metrics: " + ", ".join(METRICS) + "."
+        ),
+    ] = None,
     store: StoreOption = None,
 ) -> None:
     """Ask a person to release a candidate: refused when its report regresses a golden run."""
     asked = call(
         store,
         lambda rt: Improvements(rt).request_release(
-            candidate_id, report_id, releasers=releaser, fraction=fraction
+            candidate_id, report_id, releasers=releaser, fraction=fraction, criteria=criterion or ()
         ),
     )
     console.print(Text(f"release waits for approval: {asked.id}", style="magenta"))
@@ -308,18 +315,25 @@ def release_status(
 
 @release_app.command(
     "watch",
-    epilog=examples("contextos release watch order-desk --max-failure-rate 0.2 --min-runs 20"),
+    epilog=examples(
+        "contextos release watch order-desk --min-runs 20",
+        "contextos release watch order-desk --max-failure-rate 0.2",
+    ),
 )
 def release_watch(
     agent: Annotated[str, typer.Argument(help="The agent whose canary to judge.")],
     max_failure_rate: Annotated[
-        float, typer.Option(min=0.0, max=1.0, help="Roll back over this share of failed runs.")
-    ],
+        float | None,
+        typer.Option(
+            min=0.0, max=1.0, help="Also roll back over this share of failed canary runs."
+        ),
+    ] = None,
     min_runs: Annotated[int, typer.Option(help="Judge only once this many runs ended.")] = 5,
     by: Annotated[str, typer.Option("--as", help="Who rolls back.")] = "canary-watch",
     store: StoreOption = None,
 ) -> None:
-    """Judge a canary on its runs so far; roll it back when they fail too often.
+    """Judge a canary on the criteria its release names, against the stable runs; roll it
+    back when one fails.
 
     Exits 1 when it rolled the canary back."""
     verdict = call(
@@ -330,6 +344,8 @@ def release_watch(
     )
     style = "bold red" if verdict.action == "rolled_back" else "green"
     console.print(Text(verdict.line(), style=style))
+    for judged in verdict.judged:
+        console.print(Text(f"  {judged.line()}", style="" if judged.passed else "red"))
     if verdict.action == "rolled_back":
         raise typer.Exit(code=1)
 
@@ -351,6 +367,8 @@ def _decided_line(d: Decided) -> str:
     x = d.decision
     now = x.candidate_id or "its code as it is"
     share = f" for {x.fraction:.0%} of runs" if x.fraction < 1 else ""
+    if x.criteria:
+        share += f" (judged on {'; '.join(x.criteria)})"
     why = f": {x.reason}" if x.reason else ""
     return (
         f"{d.at:%Y-%m-%d %H:%M:%S} {x.agent}: {x.action} -> {now}{share} by {x.decided_by}"

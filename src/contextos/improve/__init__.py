@@ -3,11 +3,12 @@
 Findings come from the log (a job that is itself a run); proposals name the rung of the
 promotion ladder that should own a correction; a candidate is an exact change to an agent
 with a new identity; a release needs replay evidence with no regression and a person's
-approval bound to both hashes, and is a recorded decision, like a rollback. Nothing here
-changes what an agent runs any other way.
+approval bound to both hashes, and is a recorded decision, like a rollback; the runtime runs
+what the latest decision says (a canary: for a share of new runs, judged on the criteria it
+names). Nothing here changes what an agent runs any other way.
 """
 
-from contextos.improve.canary import CanaryVerdict
+from contextos.improve.canary import METRICS, CanaryVerdict, Criterion, Judged
 from contextos.improve.candidates import apply
 from contextos.improve.job import FindingsRequest, Review, findings_job
 from contextos.improve.records import (
@@ -28,11 +29,13 @@ from contextos.improve.release import RELEASER, Decided
 from contextos.improve.service import Improvements
 
 __all__ = [
+    "METRICS",
     "RELEASER",
     "CanaryVerdict",
     "Candidate",
     "Case",
     "Change",
+    "Criterion",
     "Decided",
     "Decision",
     "Evidence",
@@ -41,6 +44,7 @@ __all__ = [
     "FindingsRequest",
     "Impact",
     "Improvements",
+    "Judged",
     "Layer",
     "Proposal",
     "ReleaseReport",

@@ -1,37 +1,149 @@
-"""Canaries: a release that serves a fraction of new runs, watched on those runs' logs.
+"""Canaries: a release that serves a fraction of new runs, judged on those runs' logs.
 
-Which runs are in the canary is decided by a hash of a key the caller gives (a run's
-idempotency key, a user, a ticket): the same key always lands on the same side. The watch
-reads the canary's runs since its release (those whose agent hash is the candidate's) and
-counts the failed ones (ended failed, or showing any pattern the findings job looks for);
-over the limit, it rolls the release back, recorded like any rollback.
+The runtime puts each new run of the agent on one side by a hash of its id and records which
+(see `contextos.releases`). The watch reads both arms since the release, the canary's runs and
+the stable runs it did not take, measures each metric the release names, and judges it against
+its threshold, either on the canary's own value or on how much worse it is than the stable
+arm's. When any criterion fails, it rolls the release back, recorded like any rollback.
 """
 
 from __future__ import annotations
 
-import hashlib
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Self
+
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from contextos import events as ev
+from contextos.errors import ConfigError
 from contextos.improve.findings import observe
+from contextos.runs import RunStatus
 from contextos.state import fold
 
-BUCKETS = 16**8
+Metric = Literal[
+    "failure_rate", "tool_error_rate", "verification_pass_rate", "cost_per_run", "turns_per_run"
+]
+METRICS: dict[str, str] = {
+    "failure_rate": "share of runs that failed or showed a pattern the findings job looks for",
+    "tool_error_rate": "share of tool calls that failed",
+    "verification_pass_rate": "share of answers the verifier accepted",
+    "cost_per_run": "mean cost of a run, in USD",
+    "turns_per_run": "mean model calls of a run",
+}
+_TEXT = re.compile(r"\s*(\w+)\s*(-\s*stable\s*)?(<=|>=)\s*(-?\d+(?:\.\d+)?)\s*")
 
 
-def in_canary(key: str | None, fraction: float, *, salt: str) -> bool:
-    """Whether the run `key` names is one of the canary's (no key: never)."""
-    if key is None:
-        return False
-    bucket = int(hashlib.sha256(f"{salt}/{key}".encode()).hexdigest()[:8], 16)
-    return bucket < fraction * BUCKETS
+class Criterion(BaseModel):
+    """One metric a canary is judged on, and its threshold."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    metric: Metric
+    at_most: float | None = None
+    at_least: float | None = None
+    over_stable: bool = False
+    """The threshold applies to the canary's value minus the stable arm's."""
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> Self:
+        if (self.at_most is None) == (self.at_least is None):
+            raise ValueError("a criterion has one bound: at_most or at_least")
+        return self
+
+    @classmethod
+    def parse(cls, text: str) -> Criterion:
+        """`tool_error_rate <= 0.1`, `verification_pass_rate >= 0.9`,
+        `cost_per_run - stable <= 0.002`."""
+        found = _TEXT.fullmatch(text)
+        if found is None or found.group(1) not in METRICS:
+            raise ConfigError(
+                f"cannot read the criterion {text!r}: write METRIC <= NUMBER, METRIC >= NUMBER "
+                f"or METRIC - stable <= NUMBER, with METRIC one of {', '.join(METRICS)}"
+            )
+        metric, over, op, bound = found.groups()
+        limit = {"at_most" if op == "<=" else "at_least": float(bound)}
+        return cls.model_validate({"metric": metric, "over_stable": bool(over), **limit})
+
+    def text(self) -> str:
+        op, bound = ("<=", self.at_most) if self.at_most is not None else (">=", self.at_least)
+        return f"{self.metric}{' - stable' if self.over_stable else ''} {op} {bound:g}"
+
+    def holds(self, value: float) -> bool:
+        if self.at_most is not None:
+            return value <= self.at_most
+        return self.at_least is None or value >= self.at_least
 
 
 def failed(events: Sequence[ev.Event]) -> bool:
-    """A canary run counts as failed when it ended failed or its log shows a pattern."""
-    return fold(list(events)).status.value == "failed" or bool(observe(events).observations)
+    """A run counts as failed when it ended failed or its log shows a pattern."""
+    return fold(list(events)).status is RunStatus.FAILED or bool(observe(events).observations)
+
+
+def measure(metric: Metric, runs: Sequence[Sequence[ev.Event]]) -> float | None:
+    """The metric over an arm's runs (None: nothing to measure it on)."""
+    if not runs:
+        return None
+    match metric:
+        case "failure_rate":
+            return sum(failed(r) for r in runs) / len(runs)
+        case "tool_error_rate":
+            calls = [e for r in runs for e in r if isinstance(e, ev.ToolCompleted)]
+            return sum(c.is_error for c in calls) / len(calls) if calls else None
+        case "verification_pass_rate":
+            passed = sum(isinstance(e, ev.RunCompleted | ev.RunAnswered) for r in runs for e in r)
+            rejected = sum(isinstance(e, ev.VerificationFailed) for r in runs for e in r)
+            return passed / (passed + rejected) if passed + rejected else None
+        case "cost_per_run":
+            return sum(fold(list(r)).usage.cost_usd for r in runs) / len(runs)
+        case "turns_per_run":
+            return sum(fold(list(r)).turns for r in runs) / len(runs)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Judged:
+    """One criterion, measured on both arms."""
+
+    criterion: Criterion
+    canary: float | None
+    stable: float | None
+    """The arm of the runs the canary did not take."""
+
+    @property
+    def value(self) -> float | None:
+        """What the threshold is held against (None: not measurable yet)."""
+        if not self.criterion.over_stable:
+            return self.canary
+        if self.canary is None or self.stable is None:
+            return None
+        return self.canary - self.stable
+
+    @property
+    def passed(self) -> bool:
+        """Unmeasurable counts as passing: nothing shows it failing."""
+        return self.value is None or self.criterion.holds(self.value)
+
+    def line(self) -> str:
+        def shown(x: float | None) -> str:
+            return "n/a" if x is None else f"{x:.4g}"
+
+        verdict = "ok" if self.passed else "FAILED"
+        return (
+            f"{self.criterion.text()}: canary {shown(self.canary)}, stable "
+            f"{shown(self.stable)} -> {verdict}"
+        )
+
+
+def judge(
+    criteria: Sequence[Criterion],
+    canary: Sequence[Sequence[ev.Event]],
+    stable: Sequence[Sequence[ev.Event]],
+) -> tuple[Judged, ...]:
+    return tuple(
+        Judged(criterion=c, canary=measure(c.metric, canary), stable=measure(c.metric, stable))
+        for c in criteria
+    )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -42,21 +154,32 @@ class CanaryVerdict:
     candidate_id: str
     runs: int
     """Canary runs finished since the release."""
-    failures: int
-    limit: float
-    """The failure rate over which the canary is rolled back."""
+    stable_runs: int
+    """Runs of the stable arm finished since the release."""
+    judged: tuple[Judged, ...]
+    """Each criterion the canary is judged on, measured on both arms."""
     action: Literal["wait", "healthy", "rolled_back"]
     """`wait`: too few runs to judge yet."""
 
     @property
-    def rate(self) -> float:
-        return self.failures / self.runs if self.runs else 0.0
+    def failures(self) -> tuple[Judged, ...]:
+        """The criteria that failed."""
+        return tuple(j for j in self.judged if not j.passed)
 
     def line(self) -> str:
         return (
-            f"canary {self.candidate_id} of {self.agent}: {self.failures} of {self.runs} runs "
-            f"failed ({self.rate:.0%}, limit {self.limit:.0%}) -> {self.action}"
+            f"canary {self.candidate_id} of {self.agent}: {self.runs} canary runs, "
+            f"{self.stable_runs} stable -> {self.action}"
         )
 
 
-__all__ = ["CanaryVerdict", "failed", "in_canary"]
+__all__ = [
+    "METRICS",
+    "CanaryVerdict",
+    "Criterion",
+    "Judged",
+    "Metric",
+    "failed",
+    "judge",
+    "measure",
+]

@@ -7,37 +7,14 @@ the agent never silently applies to another.
 
 from __future__ import annotations
 
-import dataclasses
-
 from contextos.agents import Agent, load_agent
 from contextos.errors import ConfigError, ReleaseRefused
 from contextos.improve.records import Candidate, Change, Layer, Proposal, digest
-from contextos.tools.contract import Tool
+from contextos.releases import apply
 
 CHANGEABLE = {Layer.TOOL_DESCRIPTION: "tool_description", Layer.SCOPED_INSTRUCTION: "instructions"}
 """The rungs a candidate can change in an agent's definition; the others are changed by a
 person, in code or policy, and released as a new version of it."""
-
-
-def apply(agent: Agent, change: Change) -> Agent:
-    """The agent with `change` made."""
-    if change.kind == "instructions":
-        joined = f"{agent.instructions.rstrip()}\n{change.text}".strip()
-        return dataclasses.replace(agent, instructions=joined)
-    names = [t.name for t in agent.tools if isinstance(t, Tool)]
-    if change.target not in names:
-        raise ConfigError(
-            f"agent {agent.name} has no tool {change.target!r} to describe: it has "
-            f"{', '.join(names) or 'none'}",
-            tool=change.target,
-        )
-    tools = tuple(
-        dataclasses.replace(t, description=change.text)
-        if isinstance(t, Tool) and t.name == change.target
-        else t
-        for t in agent.tools
-    )
-    return dataclasses.replace(agent, tools=tools)
 
 
 def propose_change(proposal: Proposal, text: str | None = None) -> Change:

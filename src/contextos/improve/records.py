@@ -15,6 +15,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from contextos.releases import Change, Decision
+
 
 def digest(value: object) -> str:
     """sha256 of canonical JSON, hex."""
@@ -164,18 +166,6 @@ class Proposal(_Record):
     """`rules` (deterministic, from the root cause) or the model that drafted it."""
 
 
-class Change(BaseModel):
-    """An exact change to an agent definition."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    kind: Literal["tool_description", "instructions"]
-    target: str = ""
-    """The tool whose description changes (empty for instructions)."""
-    text: str
-    """The new description, or the instruction appended to the agent's."""
-
-
 class Candidate(_Record):
     """A versioned change to an agent: a new identity, kept beside the current release."""
 
@@ -230,23 +220,6 @@ class ReleaseReport(_Record):
             f"{self.report_id} for {self.candidate_id}: {self.count('fixed')} fixed, "
             f"{self.count('regressed')} regressed, {self.count('unchanged')} unchanged"
         )
-
-
-class Decision(_Record):
-    """A release or a rollback: which candidate the agent runs now (None: its code as is)."""
-
-    action: Literal["release", "rollback"]
-    agent: str
-    candidate_id: str | None
-    candidate_hash: str | None
-    report_id: str | None
-    report_hash: str | None
-    decided_by: str
-    """Who approved the release, or who rolled back."""
-    reason: str = ""
-    fraction: float = 1.0
-    """The share of new runs a release serves: below 1 it is a canary (the other runs stay
-    on the release before it)."""
 
 
 __all__ = [

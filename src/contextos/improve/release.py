@@ -9,47 +9,41 @@ the candidate's hash and the report's hash, and policy makes that call wait for 
 approval of exactly those hashes (a typed interrupt over a frozen action). Once approved and
 resumed, the call completes: that event, with the approval before it, is the release decision.
 A rollback is a run too, whose tool names the release it goes back to. The agent's current
-release is derived from those runs' logs; nothing else can move it.
+release is derived from those runs' logs (`contextos.releases`, which the runtime reads when it
+creates a run); nothing else can move it.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from contextos import events as ev
 from contextos.agents import Agent
 from contextos.errors import ReleaseRefused
 from contextos.evidence.canonical import ReplayPacket
 from contextos.evidence.replay import ReplayReport
+from contextos.improve.canary import Criterion
 from contextos.improve.candidates import load
-from contextos.improve.ledger import PREFIX
-from contextos.improve.records import (
-    Candidate,
-    Case,
-    Decision,
-    Finding,
-    Outcome,
-    ReleaseReport,
-    digest,
-)
+from contextos.improve.records import Candidate, Case, Finding, Outcome, ReleaseReport, digest
 from contextos.messages import FinishReason, Message, ToolCall, Usage
 from contextos.models.base import ModelRequest, ModelResponse
 from contextos.policy import Decision as Ruling
 from contextos.policy import Policy, Rule
+from contextos.releases import (
+    RELEASE_AGENT,
+    RELEASE_TOOL,
+    ROLLBACK_AGENT,
+    ROLLBACK_TOOL,
+    Decided,
+    decided,
+)
 from contextos.runs import Budget
 from contextos.runtime import Runtime
 from contextos.tools.contract import Tool, tool
 
-RELEASE_AGENT = PREFIX + "release"
-ROLLBACK_AGENT = PREFIX + "rollback"
-RELEASE_TOOL = "release_candidate"
-ROLLBACK_TOOL = "roll_back_release"
 RELEASER = "releaser"
 """The approver role a release needs."""
 
@@ -168,6 +162,8 @@ class ReleaseRequest(BaseModel):
     releasers: tuple[str, ...]
     fraction: float = Field(default=1.0, gt=0.0, le=1.0)
     """The share of new runs to serve (below 1: a canary)."""
+    criteria: tuple[Criterion, ...] = ()
+    """What the canary is judged on."""
 
     def arguments(self) -> dict[str, Any]:
         return {
@@ -177,6 +173,7 @@ class ReleaseRequest(BaseModel):
             "report_id": self.report.report_id,
             "report_hash": self.report.content_hash(),
             "fraction": self.fraction,
+            "criteria": [c.text() for c in self.criteria],
         }
 
 
@@ -204,8 +201,10 @@ def release_agent(request: ReleaseRequest) -> Agent:
         report_id: str,
         report_hash: str,
         fraction: float,
+        criteria: list[str],
     ) -> dict[str, Any]:
-        """Make the approved candidate the agent's current release (for `fraction` of runs)."""
+        """Make the approved candidate the agent's current release (for `fraction` of runs,
+        judged on `criteria`)."""
         if request.arguments() != {
             "agent": agent,
             "candidate_id": candidate_id,
@@ -213,6 +212,7 @@ def release_agent(request: ReleaseRequest) -> Agent:
             "report_id": report_id,
             "report_hash": report_hash,
             "fraction": fraction,
+            "criteria": criteria,
         }:
             raise ReleaseRefused("the release's arguments are not its request's")
         refuse_regressions(request.report, request.candidate)
@@ -267,69 +267,6 @@ class _Caller:
             usage=usage,
             model=self.name,
         )
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Decided:
-    """A decision, where its run recorded it."""
-
-    decision: Decision
-    run_id: str
-    seq: int
-    """The `tool_completed` event that is the decision."""
-    at: datetime
-
-
-def decided(events: Sequence[ev.Event]) -> Decided | None:
-    """The decision a release or rollback run's log records, or None: a release counts only
-    when its call completed under an approval a person granted for it."""
-    created = events[0]
-    assert isinstance(created, ev.RunCreated)
-    calls: dict[str, dict[str, Any]] = {}
-    approvers: dict[str, str] = {}  # interrupt id -> approver
-    allowed_by: dict[str, str] = {}  # call id -> approver, from the decision that let it run
-    for e in events:
-        match e:
-            case ev.ModelResponded():
-                for c in e.message.tool_calls:
-                    calls[c.id] = json.loads(c.arguments)
-            case ev.ApprovalGranted():
-                approvers[e.approval_id] = e.approver
-            case ev.PolicyDecided(decision="allow") if e.approval_id in approvers:
-                allowed_by[e.call_id] = approvers[e.approval_id]
-            case ev.ToolCompleted(is_error=False) if e.call_id in calls:
-                args = calls[e.call_id]
-                if e.name == RELEASE_TOOL and created.agent_name == RELEASE_AGENT:
-                    approver = allowed_by.get(e.call_id)
-                    if approver is None:
-                        return None
-                    decision = Decision(
-                        action="release",
-                        agent=args["agent"],
-                        candidate_id=args["candidate_id"],
-                        candidate_hash=args["candidate_hash"],
-                        report_id=args["report_id"],
-                        report_hash=args["report_hash"],
-                        decided_by=approver,
-                        fraction=args.get("fraction", 1.0),
-                    )
-                elif e.name == ROLLBACK_TOOL and created.agent_name == ROLLBACK_AGENT:
-                    decision = Decision(
-                        action="rollback",
-                        agent=args["agent"],
-                        candidate_id=args["to_candidate"],
-                        candidate_hash=None,
-                        report_id=None,
-                        report_hash=None,
-                        decided_by=args["by"],
-                        reason=args.get("reason", ""),
-                    )
-                else:
-                    continue
-                return Decided(decision=decision, run_id=e.run_id, seq=e.seq, at=e.occurred_at)
-            case _:
-                pass
-    return None
 
 
 __all__ = [

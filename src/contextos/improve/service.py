@@ -9,7 +9,7 @@
         asked = await loop.request_release(candidate.candidate_id, report.report_id,
                                            releasers=("alice",))
         await loop.approve(asked.id, approver="alice")  # releases: a recorded decision
-        agent = await loop.released(base_agent)         # what new runs should run
+        await rt.run(base_agent, "...")                 # new runs run the release
 """
 
 from __future__ import annotations
@@ -19,16 +19,15 @@ from typing import Literal
 
 from contextos.agents import Agent, load_agent
 from contextos.errors import ConfigError, ImprovementNotFound, ReleaseRefused
-from contextos.events import RunCreated
+from contextos.events import Event, RunCreated
 from contextos.evidence.canonical import ReplayPacket
 from contextos.improve import ledger
-from contextos.improve.canary import CanaryVerdict, failed, in_canary
-from contextos.improve.candidates import load, make, propose_change
+from contextos.improve.canary import CanaryVerdict, Criterion, judge
+from contextos.improve.candidates import make, propose_change
 from contextos.improve.job import JOB, FindingsRequest, Review, findings_job
 from contextos.improve.records import Candidate, Change, Decision, Finding, Proposal, ReleaseReport
 from contextos.improve.release import (
     RELEASE_AGENT,
-    ROLLBACK_AGENT,
     Decided,
     ReleaseRequest,
     RollbackRequest,
@@ -40,6 +39,7 @@ from contextos.improve.release import (
     rollback_agent,
 )
 from contextos.records.interrupts import Interrupt
+from contextos.releases import binding_of, decision_run_id, release_line, route
 from contextos.runs import RunStatus
 from contextos.runtime import Runtime
 
@@ -152,20 +152,33 @@ class Improvements:
         *,
         releasers: Sequence[str],
         fraction: float = 1.0,
+        criteria: Sequence[Criterion | str] = (),
     ) -> Interrupt:
         """Ask for a release: refused when the report regresses a golden run; otherwise a
         release run waits for one of `releasers` to approve the candidate's and the report's
-        hashes (the interrupt returned). Below 1, `fraction` makes it a canary."""
+        hashes (the interrupt returned). Below 1, `fraction` makes it a canary, judged by
+        `watch` on `criteria` (`tool_error_rate <= 0.1`, `cost_per_run - stable <= 0.01`, …),
+        which the releaser approves with it."""
         candidate = await self.get_candidate(candidate_id)
         report = await self.report(report_id)
         refuse_regressions(report, candidate)
         if not releasers:
             raise ConfigError("name who may approve the release (--releaser NAME)")
+        if criteria and fraction >= 1:
+            raise ConfigError("criteria judge a canary: release to a fraction below 1")
         request = ReleaseRequest(
-            candidate=candidate, report=report, releasers=tuple(releasers), fraction=fraction
+            candidate=candidate,
+            report=report,
+            releasers=tuple(releasers),
+            fraction=fraction,
+            criteria=tuple(c if isinstance(c, Criterion) else Criterion.parse(c) for c in criteria),
         )
         async with Runtime(self.rt.store.url, policy=release_policy(releasers)) as rt:
-            done = await rt.run(release_agent(request), request.model_dump_json())
+            done = await rt.run(
+                release_agent(request),
+                request.model_dump_json(),
+                run_id=decision_run_id(candidate.agent),
+            )
             waiting = [i for i in await rt.inbox() if i.run_id == done.run_id]
         if not waiting:
             raise ReleaseRefused(
@@ -211,23 +224,7 @@ class Improvements:
 
         A rollback counts only when it goes back to a release made before it (or to the code):
         rolling back needs no approval, so it can never reach what nobody approved."""
-        found: list[Decided] = []
-        for summary in await self.rt.runs(status=RunStatus.COMPLETED, limit=ledger.SCAN_LIMIT):
-            if summary.agent_name in (RELEASE_AGENT, ROLLBACK_AGENT):
-                one = decided(await self.rt.events(summary.run_id))
-                if one is not None and (agent is None or one.decision.agent == agent):
-                    found.append(one)
-        found.sort(key=lambda d: (d.at, d.run_id))
-        approved: set[tuple[str, str | None]] = set()
-        out: list[Decided] = []
-        for d in found:
-            x = d.decision
-            if x.action == "release":
-                approved.add((x.agent, x.candidate_id))
-            elif x.candidate_id is not None and (x.agent, x.candidate_id) not in approved:
-                continue
-            out.append(d)
-        return out
+        return await release_line(self.rt.store, agent)
 
     async def current(self, agent: str) -> Decision | None:
         """The decision the agent runs under now (None: its code as it is, never released)."""
@@ -235,60 +232,67 @@ class Improvements:
         return line[-1].decision if line else None
 
     async def released(self, base: Agent, *, key: str | None = None) -> Agent:
-        """The agent a new run should run: `base` with its current release's change, if any.
+        """The agent a new run with id `key` runs: `base` with its current release's change,
+        if any (what the runtime itself does when it creates a run of `base`).
 
         During a canary, only the runs whose `key` falls in its fraction get the candidate;
-        the others (and runs without a key) get the release before it."""
-        line = await self.history(base.name)
-        if not line:
-            return base
-        last = line[-1]
-        serving = last.decision.candidate_id
-        if last.decision.fraction < 1 and not in_canary(
-            key, last.decision.fraction, salt=last.run_id
-        ):
-            serving = line[-2].decision.candidate_id if len(line) > 1 else None
-        return base if serving is None else load(await self.get_candidate(serving), base)
+        the others (and `key` None) get the release before it."""
+        agent, _ = await route(self.rt.store, base, key)
+        return agent
 
     async def watch(
-        self, agent: str, *, max_failure_rate: float, min_runs: int = 5, by: str = "canary-watch"
+        self,
+        agent: str,
+        *,
+        max_failure_rate: float | None = None,
+        min_runs: int = 5,
+        by: str = "canary-watch",
     ) -> CanaryVerdict:
-        """Judge the agent's canary on its runs since its release; roll it back (a recorded
-        decision) when more than `max_failure_rate` of at least `min_runs` runs failed."""
+        """Judge the agent's canary on the criteria its release names (and, when given, a
+        failure rate of at most `max_failure_rate`), measured on its runs and on the stable
+        runs since the release; roll it back (a recorded decision) when any fails once at
+        least `min_runs` canary runs ended."""
         line = await self.history(agent)
         last = line[-1] if line else None
         if last is None or last.decision.action != "release" or last.decision.fraction >= 1:
             raise ConfigError(f"agent {agent} has no canary running")
-        outcomes: list[bool] = []
+        criteria = [Criterion.parse(c) for c in last.decision.criteria]
+        if max_failure_rate is not None:
+            criteria.append(Criterion(metric="failure_rate", at_most=max_failure_rate))
+        if not criteria:
+            raise ConfigError(
+                f"the canary of {agent} names no criteria: pass --max-failure-rate RATE"
+            )
+        arms: dict[bool, list[list[Event]]] = {True: [], False: []}
         for summary in await self.rt.runs(limit=ledger.SCAN_LIMIT):
             if summary.agent_name != agent or summary.created_at < last.at:
-                continue
+                continue  # the runs since the release: only they can be on either arm
             if not summary.status.is_terminal:
                 continue
             events = await self.rt.events(summary.run_id)
             created = events[0]
-            if isinstance(created, RunCreated) and (
-                created.agent_hash == last.decision.candidate_hash
+            assert isinstance(created, RunCreated)
+            binding = binding_of(created.metadata)
+            if (
+                binding is not None
+                and binding.decision == last.run_id
+                and binding.canary is not None
             ):
-                outcomes.append(failed(events))
-        failures = sum(outcomes)
+                arms[binding.canary].append(events)
+        judged = judge(criteria, arms[True], arms[False])
         action: Literal["wait", "healthy", "rolled_back"] = "healthy"
-        if len(outcomes) < min_runs:
+        if len(arms[True]) < min_runs:
             action = "wait"
-        elif failures > max_failure_rate * len(outcomes):
+        elif any(not j.passed for j in judged):
             action = "rolled_back"
-            await self.rollback(
-                agent,
-                by=by,
-                reason=f"canary: {failures} of {len(outcomes)} runs failed "
-                f"(limit {max_failure_rate:.0%})",
-            )
+            why = "; ".join(j.line() for j in judged if not j.passed)
+            await self.rollback(agent, by=by, reason=f"canary: {why}")
         return CanaryVerdict(
             agent=agent,
             candidate_id=last.decision.candidate_id or "",
-            runs=len(outcomes),
-            failures=failures,
-            limit=max_failure_rate,
+            runs=len(arms[True]),
+            stable_runs=len(arms[False]),
+            judged=judged,
             action=action,
         )
 
@@ -308,7 +312,9 @@ class Improvements:
             by=by,
             reason=reason,
         )
-        done = await self.rt.run(rollback_agent(request), request.model_dump_json())
+        done = await self.rt.run(
+            rollback_agent(request), request.model_dump_json(), run_id=decision_run_id(agent)
+        )
         found = decided(await self.rt.events(done.run_id))
         if found is None:  # pragma: no cover - the rollback's call cannot be refused
             raise ReleaseRefused(f"the rollback run {done.run_id} did not roll back")

@@ -1,0 +1,114 @@
+"""The runtime runs what an agent's release says: every new run of the agent, however it is
+started, runs the released candidate and records the release in its first event; a worker that
+claims it runs the same definition; a rollback takes effect for the next run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+from api_server import serving
+from orders import desk
+from test_governance import candidate_ready
+from test_improvement_loop import REF
+
+from contextos import RunStatus, Runtime
+from contextos.api import ApiConfig
+from contextos.events import RunCreated, ToolCompleted
+from contextos.releases import Binding, binding_of
+from support.processes import ROOT, ended, spawn_worker, stop_all
+
+
+async def ran(rt: Runtime, run_id: str) -> tuple[RunCreated, list[bool]]:
+    """A run's first event, and whether each of its tool calls failed."""
+    events = await rt.events(run_id)
+    created = events[0]
+    assert isinstance(created, RunCreated)
+    return created, [e.is_error for e in events if isinstance(e, ToolCompleted)]
+
+
+async def test_new_runs_run_the_release_and_a_rollback_takes_effect_for_the_next(
+    backend_url: str, tmp_path: Path
+) -> None:
+    async with Runtime(backend_url) as rt:
+        loop, candidate_id, report_id = await candidate_ready(rt)
+        candidate = await loop.get_candidate(candidate_id)
+        before = await rt.run(desk(), "Where is order 41?")
+        created, calls = await ran(rt, before.run_id)
+        assert binding_of(created.metadata) is None and calls == [True, False]
+
+        asked = await loop.request_release(candidate_id, report_id, releasers=("alice",))
+        release = await loop.approve(asked.id, approver="alice")
+        expected = Binding(
+            decision=release.run_id, candidate_id=candidate_id, change=candidate.change
+        )
+
+        driven = await rt.run(desk(), "Where is order 42?")  # given the agent's code
+        created, calls = await ran(rt, driven.run_id)
+        assert created.agent_hash == candidate.candidate_hash
+        assert binding_of(created.metadata) == expected
+        assert calls == [False]  # the released description: right the first time
+
+        queued = await rt.start(desk(), "Where is order 43?", agent_ref=REF)
+        worker = spawn_worker(backend_url, tmp_path / "worker.log")
+        try:  # the worker imports the agent's code from REF and makes the release's change
+            assert await ended(rt, queued) is RunStatus.COMPLETED
+        finally:
+            stop_all([worker])
+        created, calls = await ran(rt, queued)
+        assert binding_of(created.metadata) == expected and calls == [False]
+        assert (await rt.replay(queued)).equal  # replayed as it ran, from its reference
+
+        back = await loop.rollback("order-desk", by="bob")
+        after = await rt.run(desk(), "Where is order 44?")
+        created, calls = await ran(rt, after.run_id)
+        assert created.agent_hash == desk().identity_hash() and calls == [True, False]
+        assert binding_of(created.metadata) == Binding(decision=back.run_id, candidate_id=None)
+
+
+async def test_contextos_run_runs_the_release(tmp_path: Path) -> None:
+    store = tmp_path / "c.db"
+    async with Runtime(str(store)) as rt:
+        loop, candidate_id, report_id = await candidate_ready(rt)
+        asked = await loop.request_release(candidate_id, report_id, releasers=("alice",))
+        await loop.approve(asked.id, approver="alice")
+    done = subprocess.run(
+        [sys.executable, "-m", "contextos", "run", REF, "Where is order 7?", "--json"],
+        cwd=ROOT,
+        env={**os.environ, "CONTEXTOS_STORE": str(store)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    run_id = json.loads(done.stdout)["run_id"]
+    async with Runtime(str(store)) as rt:
+        created, calls = await ran(rt, run_id)
+    binding = binding_of(created.metadata)
+    assert binding is not None and binding.candidate_id == candidate_id
+    assert calls == [False]
+
+
+async def test_post_v1_runs_runs_the_release(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path}/runs.db"
+    async with Runtime(store) as rt:
+        loop, candidate_id, report_id = await candidate_ready(rt)
+        asked = await loop.request_release(candidate_id, report_id, releasers=("alice",))
+        await loop.approve(asked.id, approver="alice")
+        config = ApiConfig(store=store, agents=(REF,), open_access=True, worker=True)
+        with serving(config) as base:
+            async with httpx.AsyncClient(base_url=base, timeout=60) as http:
+                started = await http.post(
+                    "/v1/runs", json={"agent": "order-desk", "input": "Where is order 8?"}
+                )
+                assert started.status_code == 201, started.text
+                run_id = started.json()["run_id"]
+                assert await ended(rt, run_id) is RunStatus.COMPLETED  # the server's worker
+        created, calls = await ran(rt, run_id)
+    binding = binding_of(created.metadata)
+    assert binding is not None and binding.candidate_id == candidate_id
+    assert calls == [False]
