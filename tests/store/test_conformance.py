@@ -593,6 +593,28 @@ async def test_list_runs_filters_by_status_and_orders_by_last_update(store: Even
     assert [r.run_id for r in await store.list_runs(limit=2)] == ["r2", "r1"]
 
 
+async def test_list_runs_by_prefix_matches_ids_exactly(store: EventStore) -> None:
+    """Byte by byte, whatever the database's collation: `_` and `%` are no patterns, case
+    counts, and ids that sort next to the prefix's range (punctuation, accents) stay out."""
+    ids = [
+        "run_a_1", "run_a_2", "run_A_3", "run_ab", "run_a", "run%a_1", "runxa_1", "run_b_1",
+        "run_a`", "run_á_1", "run_a_é",
+    ]  # fmt: skip
+    for i, rid in enumerate(ids):
+        await store.append(RunId(rid), [created(rid, at=T0 + timedelta(seconds=i))], expected_seq=0)
+
+    async def found(prefix: str, **kw: object) -> set[str]:
+        return {r.run_id for r in await store.list_runs(prefix=prefix, limit=100, **kw)}  # type: ignore[arg-type]
+
+    assert await found("run_a_") == {"run_a_1", "run_a_2", "run_a_é"}
+    assert await found("run_a") == {"run_a_1", "run_a_2", "run_ab", "run_a", "run_a`", "run_a_é"}
+    assert await found("run_á") == {"run_á_1"}
+    assert await found("run%") == {"run%a_1"}
+    assert await found("run_a_", status=RunStatus.QUEUED) == {"run_a_1", "run_a_2", "run_a_é"}
+    assert await found("run_a_", status=RunStatus.COMPLETED) == set()
+    assert await found("") == set(ids)
+
+
 # -- projections the store keeps --------------------------------------------------------------
 
 

@@ -129,15 +129,23 @@ def run_filter(
     *,
     top_level: bool = False,
     prefix: str | None = None,
+    bytewise: tuple[str, str] = (">=", "<"),
 ) -> tuple[str, tuple[str, ...]]:
     """The WHERE clause (and its parameters) of `list_runs`: a run's tenant is its queue
     entry's, and a run queued without one belongs to the default tenant; `top_level` keeps
     only runs no other run started; `prefix` only ids that start with it (compared exactly,
-    where LIKE would read `_` and `%` as patterns and SQLite's would ignore case)."""
+    where LIKE would read `_` and `%` as patterns and SQLite's would ignore case).
+
+    A prefix is also a range of ids, read from the index on the id (`bytewise`: the store's
+    operators that compare ids byte by byte), so finding a few runs by prefix does not read
+    every run of a status: the release of an agent is looked up so at every run's start."""
     clauses: list[str] = []
     params: list[str] = []
     if status is not None:
-        clauses.append(f"status = {placeholder}")
+        # With a prefix, the status is checked on the few runs of the id range rather than
+        # picking the status's index (SQLite would, reading every run of that status).
+        column = "status || ''" if prefix else "status"
+        clauses.append(f"{column} = {placeholder}")
         params.append(RunStatus(status).value)
     if tenant is not None:
         clauses.append(
@@ -148,6 +156,10 @@ def run_filter(
     if top_level:
         clauses.append(TOP_LEVEL)
     if prefix is not None:
+        if prefix and ord(prefix[-1]) < 0x10FFFF:
+            at_least, below = bytewise
+            clauses.append(f"run_id {at_least} {placeholder} AND run_id {below} {placeholder}")
+            params += [prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)]
         clauses.append(f"substr(run_id, 1, {len(prefix)}) = {placeholder}")
         params.append(prefix)
     return (" WHERE " + " AND ".join(clauses) if clauses else ""), tuple(params)

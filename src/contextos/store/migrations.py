@@ -634,4 +634,9 @@ CREATE TRIGGER artifacts_are_append_only BEFORE UPDATE OR DELETE ON artifacts
 CREATE TRIGGER artifacts_are_never_truncated BEFORE TRUNCATE ON artifacts
     FOR EACH STATEMENT EXECUTE FUNCTION contextos_refuse('artifacts are append-only');
 """,
+    # 11: run ids compared byte by byte, whatever the database's collation, so that the runs
+    # whose id starts with a prefix are a range of this index (`list_runs(prefix=…)`).
+    """
+CREATE INDEX runs_by_id_bytes ON runs (run_id text_pattern_ops);
+""",
 ]

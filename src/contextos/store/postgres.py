@@ -347,7 +347,9 @@ class PostgresStore(PostgresQueue, SqlTokens, snapshots.Snapshotting, SqlArtifac
         top_level: bool = False,
         prefix: str | None = None,
     ) -> list[RunSummary]:
-        where, params = run_filter(status, tenant, "%s", top_level=top_level, prefix=prefix)
+        where, params = run_filter(
+            status, tenant, "%s", top_level=top_level, prefix=prefix, bytewise=("~>=~", "~<~")
+        )
         async with self._conn() as conn:
             cur = await conn.execute(
                 f"SELECT {_SUMMARY_COLUMNS} FROM runs{where} ORDER BY updated_at DESC LIMIT %s",
