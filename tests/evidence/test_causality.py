@@ -86,7 +86,6 @@ async def test_each_step_of_an_approved_write_names_the_step_it_follows(tmp_path
 
 
 async def test_a_run_started_by_another_joins_its_tree(tmp_path: Path) -> None:
-    pytest.importorskip("opentelemetry.sdk")
     from contextos.telemetry import spans_for, trace_id_for
     from contextos.telemetry._ids import span_id_for
 
