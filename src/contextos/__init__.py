@@ -1,6 +1,7 @@
 """ContextOS: a governed, durable agent runtime."""
 
 from contextos.agents import Agent, load_agent
+from contextos.context.rendered import RenderedCall
 from contextos.errors import (
     AgentChanged,
     ConcurrencyConflict,
@@ -72,6 +73,7 @@ __all__ = [
     "Policy",
     "PolicyDecision",
     "Principal",
+    "RenderedCall",
     "RetryPolicy",
     "Risk",
     "Rule",

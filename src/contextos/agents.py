@@ -7,7 +7,7 @@ import importlib
 import importlib.util
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from contextos.errors import ConfigError
 from contextos.middleware.base import Middleware, stack_identity, stack_tools, validate_stack
+from contextos.middleware.platform import check_opt_out, platform_stack
 from contextos.models.base import ModelAdapter
 from contextos.runs import Budget
 from contextos.tools.contract import Tool, as_tool, manifest_hash
@@ -43,18 +44,27 @@ class Agent:
     output_type: type[BaseModel] | None = None
     """Structured answer type; the final answer must parse into it."""
     middleware: Sequence[Middleware] = ()
-    """The context stack, outermost first: platform layers in their order, then domain ones."""
+    """The context stack, outermost first: platform layers in their order, then domain ones.
+    The budget gate, PII redaction and the sanitizer are added with their defaults when not
+    listed (see `stack`)."""
+    opt_out: Mapping[str, str] = field(default_factory=dict)
+    """Default platform layers left out, by name, each with the reason (recorded per call)."""
+    stack: tuple[Middleware, ...] = field(init=False, repr=False, compare=False, default=())
+    """The stack the agent runs under: `middleware` plus the default layers not opted out."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tools", tuple(as_tool(t) for t in self.tools))
         object.__setattr__(self, "verifier", as_verifier(self.verifier))
         object.__setattr__(self, "middleware", tuple(self.middleware))
+        object.__setattr__(self, "opt_out", {k: str(v) for k, v in self.opt_out.items()})
         validate_stack(self.middleware)
+        check_opt_out(self.middleware, self.opt_out)
+        object.__setattr__(self, "stack", platform_stack(self.middleware, self.opt_out))
 
     @property
     def tool_list(self) -> tuple[Tool, ...]:
         """The agent's tools and those its middleware adds (e.g. reading a skill)."""
-        return (*self.tools, *stack_tools(self.middleware))  # type: ignore[arg-type]
+        return (*self.tools, *stack_tools(self.stack))  # type: ignore[arg-type]
 
     @property
     def verifiers(self) -> list[Verifier]:
@@ -85,6 +95,7 @@ class Agent:
             # The stack's order is part of the behaviour; left out when empty so agents without
             # middleware keep the hash they had.
             **({"middleware": stack_identity(self.middleware)} if self.middleware else {}),
+            **({"opt_out": dict(sorted(self.opt_out.items()))} if self.opt_out else {}),
         }
 
     def identity_hash(self) -> str:

@@ -24,6 +24,7 @@ from pydantic import BaseModel
 from contextos import events as ev
 from contextos.agents import Agent
 from contextos.context.compiled import HistoryIndex, compile_context
+from contextos.context.rendered import RenderedLog
 from contextos.errors import ConcurrencyConflict, ModelError, ToolManifestChanged
 from contextos.events import utcnow
 from contextos.messages import FinishReason, Message, ToolCall
@@ -41,6 +42,7 @@ from contextos.models.base import ModelAdapter, ModelRequest, ModelResponse, che
 from contextos.policy.authority import Authority
 from contextos.policy.gate import Gate
 from contextos.policy.hook import PolicyHook
+from contextos.policy.identity import RunContext
 from contextos.runs import FailureReason, RunStatus
 from contextos.state import RunState, apply
 from contextos.store.base import EventStore
@@ -79,10 +81,11 @@ class Driver:
         self.state = state
         self.gateway = _ChainGateway(
             agent.tool_list,
-            chain_layers=agent.middleware,
+            chain_layers=agent.stack,
             model=model,
             services=Services(model=model, spend=daily_spend_of(store)),
             metadata=state.metadata,
+            bound=state.context.context if state.context is not None else None,
         )
         self.chain: Chain = self.gateway.chain
         """The agent's middleware stack bound to this run."""
@@ -94,6 +97,10 @@ class Driver:
         """When the current step began (the runtime watches long steps for cancellation)."""
         self.stop_requested = False
         """Set by a draining worker: finish the current step, then return with the run running."""
+        self.run_context = RunContext.from_dict(state.context.context) if state.context else None
+        """The authority bound to the run: the model is shown only the tools it allows."""
+        self.rendered = RenderedLog()
+        """The prompts this driver recorded, so each call records only what changed."""
         self.history: HistoryIndex | None = None
         """The run's conversation as context entries, extended call by call."""
         self.on_commit: Callable[[tuple[ev.Event, ...]], Awaitable[None]] | None = None
@@ -225,6 +232,7 @@ class Driver:
             budget=s.budget,
             metadata=dict(s.metadata),
             deadline_at=s.deadline_at,
+            bound=s.context.context if s.context is not None else None,
         )
 
     def build_call(self) -> ModelCall:
@@ -244,6 +252,7 @@ class Driver:
             summary=s.context_summary,
             cursor=s.context_cursor,
             index=self.history,
+            may_call=self.run_context.allows_tool if self.run_context else None,
         )
         return ModelCall(run=self.run_view(), context=context)
 
@@ -322,6 +331,8 @@ class Driver:
                     "manifest": list(result.manifest),
                     "stack": list(chain.names),
                     "telemetry": dict(result.telemetry),
+                    **({"opted_out": dict(self.agent.opt_out)} if self.agent.opt_out else {}),
+                    **self.rendered_delta(result.request),
                 },
             )
         )
@@ -341,6 +352,13 @@ class Driver:
         # completion), and that commit flushes this one: a power loss in between only means
         # the model is asked again, as after any crash during the call.
         await self.commit(*events, synchronous=False)
+
+    def rendered_delta(self, request: ModelRequest | None) -> dict[str, Any]:
+        """The prompt the model received, as a delta on the previous call's (see `RenderedLog`)."""
+        if request is None:
+            return {}
+        tools = (t.name for t in request.tools)
+        return {"rendered": self.rendered.record(request.messages, tools)}
 
     async def after_run(self) -> None:
         """Let the stack act on a run that stopped being driven (e.g. write memory)."""
@@ -449,16 +467,18 @@ class _ChainGateway(Gateway):
         model: ModelAdapter,
         services: Services | None = None,
         metadata: Mapping[str, Any] | None = None,
+        bound: Mapping[str, Any] | None = None,
         **gateway_options: Any,
     ) -> None:
         super().__init__(tools, **gateway_options)
         self.metadata = dict(metadata or {})
+        self.bound = bound
         self.chain = Chain(chain_layers, model=model, dispatch=self._dispatch, services=services)
 
     async def dispatch(
         self, tool: Tool, args: BaseModel, ctx: ToolContext, *, timeout_s: float | None = None
     ) -> Any:
-        view = RunView(run_id=ctx.run_id, turn=0, metadata=self.metadata)
+        view = RunView(run_id=ctx.run_id, turn=0, metadata=self.metadata, bound=self.bound)
         call = ToolCallInput(run=view, tool=tool, arguments=args, ctx=ctx, timeout_s=timeout_s)
         return await self.chain.tool_call(call)
 

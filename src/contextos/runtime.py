@@ -18,6 +18,7 @@ from typing import Any
 
 from contextos import events as ev
 from contextos.agents import Agent, load_agent
+from contextos.context.rendered import RenderedCall, rendered_calls
 from contextos.errors import (
     AgentChanged,
     ConcurrencyConflict,
@@ -28,6 +29,7 @@ from contextos.errors import (
 from contextos.events import utcnow
 from contextos.loop import Driver
 from contextos.messages import Usage
+from contextos.middleware.base import needs_principal
 from contextos.models import resolve_model
 from contextos.models.base import ModelAdapter
 from contextos.policy.authority import Authority
@@ -211,6 +213,7 @@ class Runtime:
         The queue row comes first so that no worker can see a created run before it is
         queued, and a start that dies in between is finished by the next start with its key.
         """
+        metadata = _keyed(metadata, agent, context)
         rid = RunId(run_id) if run_id else new_run_id()
         lease: Lease | None = None
         queue = queue_of(self.store)
@@ -609,6 +612,10 @@ class Runtime:
         """The run's events after `after_seq`, each as stored and in one readable line."""
         return timeline(await self.store.read(RunId(run_id), after_seq=after_seq))
 
+    async def prompts(self, run_id: str) -> list[RenderedCall]:
+        """Every model call of the run as the model received it, with the lineage beside it."""
+        return rendered_calls(e.data for e in await self.timeline(run_id))
+
     async def trace(
         self,
         run_id: str,
@@ -652,3 +659,28 @@ def run(agent: Agent, input: str, *, store: EventStore | str | None = None) -> R
             return await runtime.run(agent, input)
 
     return asyncio.run(_main())
+
+
+def _keyed(
+    metadata: dict[str, Any] | None, agent: Agent, context: RunContext | None
+) -> dict[str, Any]:
+    """The run's metadata with `principal` set from the bound context, the one key its usage is
+    counted under; a caller cannot name it, and a layer keyed on it needs a bound principal."""
+    out = dict(metadata or {})
+    if "principal" in out:
+        raise ConfigError(
+            "metadata 'principal' is set by the runtime from the run's bound principal: "
+            "pass principal= or context= instead",
+            principal=str(out["principal"]),
+        )
+    if context is None:
+        layer = needs_principal(agent.stack)
+        if layer is not None:
+            raise ConfigError(
+                f"the {layer!r} layer keys on the run's principal and tenant, and this run has "
+                "none bound: start it with principal= or context=",
+                layer=layer,
+            )
+        return out
+    out["principal"] = context.principal.ref
+    return out

@@ -116,6 +116,7 @@ def test_the_public_surface_is_pinned() -> None:
         "Policy",
         "PolicyDecision",
         "Principal",
+        "RenderedCall",
         "RetryPolicy",
         "Risk",
         "Rule",

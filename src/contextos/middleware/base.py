@@ -29,7 +29,7 @@ from pydantic import BaseModel
 
 from contextos import events as ev
 from contextos.context.compiled import CompiledContext
-from contextos.context.memory import Subject, subject_from
+from contextos.context.memory import Subject
 from contextos.errors import ConfigError
 from contextos.messages import Usage
 from contextos.models.base import ModelAdapter, ModelRequest, ModelResponse
@@ -38,10 +38,12 @@ from contextos.tools.contract import Tool, ToolContext
 
 
 def principal_of(metadata: Mapping[str, Any]) -> str:
-    """Who pays for a run: `metadata["principal"]`, else `<tenant_id>/<user_id>` (`-` if unset).
+    """The key a run's usage is counted under: `metadata["principal"]`, else
+    `<tenant_id>/<user_id>` (`-` if unset).
 
     The store's daily usage counters derive the same key in SQL (see the usage migration); the
-    two must stay identical.
+    two must stay identical. The runtime writes `principal` itself, from the bound principal
+    (`kind:id@tenant`), so only a bound run's usage lands under a principal's key.
     """
     principal = metadata.get("principal")
     if principal:
@@ -67,14 +69,29 @@ class RunView:
     """Labels given at start (`tenant_id`, `user_id`, `principal`, …)."""
     deadline_at: datetime | None = None
     """The run's deadline (UTC), when it has one."""
+    bound: Mapping[str, Any] | None = None
+    """The RunContext bound at start, as recorded; None for a run bound to no one."""
 
     @property
-    def principal(self) -> str:
-        return principal_of(self.metadata)
+    def principal(self) -> str | None:
+        """Who the run acts for and pays as (`kind:id@tenant`), from the bound context only."""
+        if self.bound is None:
+            return None
+        p = self.bound["principal"]
+        return f"{p['kind']}:{p['id']}@{p['tenant']}"
 
     @property
     def subject(self) -> Subject | None:
-        return subject_from(dict(self.metadata))
+        """Whose memory: the bound principal's tenant and id, never labels a caller passed."""
+        if self.bound is None:
+            return None
+        p = self.bound["principal"]
+        return Subject(tenant_id=str(p["tenant"]), user_id=str(p["id"]))
+
+
+def needs_principal(layers: Sequence[Middleware]) -> str | None:
+    """The first layer that keys on the run's principal (memory, daily caps), if any."""
+    return next((m.name for m in layers if getattr(m, "needs_principal", False)), None)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
