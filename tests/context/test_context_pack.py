@@ -19,7 +19,7 @@ from contextos import (
 )
 from contextos import events as ev
 from contextos.context.rendered import RenderedLog, rendered_calls
-from contextos.middleware import Sanitizer
+from contextos.middleware import PathInstructions, Sanitizer
 from contextos.testing import ScriptedModel, call_tool, reply
 
 SECRET = "jo.bloggs@example.com"
@@ -138,3 +138,54 @@ def test_a_new_driver_records_its_first_prompt_in_full_and_every_prompt_reads_ba
     events[1]["context"]["rendered"]["blobs"] = {}  # a log that lost a message
     with pytest.raises(EventDecodeError):
         rendered_calls(events)
+
+
+async def test_path_instructions_follow_the_paths_the_run_touches(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    (repo / "src" / "pay").mkdir(parents=True)
+    (repo / "docs").mkdir()
+    (repo / "AGENTS.md").write_text("ROOT-RULE: run the tests before answering.")
+    (repo / "src" / "AGENTS.md").write_text("SRC-RULE: keep modules small.")
+    (repo / "src" / "pay" / "AGENTS.md").write_text("PAY-RULE: " + "money " * 400)
+    (repo / "docs" / "AGENTS.md").write_text("DOCS-RULE: one sentence per line.")
+    (repo / "src" / "pay" / "refund.py").write_text("x = 1\n")
+
+    def read(path: str) -> str:
+        """Read a file of the repository."""
+        return (repo / path).read_text()
+
+    model = ScriptedModel([call_tool("read", {"path": "src/pay/refund.py"}), reply("done")])
+    paths = PathInstructions(repo, max_tokens=200)
+    agent = Agent(name="a", model=model, tools=[read], middleware=[paths])
+    async with Runtime(str(tmp_path / "r.db")) as rt:
+        result = await rt.run(agent, "fix the refund")
+        calls = await rt.prompts(result.run_id)
+
+    def system(i: int) -> str:
+        first = model.requests[i].messages[0]
+        assert first.role == "system"
+        return first.content
+
+    assert "ROOT-RULE" in system(0) and "SRC-RULE" not in system(0)
+    assert "ROOT-RULE" in system(1) and "SRC-RULE" in system(1)
+    assert system(1).index("ROOT-RULE") < system(1).index("SRC-RULE")  # outermost first
+    assert "DOCS-RULE" not in system(1)  # never touched
+    assert "PAY-RULE" not in system(1)  # over the bound: left out, and said so
+    rows = {r["id"]: r for r in calls[1].manifest}
+    assert rows["path:src/AGENTS.md"]["why"] == (
+        "applies to src/pay/refund.py (named by read [call_1_0])"
+    )
+    assert rows["path:src/pay/AGENTS.md"]["dropped"] is True
+    assert "over the 200-token bound" in rows["path:src/pay/AGENTS.md"]["why"]
+    assert "path:docs/AGENTS.md" not in rows
+
+
+async def test_paths_outside_the_root_bring_no_instructions(tmp_path: Path) -> None:
+    (tmp_path / "AGENTS.md").write_text("OUTSIDE-RULE")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    model = ScriptedModel([call_tool("echo", {"text": "../AGENTS.md"}), reply("done")])
+    agent = Agent(name="a", model=model, tools=[echo], middleware=[PathInstructions(repo)])
+    async with Runtime(str(tmp_path / "r.db")) as rt:
+        await rt.run(agent, "go")
+    assert all("OUTSIDE-RULE" not in m.content for r in model.requests for m in r.messages[:1])

@@ -37,6 +37,7 @@ def sha(text: str) -> str:
 
 class ItemType(StrEnum):
     INSTRUCTION = "instruction"
+    PATH_INSTRUCTION = "path_instruction"
     SKILL_CATALOG = "skill_catalog"
     MEMORY_FACT = "memory_fact"
     RETRIEVED_PASSAGE = "retrieved_passage"
