@@ -19,7 +19,7 @@ from contextos import (
 )
 from contextos import events as ev
 from contextos.context.rendered import RenderedLog, rendered_calls
-from contextos.middleware import PathInstructions, Sanitizer
+from contextos.middleware import PathInstructions, Sanitizer, Skills
 from contextos.testing import ScriptedModel, call_tool, reply
 
 SECRET = "jo.bloggs@example.com"
@@ -189,3 +189,30 @@ async def test_paths_outside_the_root_bring_no_instructions(tmp_path: Path) -> N
     async with Runtime(str(tmp_path / "r.db")) as rt:
         await rt.run(agent, "go")
     assert all("OUTSIDE-RULE" not in m.content for r in model.requests for m in r.messages[:1])
+
+
+async def test_skills_are_chosen_per_task_with_the_reason_recorded(tmp_path: Path) -> None:
+    root = tmp_path / "skills"
+    for name, description in [
+        ("refunds", "How to refund an order that was paid by card."),
+        ("shipping", "How to track a parcel and change a delivery address."),
+        ("invoices", "How to issue an invoice for an order."),
+    ]:
+        (root / name).mkdir(parents=True)
+        (root / name / "SKILL.md").write_text(
+            f"---\nname: {name}\ndescription: {description}\n---\nBODY of {name}\n"
+        )
+    model = ScriptedModel([reply("ok")])
+    agent = Agent(name="a", model=model, middleware=[Skills(root, select=1)])
+    async with Runtime(str(tmp_path / "r.db")) as rt:
+        result = await rt.run(agent, "Please refund my order 42, it was paid by card")
+        calls = await rt.prompts(result.run_id)
+    system = model.requests[0].messages[0].content
+    assert "- refunds:" in system and "- shipping:" not in system and "- invoices:" not in system
+    rows = {r["id"]: r for r in calls[0].manifest}
+    assert rows["skill_catalog"]["why"].endswith(
+        "chosen for the task (refunds: the task says card, order, paid, refund)"
+    )
+    assert rows["skill:invoices"]["why"] == "ranked below the 1 chosen for the task"
+    assert rows["skill:shipping"]["why"] == "no word of the task matches its name or description"
+    assert rows["skill:shipping"]["dropped"] is True
