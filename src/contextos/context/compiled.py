@@ -118,6 +118,7 @@ class Entry:
     """Content guards already applied."""
     # Derived from `message` on first use; `replace()` starts a copy without them.
     _tokens: int = field(default=-1, init=False, repr=False, compare=False)
+    _canonical: bytes = field(default=b"", init=False, repr=False, compare=False)
 
     @property
     def tokens(self) -> int:
@@ -132,11 +133,14 @@ class Entry:
     @property
     def canonical(self) -> bytes:
         """The message as the model sees it, as unambiguous bytes: each field length-prefixed."""
-        m = self.message
-        fields = [m.role, m.content, m.tool_call_id or ""]
-        for c in m.tool_calls:
-            fields += (c.id, c.name, c.arguments)
-        return "".join([f"{len(f)}:{f}" for f in fields]).encode()
+        if not self._canonical:
+            m = self.message
+            fields = [m.role, m.content, m.tool_call_id or ""]
+            for c in m.tool_calls:
+                fields += (c.id, c.name, c.arguments)
+            canonical = "".join([f"{len(f)}:{f}" for f in fields]).encode()
+            object.__setattr__(self, "_canonical", canonical)
+        return self._canonical
 
     def with_content(self, content: str, guard: str | None = None) -> Entry:
         guards = self.guards | {guard} if guard else self.guards

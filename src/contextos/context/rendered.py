@@ -56,17 +56,29 @@ class RenderedLog:
     def __init__(self) -> None:
         self.known: set[str] = set()
         self.previous: list[str] = []
+        # The same message objects come back call after call (the guards keep what they made
+        # of each entry), so each is serialised and hashed once.
+        self._keys: dict[int, tuple[Message, str, dict[str, Any]]] = {}
+
+    def _keyed(self, m: Message, keys: dict[int, tuple[Message, str, dict[str, Any]]]) -> str:
+        hit = self._keys.get(id(m))
+        if hit is None or hit[0] is not m:
+            blob = _blob(m)
+            hit = (m, _key(blob), blob)
+        keys[id(m)] = hit
+        return hit[1]
 
     def record(self, messages: Sequence[Message], tools: Iterable[str]) -> dict[str, Any]:
         """The delta of one call on the previous one (JSON data for its event's `context`)."""
-        blobs = [_blob(m) for m in messages]
-        keys = [_key(b) for b in blobs]
+        seen: dict[int, tuple[Message, str, dict[str, Any]]] = {}
+        keys = [self._keyed(m, seen) for m in messages]
+        self._keys = seen
         keep = 0
         for old, new in zip(self.previous, keys, strict=False):
             if old != new:
                 break
             keep += 1
-        new_blobs = {k: b for k, b in zip(keys, blobs, strict=True) if k not in self.known}
+        new_blobs = {k: b for _, k, b in seen.values() if k not in self.known}
         delta = {
             "keep": keep,
             "add": keys[keep:],

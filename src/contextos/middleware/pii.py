@@ -466,26 +466,30 @@ class PiiRedaction(ContentGuard):
     # -- context ----------------------------------------------------------------------------
 
     def guard(self, context: CompiledContext) -> CompiledContext:
-        return self._guard(context, Counter())
+        return self._guard(context, Counter(), remember=False)
 
-    def _guard(self, context: CompiledContext, counts: Counter[str]) -> CompiledContext:
-        def text(content: str) -> str:
+    def _guard(
+        self, context: CompiledContext, counts: Counter[str], *, remember: bool = True
+    ) -> CompiledContext:
+        def text(content: str, counts: Counter[str]) -> str:
             new, found = self.apply(content, allow_block=False)
             counts.update(d.type for d in found)
             return new
 
-        def entry(e: Entry) -> Entry:
+        def entry(e: Entry, counts: Counter[str]) -> Entry:
             if GUARD_PII in e.guards:
                 return e
             m = e.message
             # The model's tool-call arguments are context too: they may quote what it was told.
-            calls = tuple(replace(c, arguments=text(c.arguments)) for c in m.tool_calls)
-            message = replace(m, content=text(m.content), tool_calls=calls)
+            calls = tuple(replace(c, arguments=text(c.arguments, counts)) for c in m.tool_calls)
+            message = replace(m, content=text(m.content, counts), tool_calls=calls)
             return replace(e, message=message, guards=e.guards | {GUARD_PII})
 
-        context = context.map_history(entry)
+        context = self.guard_history(context, counts, entry, remember=remember)
         return context.map_items(
-            lambda i: i if GUARD_PII in i.guards else i.with_content(text(i.content), GUARD_PII)
+            lambda i: (
+                i if GUARD_PII in i.guards else i.with_content(text(i.content, counts), GUARD_PII)
+            )
         )
 
     def blocked_input(self, context: CompiledContext) -> list[str]:
