@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from contextos.context.compiled import GUARD_PII, CompiledContext, Entry, TrustClass
+from contextos.context.compiled import GUARD_PII, CompiledContext, ContextItem, Entry, TrustClass
 from contextos.errors import ContentBlocked
 from contextos.middleware.base import (
     Compacted,
@@ -416,6 +416,7 @@ class PiiRedaction(ContentGuard):
         self.hash_key = hash_key
         self.tool_results = tool_results
         self.model_output = model_output
+        self._items: dict[str, tuple[str, Counter[str]]] = {}
 
     def fingerprint(self) -> dict[str, Any]:
         return {
@@ -485,15 +486,27 @@ class PiiRedaction(ContentGuard):
             message = replace(m, content=text(m.content, counts), tool_calls=calls)
             return replace(e, message=message, guards=e.guards | {GUARD_PII})
 
+        def item(i: ContextItem) -> ContextItem:
+            if GUARD_PII in i.guards:
+                return i
+            # Items are rebuilt every call with the same text (instructions, notices): each
+            # text is scanned once, and what it held is counted on every call.
+            hit = self._items.get(i.content)
+            if hit is None:
+                found: Counter[str] = Counter()
+                hit = self._items[i.content] = (text(i.content, found), found)
+            counts.update(hit[1])
+            return i.with_content(hit[0], GUARD_PII)
+
+        if len(self._items) > 256:
+            self._items.clear()
         context = self.guard_history(context, counts, entry, remember=remember)
-        return context.map_items(
-            lambda i: (
-                i if GUARD_PII in i.guards else i.with_content(text(i.content, counts), GUARD_PII)
-            )
-        )
+        return context.map_items(item)
 
     def blocked_input(self, context: CompiledContext) -> list[str]:
         """Types with the `block` strategy found in what the user wrote."""
+        if Strategy.BLOCK not in (self.strategy, *self.strategies.values()):
+            return []
         kinds: set[str] = set()
         for e in context.history:
             if e.trust is TrustClass.USER and GUARD_PII not in e.guards:
