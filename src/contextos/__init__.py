@@ -11,6 +11,7 @@ from contextos.errors import (
     ModelError,
     RunIsTerminal,
     RunNotFound,
+    Unauthenticated,
 )
 from contextos.messages import FinishReason, Message, ToolCall, Usage
 from contextos.models import ModelAdapter, ModelRequest, ModelResponse, resolve_model
@@ -22,6 +23,13 @@ from contextos.policy import (
     Principal,
     Rule,
     RunContext,
+)
+from contextos.policy.tokens import (
+    ApiToken,
+    authenticate,
+    issue_token,
+    list_tokens,
+    revoke_token,
 )
 from contextos.records.interrupts import Approval, FrozenAction, Interrupt, InterruptKind
 from contextos.runs import PRIORITIES, Budget, FailureReason, RunId, RunStatus
@@ -47,6 +55,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Agent",
     "AgentChanged",
+    "ApiToken",
     "Approval",
     "BaseTool",
     "Budget",
@@ -92,13 +101,18 @@ __all__ = [
     "ToolContext",
     "ToolResult",
     "Trace",
+    "Unauthenticated",
     "Usage",
     "Verdict",
     "Verifier",
+    "authenticate",
     "fold",
+    "issue_token",
+    "list_tokens",
     "load_agent",
     "open_store",
     "resolve_model",
+    "revoke_token",
     "run",
     "tool",
 ]

@@ -31,7 +31,8 @@
     ├── InterruptNotFound             no interrupt with that id
     ├── ApprovalRefused               an approval, denial, answer or revocation was not accepted
     │   └── AnswerTooLate             the interrupt expired before the answer came
-    └── AnswerInvalid                 an answer does not match its interrupt's answer schema
+    ├── AnswerInvalid                 an answer does not match its interrupt's answer schema
+    └── Unauthenticated               a bearer token that is missing, unknown or revoked
     SignatureInvalid (ContextOSError) a webhook delivery's signature is missing or wrong
     └── SignatureExpired              it was signed outside the tolerance window (a replay)
 
@@ -248,6 +249,12 @@ class AnswerTooLate(ApprovalRefused):
 
 class AnswerInvalid(PolicyError):
     code = "answer_invalid"
+
+
+class Unauthenticated(PolicyError):
+    """No principal: the request's bearer token is missing, unknown or revoked."""
+
+    code = "unauthenticated"
 
 
 class SignatureInvalid(ContextOSError):

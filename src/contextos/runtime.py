@@ -563,7 +563,7 @@ class Runtime:
         self,
         interrupt_id: str,
         *,
-        approver: str,
+        approver: str | Principal,
         expires_in: timedelta | float | None = None,
         conditions: dict[str, Any] | None = None,
         action_hash: str | None = None,
@@ -571,7 +571,9 @@ class Runtime:
         """Approve an interrupt's frozen action (idempotent); the run can then be resumed.
 
         Refused (ApprovalRefused) when `action_hash` is not the frozen action's, the approver
-        lacks the role, started the run, or the conditions are already broken.
+        lacks the role, started the run, or the conditions are already broken. An
+        authenticated `Principal` approves with the roles the policy gives it in the run's
+        tenant that it also carries.
         """
         approval = await self.governance.approve(
             self.store,
@@ -584,7 +586,7 @@ class Runtime:
         wakeup.wake_local(self.store)  # the run is queued again
         return approval
 
-    async def deny(self, interrupt_id: str, *, approver: str, reason: str = "") -> None:
+    async def deny(self, interrupt_id: str, *, approver: str | Principal, reason: str = "") -> None:
         """Refuse an interrupt's action: the model is told, the run goes on without it."""
         await self.governance.deny(self.store, interrupt_id, approver=approver, reason=reason)
         wakeup.wake_local(self.store)
@@ -635,8 +637,11 @@ class Runtime:
     async def result(self, run_id: str) -> RunResult:
         return RunResult.from_state(await self.state(run_id))
 
-    async def runs(self, *, status: RunStatus | None = None, limit: int = 50) -> list[RunSummary]:
-        return await self.store.list_runs(status=status, limit=limit)
+    async def runs(
+        self, *, status: RunStatus | None = None, limit: int = 50, tenant: str | None = None
+    ) -> list[RunSummary]:
+        """Most recently updated runs first; only one status's, only one tenant's when named."""
+        return await self.store.list_runs(status=status, limit=limit, tenant=tenant)
 
 
 def _authority_from(

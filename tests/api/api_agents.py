@@ -49,7 +49,7 @@ name = "payments"
 version = "1"
 
 [roles]
-finance = ["alice"]
+finance = ["alice", "alice@acme", "carol@globex"]
 
 [[rules]]
 id = "pay-over-100"

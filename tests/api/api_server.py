@@ -10,6 +10,7 @@ from contextlib import contextmanager
 import httpx
 import uvicorn
 
+from contextos import Runtime, issue_token
 from contextos.api import ApiConfig, create_app
 
 AGENTS = "tests/api/api_agents.py"
@@ -18,11 +19,21 @@ PAYER = f"{AGENTS}:payer"
 ASKER = f"{AGENTS}:asker"
 
 
+GRACE_S = 5
+"""What `contextos serve` gives open requests (live streams) when it stops."""
+
+
 @contextmanager
 def serving(config: ApiConfig) -> Iterator[str]:
     """Serve `config` until the block ends; yields the base URL."""
     server = uvicorn.Server(
-        uvicorn.Config(create_app(config), host="127.0.0.1", port=0, log_level="warning")
+        uvicorn.Config(
+            create_app(config),
+            host="127.0.0.1",
+            port=0,
+            log_level="warning",
+            timeout_graceful_shutdown=GRACE_S,
+        )
     )
     thread = threading.Thread(target=server.run, name="api-server", daemon=True)
     thread.start()
@@ -47,3 +58,12 @@ def error_of(response: httpx.Response, status: int, code: str) -> dict[str, obje
     error: dict[str, object] = response.json()["error"]
     assert error["code"] == code and error["message"] and error["hint"], error
     return error
+
+
+async def token_for(
+    store: str, *, tenant: str = "default", user: str, roles: tuple[str, ...] = ()
+) -> dict[str, str]:
+    """Issue a token on the store, as `contextos token create` does; its request headers."""
+    async with Runtime(store) as rt:
+        _, secret = await issue_token(rt.store, tenant=tenant, user=user, roles=roles)
+    return {"Authorization": f"Bearer {secret}"}

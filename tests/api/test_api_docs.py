@@ -47,7 +47,7 @@ async def test_the_signed_webhook_samples_start_runs(
         )
     sender = tmp_path / "sender.py"
     sender.write_text(sample("python", "def deliver("))
-    with serving(ApiConfig(store=url)) as base:
+    with serving(ApiConfig(open_access=True, store=url)) as base:
         env = {**os.environ, "API": base}
         shell = subprocess.run(
             ["bash", "-c", sample("bash", "X-ContextOS-Signature")],

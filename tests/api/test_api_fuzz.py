@@ -1,6 +1,7 @@
 """Schemathesis fuzzes the real server from its own OpenAPI schema, with valid and invalid
-requests for every operation: no request gets a server error, and every refusal (4xx) is the
-API's JSON error with a code and a message.
+requests for every operation, authenticated with a token that holds the approver's role: no
+request gets a server error, and every refusal (4xx) is the API's JSON error with a code, a
+message and a hint.
 
 Random names rarely hit anything that exists, so half the requests aim at real things: the
 served agent, a run waiting for an approval, its interrupt, a webhook trigger."""
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 import schemathesis
 from api_agents import PAYMENTS_ENV, POLICY, payer
-from api_server import GREETER, PAYER, serving
+from api_server import GREETER, PAYER, serving, token_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
@@ -31,7 +32,7 @@ EXAMPLES = 40
 
 async def waiting_run(url: str, policy: str) -> tuple[str, str]:
     """A run waiting for an approval, and its interrupt id; and a webhook trigger `inbox`."""
-    async with Runtime(url, policy=policy) as rt:
+    async with Runtime(url, policy=policy) as rt:  # the local operator's, in the default tenant
         queue = queue_of(rt.store)
         assert queue is not None
         await add_trigger(queue, "inbox", GREETER, webhook=True)
@@ -57,6 +58,7 @@ def test_no_request_gets_a_server_error(
     policy = str(tmp_path / "policy.toml")
     url = backend_url
     run_id, interrupt_id = asyncio.run(waiting_run(url, policy))
+    alice = asyncio.run(token_for(url, user="alice", roles=("finance",)))
     real = {"run_id": run_id, "interrupt_id": interrupt_id, "name": "inbox", "agent": "greeter"}
 
     statuses: Counter[int] = Counter()
@@ -78,7 +80,7 @@ def test_no_request_gets_a_server_error(
                 def fuzz(case: schemathesis.Case, aimed: bool) -> None:
                     if aimed:
                         aim(case, real)
-                    response = case.call(base_url=base)
+                    response = case.call(base_url=base, headers=alice)
                     statuses[response.status_code] += 1
                     sent = f"{case.as_curl_command()}\n-> {response.text[:500]}"
                     assert response.status_code < 500, sent
@@ -86,6 +88,7 @@ def test_no_request_gets_a_server_error(
                         error: dict[str, Any] = response.json()["error"]
                         assert isinstance(error["code"], str) and error["code"], sent
                         assert isinstance(error["message"], str) and error["message"], sent
+                        assert isinstance(error["hint"], str) and error["hint"], sent
 
                 try:
                     fuzz()

@@ -21,7 +21,7 @@ JSON = {"content-type": "application/json"}
 
 
 async def test_numbers_past_what_the_stores_keep_are_refused(backend_url: str) -> None:
-    with serving(ApiConfig(store=backend_url, agents=(GREETER,))) as base:
+    with serving(ApiConfig(open_access=True, store=backend_url, agents=(GREETER,))) as base:
         async with httpx.AsyncClient(base_url=base, timeout=60) as http:
             for priority in ("1e23", str(2**31), str(-(2**31) - 1), str(2**63), "1.5"):
                 body = f'{{"agent": "greeter", "input": "x", "priority": {priority}}}'
@@ -65,7 +65,7 @@ async def test_numbers_past_what_the_stores_keep_are_refused(backend_url: str) -
 
 
 async def test_text_no_store_keeps_and_deep_nesting_are_refused(backend_url: str) -> None:
-    with serving(ApiConfig(store=backend_url, agents=(GREETER,))) as base:
+    with serving(ApiConfig(open_access=True, store=backend_url, agents=(GREETER,))) as base:
         async with httpx.AsyncClient(base_url=base, timeout=60) as http:
             for body in (
                 '{"agent": "greeter", "input": "a\\u0000b"}',
@@ -106,7 +106,7 @@ def raw_request(base: str, head: bytes) -> bytes:
 async def test_a_body_past_the_limit_is_refused_before_it_is_read(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/runs.db"
     mib = 1 << 20
-    with serving(ApiConfig(store=url, agents=(GREETER,))) as base:
+    with serving(ApiConfig(open_access=True, store=url, agents=(GREETER,))) as base:
         async with httpx.AsyncClient(base_url=base, timeout=60) as http:
             big = {"agent": "greeter", "input": "x" * (2 * mib)}
             refused = error_of(await http.post("/v1/runs", json=big), 413, "body_too_large")
@@ -134,7 +134,9 @@ async def test_a_body_past_the_limit_is_refused_before_it_is_read(tmp_path: Path
         assert response.startswith(b"HTTP/1.1 413 "), response
         assert b'"code":"body_too_large"' in response
 
-    with serving(ApiConfig(store=url, agents=(GREETER,), max_body_bytes=1000)) as base:
+    with serving(
+        ApiConfig(open_access=True, store=url, agents=(GREETER,), max_body_bytes=1000)
+    ) as base:
         async with httpx.AsyncClient(base_url=base, timeout=60) as http:
             small = {"agent": "greeter", "input": "x" * 2000}
             refused = error_of(await http.post("/v1/runs", json=small), 413, "body_too_large")
@@ -154,7 +156,7 @@ async def test_an_answer_holding_a_number_no_clock_can_add_is_refused(
         run_id = (await rt.run(payer, "pay")).run_id
         (interrupt_id,) = (await rt.state(run_id)).pending_interrupts
         seq = (await rt.state(run_id)).seq
-    with serving(ApiConfig(store=url, agents=(PAYER,), policy=policy)) as base:
+    with serving(ApiConfig(open_access=True, store=url, agents=(PAYER,), policy=policy)) as base:
         async with httpx.AsyncClient(base_url=base, timeout=60) as http:
             answer = f"/v1/interrupts/{interrupt_id}/answer"
             # JSON strings that Python reads as NaN or infinity, where a number of seconds goes.

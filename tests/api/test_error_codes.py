@@ -45,7 +45,7 @@ async def answer(app: FastAPI, exc: ContextOSError) -> tuple[int, dict[str, obje
 
 
 async def test_runtime_errors_answer_as_their_family(tmp_path: Path) -> None:
-    app = create_app(ApiConfig(store=f"sqlite:///{tmp_path}/runs.db"))
+    app = create_app(ApiConfig(open_access=True, store=f"sqlite:///{tmp_path}/runs.db"))
     expected = [
         (ExpiryRefused("expires_in must be a finite number of seconds"), 409),
         (ApprovalRefused("no"), 409),

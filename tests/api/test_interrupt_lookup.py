@@ -48,10 +48,10 @@ class CountingStore:
         return await self.inner.get_run(run_id)
 
     async def list_runs(
-        self, *, status: RunStatus | None = None, limit: int = 50
+        self, *, status: RunStatus | None = None, limit: int = 50, tenant: str | None = None
     ) -> list[RunSummary]:
         self.listed += 1
-        return await self.inner.list_runs(status=status, limit=limit)
+        return await self.inner.list_runs(status=status, limit=limit, tenant=tenant)
 
     async def close(self) -> None:
         await self.inner.close()
@@ -64,7 +64,9 @@ async def test_an_unknown_interrupt_id_reads_no_other_run(
     (tmp_path / "policy.toml").write_text(POLICY)
     policy = str(tmp_path / "policy.toml")
     url = f"sqlite:///{tmp_path}/runs.db"
-    config = ApiConfig(store=url, agents=(PAYER, GREETER), worker=True, policy=policy)
+    config = ApiConfig(
+        open_access=True, store=url, agents=(PAYER, GREETER), worker=True, policy=policy
+    )
     with serving(config) as base:
         async with httpx.AsyncClient(base_url=base, timeout=60) as http:
             waiting = []

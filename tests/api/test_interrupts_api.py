@@ -1,6 +1,7 @@
 """Interrupts over real HTTP, through the same runtime calls as the CLI: the inbox, approve
 (bound to the frozen action's hash and the approver's role), deny, answer; a worker in the
-server resumes the run once a person has answered."""
+server resumes the run once a person has answered. Bob starts the runs; each person acts
+through a token of their own."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 from api_agents import PAYMENTS_ENV, POLICY
-from api_server import ASKER, PAYER, serving
+from api_server import ASKER, PAYER, serving, token_for
 
 from contextos.api import ApiConfig
 
@@ -28,10 +29,14 @@ def paid(payments: Path) -> str:
     return payments.read_text()
 
 
+def store_of(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path}/runs.db"
+
+
 def config(tmp_path: Path) -> ApiConfig:
     (tmp_path / "policy.toml").write_text(POLICY)
     return ApiConfig(
-        store=f"sqlite:///{tmp_path}/runs.db",
+        store=store_of(tmp_path),
         agents=(PAYER, ASKER),
         worker=True,
         policy=str(tmp_path / "policy.toml"),
@@ -39,6 +44,7 @@ def config(tmp_path: Path) -> ApiConfig:
 
 
 async def waiting_run(http: httpx.AsyncClient, agent: str) -> tuple[str, dict[str, Any]]:
+    """A run Bob started (the client acts as Bob) that waits for a person."""
     started = await http.post(
         "/v1/runs", params={"wait": "true", "timeout": "60"}, json={"agent": agent, "input": "go"}
     )
@@ -63,19 +69,22 @@ async def finished(http: httpx.AsyncClient, run_id: str) -> dict[str, Any]:
 
 async def test_approve_over_http(tmp_path: Path, payments: Path) -> None:
     with serving(config(tmp_path)) as base:
-        async with httpx.AsyncClient(base_url=base, timeout=60) as http:
+        bob = await token_for(store_of(tmp_path), user="bob")
+        async with httpx.AsyncClient(base_url=base, timeout=60, headers=bob) as http:
             run_id, pending = await waiting_run(http, "payer")
             assert pending["kind"] == "approval_required"
             assert pending["prompt"] == "Pay 900.0 EUR to acme"
             assert pending["approver_roles"] == ["finance"]
             iid, action = pending["interrupt_id"], pending["action"]
             approve = f"/v1/interrupts/{iid}/approve"
+            dave = await token_for(store_of(tmp_path), user="dave", roles=("finance",))
+            alice = await token_for(store_of(tmp_path), user="alice", roles=("finance",))
 
-            no_role = await http.post(approve, json={"approver": "dave"})
+            no_role = await http.post(approve, json={}, headers=dave)
             assert no_role.status_code == 409
             assert no_role.json()["error"]["code"] == "approval_refused"
             assert "dave does not hold finance" in no_role.json()["error"]["message"]
-            forged = await http.post(approve, json={"approver": "alice", "action_hash": "0" * 64})
+            forged = await http.post(approve, json={"action_hash": "0" * 64}, headers=alice)
             assert forged.status_code == 409
             assert "not the hash of the action" in forged.json()["error"]["message"]
             assert paid(payments) == ""
@@ -83,11 +92,11 @@ async def test_approve_over_http(tmp_path: Path, payments: Path) -> None:
             approved = await http.post(
                 approve,
                 json={
-                    "approver": "alice",
                     "action_hash": action["hash"],
                     "expires_in": 600,
                     "conditions": {"max_amount": 1000},
                 },
+                headers=alice,
             )
             assert approved.status_code == 200, approved.text
             approval = approved.json()
@@ -102,11 +111,14 @@ async def test_approve_over_http(tmp_path: Path, payments: Path) -> None:
 
 async def test_deny_over_http(tmp_path: Path, payments: Path) -> None:
     with serving(config(tmp_path)) as base:
-        async with httpx.AsyncClient(base_url=base, timeout=60) as http:
+        bob = await token_for(store_of(tmp_path), user="bob")
+        async with httpx.AsyncClient(base_url=base, timeout=60, headers=bob) as http:
             run_id, pending = await waiting_run(http, "payer")
+            alice = await token_for(store_of(tmp_path), user="alice", roles=("finance",))
             denied = await http.post(
                 f"/v1/interrupts/{pending['interrupt_id']}/deny",
-                json={"approver": "alice", "reason": "not this supplier"},
+                json={"reason": "not this supplier"},
+                headers=alice,
             )
             assert denied.status_code == 200 and denied.json()["denied"] is True
             done = await finished(http, run_id)
@@ -121,24 +133,28 @@ async def test_deny_over_http(tmp_path: Path, payments: Path) -> None:
 
 async def test_answer_over_http(tmp_path: Path, payments: Path) -> None:
     with serving(config(tmp_path)) as base:
-        async with httpx.AsyncClient(base_url=base, timeout=60) as http:
+        bob = await token_for(store_of(tmp_path), user="bob")
+        async with httpx.AsyncClient(base_url=base, timeout=60, headers=bob) as http:
             run_id, pending = await waiting_run(http, "asker")
             assert (pending["kind"], pending["prompt"]) == (
                 "missing_information",
                 "Which warehouse?",
             )
             answer = f"/v1/interrupts/{pending['interrupt_id']}/answer"
-            invalid = await http.post(answer, json={"value": {"colour": 1}, "answered_by": "bob"})
+            invalid = await http.post(answer, json={"value": {"colour": 1}})
             assert invalid.status_code == 422
             assert invalid.json()["error"]["code"] == "answer_invalid"
-            missing = await http.post(answer, json={"value": "north"})
+            missing = await http.post(answer, json={})
             assert missing.status_code == 422
             assert missing.json()["error"]["problems"] == [
-                {"where": "body.answered_by", "problem": "Field required"}
+                {"where": "body.value", "problem": "Field required"}
             ]
 
-            answered = await http.post(answer, json={"value": "north", "answered_by": "bob"})
+            answered = await http.post(answer, json={"value": "north", "answered_by": "eve"})
             assert answered.status_code == 200, answered.text
             assert answered.json()["answer"] == {"value": "north"}
             done = await finished(http, run_id)
             assert (done["status"], done["output"]) == ("completed", "thanks")
+            events = (await http.get(f"/v1/runs/{run_id}/events", params={"limit": 1000})).json()
+            (answered_event,) = [e for e in events["events"] if e["type"] == "interrupt_answered"]
+            assert answered_event["answered_by"] == "bob"  # the token's user, not the body's

@@ -14,7 +14,7 @@ from contextos.api import ApiConfig
 
 
 async def test_start_wait_read_and_page_through_a_run(backend_url: str) -> None:
-    config = ApiConfig(store=backend_url, agents=(GREETER,), worker=True)
+    config = ApiConfig(open_access=True, store=backend_url, agents=(GREETER,), worker=True)
     with serving(config) as base:
         async with httpx.AsyncClient(base_url=base, timeout=60) as http:
             started = await http.post(
@@ -63,7 +63,7 @@ async def test_start_wait_read_and_page_through_a_run(backend_url: str) -> None:
 
 async def test_an_idempotency_key_returns_the_first_run(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/runs.db"
-    with serving(ApiConfig(store=url, agents=(GREETER,))) as base:
+    with serving(ApiConfig(open_access=True, store=url, agents=(GREETER,))) as base:
         async with httpx.AsyncClient(base_url=base, timeout=60) as http:
             body = {"agent": "greeter", "input": "once"}
             headers = {"Idempotency-Key": "order-42"}
@@ -92,7 +92,7 @@ async def test_an_idempotency_key_returns_the_first_run(tmp_path: Path) -> None:
 
 async def test_cancel_over_http(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/runs.db"
-    with serving(ApiConfig(store=url, agents=(GREETER,))) as base:
+    with serving(ApiConfig(open_access=True, store=url, agents=(GREETER,))) as base:
         async with httpx.AsyncClient(base_url=base, timeout=60) as http:
             run_id = (await http.post("/v1/runs", json={"agent": "greeter", "input": "x"})).json()[
                 "run_id"
@@ -113,7 +113,7 @@ async def test_bad_requests_get_json_errors_and_change_nothing(
 ) -> None:
     url = f"sqlite:///{tmp_path}/runs.db"
     auth = {"Authorization": f"Bearer {token}"} if token else {}
-    with serving(ApiConfig(store=url, agents=(GREETER,), token=token)) as base:
+    with serving(ApiConfig(open_access=True, store=url, agents=(GREETER,), token=token)) as base:
         async with httpx.AsyncClient(base_url=base, timeout=60, headers=auth) as http:
             post = http.post
             malformed = await post(
@@ -150,7 +150,11 @@ async def test_bad_requests_get_json_errors_and_change_nothing(
                 404,
                 "interrupt_not_found",
             )
-            error_of(await post("/v1/interrupts/int_nope/deny", json={}), 422, "invalid_request")
+            error_of(
+                await post("/v1/interrupts/int_nope/deny", json={"reason": 5}),
+                422,
+                "invalid_request",
+            )
             assert (await http.get("/v1/runs")).json() == {"runs": []}
         if token:
             async with httpx.AsyncClient(base_url=base, timeout=60) as anonymous:

@@ -49,7 +49,7 @@ async def test_a_signed_webhook_starts_one_run_per_delivery(
         await add_trigger(q, "unset", GREETER, webhook=True, secret_env="CONTEXTOS_TEST_NOT_SET")
 
     body = json.dumps({"order": "A-1", "total": 12.5}).encode()
-    with serving(ApiConfig(store=backend_url, max_body_bytes=4096)) as base:
+    with serving(ApiConfig(open_access=True, store=backend_url, max_body_bytes=4096)) as base:
         async with httpx.AsyncClient(base_url=base, timeout=60) as http:
             first = await http.post("/v1/hooks/orders", content=body, headers=signed(body, "d-1"))
             assert first.status_code == 202, first.text
@@ -139,7 +139,7 @@ async def test_a_replayed_delivery_starts_no_second_run(
 
     body = json.dumps({"order": "A-1"}).encode()
     captured = signed(body, "d-1")
-    with serving(ApiConfig(store=backend_url)) as base:
+    with serving(ApiConfig(open_access=True, store=backend_url)) as base:
         async with httpx.AsyncClient(base_url=base, timeout=60) as http:
             first = await http.post("/v1/hooks/orders", content=body, headers=captured)
             assert first.status_code == 202, first.text
@@ -183,7 +183,9 @@ async def test_a_delivery_signed_outside_the_window_is_refused(
     body = b'{"order": "A-1"}'
     hook = "/v1/hooks/orders"
     now = int(time.time())
-    with serving(ApiConfig(store=url)) as base:  # the default window: 5 minutes either way
+    with serving(
+        ApiConfig(open_access=True, store=url)
+    ) as base:  # the default window: 5 minutes either way
         async with httpx.AsyncClient(base_url=base, timeout=60) as http:
             for offset, said in ((-3600, "s ago;"), (+3600, "s ahead of this server's clock")):
                 stale = signed(body, "d-1", timestamp=now + offset)
@@ -203,7 +205,7 @@ async def test_a_delivery_signed_outside_the_window_is_refused(
             )
             error_of(refused, 401, "bad_signature")
 
-    with serving(ApiConfig(store=url, webhook_tolerance_s=30)) as base:
+    with serving(ApiConfig(open_access=True, store=url, webhook_tolerance_s=30)) as base:
         async with httpx.AsyncClient(base_url=base, timeout=60) as http:
             late = signed(body, "d-1", timestamp=now - 120)
             error_of(await http.post(hook, content=body, headers=late), 401, "signature_expired")

@@ -90,3 +90,14 @@ async def test_the_daily_cap_is_charged_to_the_bound_principal_never_to_labels(
         labelled = await StoreDailySpend(rt.store).spent("acme/alice", today)  # type: ignore[arg-type]
     assert first.status is RunStatus.COMPLETED
     assert (charged.tokens, labelled.tokens) == (400, 0)
+
+
+async def test_the_daily_call_cap_allows_exactly_that_many_calls(tmp_path: Path) -> None:
+    model = ScriptedModel([reply("one"), reply("two"), reply("never")])
+    agent = Agent(name="a", model=model, middleware=[BudgetGate(daily_calls=2)])
+    alice = Principal.user("alice", tenant="acme")
+    async with Runtime(str(tmp_path / "r.db")) as rt:
+        results = [await rt.run(agent, "hi", principal=alice) for _ in range(3)]
+    assert [r.status for r in results] == [RunStatus.COMPLETED] * 2 + [RunStatus.FAILED]
+    assert results[2].failure_reason is FailureReason.BUDGET_EXHAUSTED
+    assert len(model.requests) == 2

@@ -266,3 +266,13 @@ def test_the_policy_file_in_the_docs_loads() -> None:
         "frozen-accounts",
         "small-transfers",
     ]
+
+
+def test_roles_are_held_within_a_tenant() -> None:
+    """`alice@acme` holds a role in acme only; a bare name holds it in the default tenant."""
+    policy = Policy(roles={"finance": ("alice", "carol@globex"), "ops": ("alice@acme",)})
+    assert policy.roles_of("alice") == {"finance"}
+    assert policy.roles_of("alice", tenant="acme") == {"ops"}
+    assert policy.roles_of("carol", tenant="globex") == {"finance"}
+    assert policy.roles_of("carol", tenant="acme") == frozenset()
+    assert policy.roles_of("carol") == frozenset()

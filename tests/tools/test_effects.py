@@ -149,6 +149,23 @@ async def test_unsafe_error_is_not_retried(runtime: Runtime, payments: PaymentsS
     assert block_body(model.requests[1].messages[-1].content) == done.output
 
 
+async def test_two_runs_making_the_same_call_get_keys_of_their_own(
+    runtime: Runtime, payments: PaymentsService
+) -> None:
+    """Models number their calls per conversation, so two runs often send the same call id: the
+    idempotency key must name the run too, or the service takes the second charge for a retry
+    of the first and never makes it."""
+    keys = []
+    for order in ("order-1", "order-2"):
+        steps = [call_tool("charge_card", {**ORDER, "order_id": order}, call_id="call_1")]
+        result = await runtime.run(agent(ScriptedModel([*steps, reply("done")])), "charge it")
+        assert result.status is RunStatus.COMPLETED
+        events = await runtime.events(result.run_id)
+        keys.append(next(e for e in events if isinstance(e, ev.EffectProposed)).idempotency_key)
+    assert payments.stats()["charges"] == 2
+    assert keys[0] != keys[1]
+
+
 async def test_safe_error_is_retried_with_the_same_key(
     runtime: Runtime, payments: PaymentsService
 ) -> None:

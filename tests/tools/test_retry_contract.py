@@ -97,3 +97,32 @@ async def test_an_error_declared_safe_is_retried_up_to_the_attempts(
     assert [f.will_retry for f in failed] == [True, True]
     done = next(e for e in events if isinstance(e, ev.ToolCompleted))
     assert done.output == "booked 9:00" and not done.is_error
+
+
+async def test_a_safe_error_is_tried_no_more_often_than_the_attempts(
+    runtime: Runtime, tmp_path: Path
+) -> None:
+    log = tmp_path / "executions.log"
+    retry = RetryPolicy(attempts=3, safe_on=(ConnectionError,), backoff_s=0)
+    book = flaky_write(log, retry, *(ConnectionError(f"down {n}") for n in range(5)))
+    events = await run_booking(runtime, book)
+    assert executions(log) == 3  # `attempts` counts the first one too
+    failed = [e for e in events if isinstance(e, ev.ToolAttemptFailed)]
+    assert [f.will_retry for f in failed] == [True, True, False]
+    done = next(e for e in events if isinstance(e, ev.ToolCompleted))
+    assert done.is_error and "ConnectionError" in done.output
+
+
+async def test_the_backoff_doubles_up_to_its_ceiling(runtime: Runtime, tmp_path: Path) -> None:
+    """The planned delays are recorded with each failed attempt (read here, never timed)."""
+    log = tmp_path / "executions.log"
+    retry = RetryPolicy(attempts=4, safe_on=(ConnectionError,), backoff_s=0.01, max_backoff_s=0.025)
+    book = flaky_write(log, retry, *(ConnectionError("down") for _ in range(4)))
+    events = await run_booking(runtime, book)
+    failed = [e for e in events if isinstance(e, ev.ToolAttemptFailed)]
+    assert [(f.attempt, f.will_retry, f.delay_s) for f in failed] == [
+        (1, True, 0.01),
+        (2, True, 0.02),
+        (3, True, 0.025),
+        (4, False, 0.0),
+    ]

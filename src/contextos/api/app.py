@@ -9,17 +9,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import hmac
 import os
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import Body, Depends, FastAPI, Header, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
 
 from contextos import (
-    Agent,
     ConfigError,
     RunId,
     RunNotFound,
@@ -29,6 +28,8 @@ from contextos import (
     load_agent,
 )
 from contextos.api import errors
+from contextos.api.auth import PrincipalDep, interrupt_of, run_of, visible
+from contextos.api.config import MAX_SEQ, Api, ApiConfig
 from contextos.api.errors import ApiError
 from contextos.api.hooks import router as hooks_router
 from contextos.api.limits import BodyLimit
@@ -42,79 +43,16 @@ from contextos.api.schemas import (
     run_view,
     summary_view,
 )
-from contextos.workers import SIGNATURE_TOLERANCE_S, Worker, WorkerConfig
+from contextos.api.stream import router as stream_router
+from contextos.workers import Worker, WorkerConfig
 
 API_VERSION = "v1"
 
-_MAX_SEQ = 2**63 - 1  # a 64-bit integer in every store
+SHUTDOWN_GRACE_S = 5
+"""How long a stopping server lets open requests finish; live event streams are then cut."""
 
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ApiConfig:
-    """How `contextos serve` serves."""
-
-    store: str | None = None
-    """Store URL (None: $CONTEXTOS_STORE, else ./.contextos/contextos.db)."""
-    agents: tuple[str, ...] = ()
-    """Agent references `POST /v1/runs` may start, named by reference or by agent name."""
-    any_agent: bool = False
-    """Start any importable agent reference a client names (trusted clients only)."""
-    token: str | None = None
-    """Bearer token every request but webhooks and /v1/health must carry (None: no check)."""
-    worker: bool = False
-    """Also drive queued runs inside the server process."""
-    worker_concurrency: int = 4
-    """Runs that in-process worker drives at once."""
-    policy: str | None = None
-    """Policy file for approvals (None: $CONTEXTOS_POLICY)."""
-    max_wait_s: float = 300.0
-    """The longest `?wait=true&timeout=` a client may ask for."""
-    max_body_bytes: int = 1 << 20
-    """The largest request body accepted (413 beyond, before it is read whole)."""
-    webhook_tolerance_s: float = SIGNATURE_TOLERANCE_S
-    """How far a signed webhook delivery's timestamp may be from the server's clock."""
-
-
-class Api:
-    """What the routes share: the runtime, the configuration, the agents allowed."""
-
-    def __init__(self, config: ApiConfig, runtime: Runtime, agents: dict[str, Agent]) -> None:
-        self.config = config
-        self.runtime = runtime
-        self.agents = dict(agents)
-        """Loaded agents by reference (also the webhook triggers' cache)."""
-        self.allowed: dict[str, str] = {}
-        """Allowed agent reference or name -> reference."""
-        for ref, agent in agents.items():
-            self.allowed[ref] = ref
-            self.allowed.setdefault(agent.name, ref)
-
-    def agent(self, name: str) -> tuple[str, Agent]:
-        """The reference and agent a client asked for, if this server may start it."""
-        ref = name if self.config.any_agent else self.allowed.get(name)
-        if ref is None:
-            served = ", ".join(sorted(self.allowed)) or "none"
-            raise ApiError(
-                422,
-                "unknown_agent",
-                f"this server does not start agent {name!r} (it starts: {served})",
-                hint="Name one of those, or restart `contextos serve` with --agent REF.",
-                agent=name,
-            )
-        agent = self.agents.get(ref)
-        if agent is None:
-            try:
-                agent = self.agents[ref] = load_agent(ref)
-            except ConfigError as exc:
-                raise ApiError(
-                    422,
-                    "unknown_agent",
-                    exc.message,
-                    hint="Use path/to/file.py:attr or package.module:attr, importable by the "
-                    "server and the workers.",
-                    agent=name,
-                ) from exc
-        return ref, agent
+STATIC = Path(__file__).parent / "static"
+"""The control room: one page and its script, served as they are (no build step)."""
 
 
 def _api(request: Request) -> Api:
@@ -122,28 +60,7 @@ def _api(request: Request) -> Api:
     return api
 
 
-def _authorized(request: Request, authorization: Annotated[str | None, Header()] = None) -> None:
-    token = _api(request).config.token
-    if token is None:
-        return
-    scheme, _, given = (authorization or "").partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip(), token):
-        raise ApiError(
-            401,
-            "unauthorized",
-            "missing or wrong bearer token",
-            hint="Send Authorization: Bearer TOKEN (the server's --token-env variable).",
-        )
-
-
 ApiDep = Annotated[Api, Depends(_api)]
-
-
-def _run_id(text: str) -> RunId:
-    """A run id from a URL; text no store can look up (a NUL) names no run."""
-    if "\x00" in text:
-        raise RunNotFound(text)
-    return RunId(text)
 
 
 def create_app(config: ApiConfig | None = None) -> FastAPI:
@@ -193,15 +110,31 @@ def create_app(config: ApiConfig | None = None) -> FastAPI:
     )
     errors.install(app)
     app.add_middleware(BodyLimit, max_bytes=cfg.max_body_bytes)
-    auth = [Depends(_authorized)]
 
     @app.get("/v1/health")
     async def health() -> dict[str, Any]:
         return {"status": "ok", "api": API_VERSION}
 
-    @app.post("/v1/runs", dependencies=auth, status_code=201)
+    @app.get("/v1/me")
+    async def me(principal: PrincipalDep) -> dict[str, Any]:
+        """Who the token acts as."""
+        return {
+            "user": principal.id,
+            "tenant": principal.tenant,
+            "roles": list(principal.roles),
+            "scopes": list(principal.scopes),
+        }
+
+    @app.get("/", include_in_schema=False)
+    async def control_room() -> FileResponse:
+        return FileResponse(STATIC / "index.html")
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+
+    @app.post("/v1/runs", status_code=201)
     async def start_run(
         api: ApiDep,
+        principal: PrincipalDep,
         body: StartRun,
         wait: Annotated[bool, Query(description="Wait until the run ends or waits.")] = False,
         wait_s: Annotated[
@@ -219,8 +152,16 @@ def create_app(config: ApiConfig | None = None) -> FastAPI:
                 f"({api.config.max_wait_s:g}s)",
                 hint="Wait less, then poll GET /v1/runs/{id}.",
             )
+        if body.tenant is not None and body.tenant != principal.tenant:
+            raise ApiError(
+                403,
+                "tenant_forbidden",
+                f"this token acts in tenant {principal.tenant!r}, not {body.tenant!r}",
+                hint="Leave `tenant` out (runs start in the token's tenant) or use a token of "
+                "that tenant.",
+            )
         rt = api.runtime
-        key = f"api:{idempotency_key}" if idempotency_key else None
+        key = f"api:{principal.tenant}:{idempotency_key}" if idempotency_key else None
         run_id: RunId | None = None
         created = True
         if key is not None:
@@ -240,10 +181,11 @@ def create_app(config: ApiConfig | None = None) -> FastAPI:
                 metadata=body.metadata,
                 idempotency_key=key,
                 priority=body.priority,
-                tenant=body.tenant,
+                tenant=principal.tenant,
+                principal=principal,
             )
         assert run_id is not None
-        state = await rt.state(run_id)
+        state = await run_of(api, principal, run_id)
         # `principal` is the runtime's own key (the bound principal), not part of the request.
         asked = {k: v for k, v in state.metadata.items() if k != "principal"}
         if not created and (state.input, state.agent_ref, asked) != (
@@ -266,34 +208,34 @@ def create_app(config: ApiConfig | None = None) -> FastAPI:
                 code = 202
         return JSONResponse(run_view(state), status_code=code)
 
-    @app.get("/v1/runs", dependencies=auth)
+    @app.get("/v1/runs")
     async def list_runs(
         api: ApiDep,
+        principal: PrincipalDep,
         status: Annotated[
             RunStatus | None, Query(description="Only runs with this status.")
         ] = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     ) -> dict[str, Any]:
-        rows = await api.runtime.runs(status=status, limit=limit)
+        rows = await api.runtime.runs(status=status, limit=limit, tenant=principal.tenant)
         return {"runs": [summary_view(r) for r in rows]}
 
-    @app.get("/v1/runs/{run_id}", dependencies=auth)
-    async def get_run(api: ApiDep, run_id: str) -> dict[str, Any]:
-        return run_view(await api.runtime.state(_run_id(run_id)))
+    @app.get("/v1/runs/{run_id}")
+    async def get_run(api: ApiDep, principal: PrincipalDep, run_id: str) -> dict[str, Any]:
+        return run_view(await run_of(api, principal, run_id))
 
-    @app.get("/v1/runs/{run_id}/events", dependencies=auth)
+    @app.get("/v1/runs/{run_id}/events")
     async def run_events(
         api: ApiDep,
+        principal: PrincipalDep,
         run_id: str,
         after: Annotated[
-            int, Query(ge=0, le=_MAX_SEQ, description="Only events with a greater seq.")
+            int, Query(ge=0, le=MAX_SEQ, description="Only events with a greater seq.")
         ] = 0,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     ) -> dict[str, Any]:
-        rid = _run_id(run_id)
-        entries = await api.runtime.timeline(rid, after_seq=after)
-        if not entries:
-            await api.runtime.store.get_run(rid)  # past its end, or no such run at all
+        await run_of(api, principal, run_id)
+        entries = await api.runtime.timeline(run_id, after_seq=after)
         page = entries[:limit]
         more = len(entries) > limit
         return {
@@ -302,27 +244,34 @@ def create_app(config: ApiConfig | None = None) -> FastAPI:
             "next_after": page[-1].seq if more else None,
         }
 
-    @app.post("/v1/runs/{run_id}/cancel", dependencies=auth)
+    @app.post("/v1/runs/{run_id}/cancel")
     async def cancel_run(
-        api: ApiDep, run_id: str, body: Annotated[CancelRun | None, Body()] = None
+        api: ApiDep,
+        principal: PrincipalDep,
+        run_id: str,
+        body: Annotated[CancelRun | None, Body()] = None,
     ) -> dict[str, Any]:
+        state = await run_of(api, principal, run_id)
         result = await api.runtime.cancel(
-            _run_id(run_id), reason=body.reason if body else "", actor="user:api"
+            state.run_id, reason=body.reason if body else "", actor=principal.ref
         )
         return run_view(await api.runtime.state(result.run_id))
 
-    @app.get("/v1/interrupts", dependencies=auth)
+    @app.get("/v1/interrupts")
     async def inbox(
-        api: ApiDep, limit: Annotated[int, Query(ge=1, le=1000)] = 200
+        api: ApiDep, principal: PrincipalDep, limit: Annotated[int, Query(ge=1, le=1000)] = 200
     ) -> dict[str, Any]:
-        pending = await api.runtime.inbox(limit=limit)
+        pending = await visible(api, principal, await api.runtime.inbox(limit=limit))
         return {"interrupts": [i.to_dict() for i in pending]}
 
-    @app.post("/v1/interrupts/{interrupt_id}/approve", dependencies=auth)
-    async def approve(api: ApiDep, interrupt_id: str, body: Approve) -> dict[str, Any]:
+    @app.post("/v1/interrupts/{interrupt_id}/approve")
+    async def approve(
+        api: ApiDep, principal: PrincipalDep, interrupt_id: str, body: Approve
+    ) -> dict[str, Any]:
+        await interrupt_of(api, principal, interrupt_id)
         approval = await api.runtime.approve(
             interrupt_id,
-            approver=body.approver,
+            approver=principal,
             expires_in=body.expires_in,
             conditions=body.conditions,
             action_hash=body.action_hash,
@@ -330,16 +279,23 @@ def create_app(config: ApiConfig | None = None) -> FastAPI:
         view: dict[str, Any] = jsonable(approval)
         return view
 
-    @app.post("/v1/interrupts/{interrupt_id}/deny", dependencies=auth)
-    async def deny(api: ApiDep, interrupt_id: str, body: Deny) -> dict[str, Any]:
-        await api.runtime.deny(interrupt_id, approver=body.approver, reason=body.reason)
-        return {"interrupt_id": interrupt_id, "denied": True, "by": body.approver}
+    @app.post("/v1/interrupts/{interrupt_id}/deny")
+    async def deny(
+        api: ApiDep, principal: PrincipalDep, interrupt_id: str, body: Deny
+    ) -> dict[str, Any]:
+        await interrupt_of(api, principal, interrupt_id)
+        await api.runtime.deny(interrupt_id, approver=principal, reason=body.reason)
+        return {"interrupt_id": interrupt_id, "denied": True, "by": principal.id}
 
-    @app.post("/v1/interrupts/{interrupt_id}/answer", dependencies=auth)
-    async def answer(api: ApiDep, interrupt_id: str, body: Answer) -> dict[str, Any]:
-        parsed = await api.runtime.answer(interrupt_id, body.value, answered_by=body.answered_by)
+    @app.post("/v1/interrupts/{interrupt_id}/answer")
+    async def answer(
+        api: ApiDep, principal: PrincipalDep, interrupt_id: str, body: Answer
+    ) -> dict[str, Any]:
+        await interrupt_of(api, principal, interrupt_id)
+        parsed = await api.runtime.answer(interrupt_id, body.value, answered_by=principal.id)
         return {"interrupt_id": interrupt_id, "answer": jsonable(parsed)}
 
+    app.include_router(stream_router)
     app.include_router(hooks_router)
     return app
 
@@ -367,7 +323,13 @@ def serve(
     """Run the API with uvicorn until interrupted."""
     import uvicorn
 
-    uvicorn.run(create_app(config), host=host, port=port, log_level=log_level.lower())
+    uvicorn.run(
+        create_app(config),
+        host=host,
+        port=port,
+        log_level=log_level.lower(),
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_S,  # live streams end only when cut
+    )
 
 
 def token_from_env(var: str | None) -> str | None:

@@ -63,6 +63,11 @@ _RUNTIME: dict[str, tuple[int, str]] = {
     "run_is_terminal": (409, "The run has ended; start a new one."),
     "concurrency_conflict": (409, "Someone changed the run at the same moment; read it and retry."),
     "agent_changed": (409, "Deploy the agent definition the run was started with."),
+    "unauthenticated": (
+        401,
+        "Send Authorization: Bearer TOKEN with a token from `contextos token create` that "
+        "has not been revoked.",
+    ),
     "authority_widened": (403, "A run cannot get more authority than its parent has."),
     "containment_violation": (403, "The request reaches outside the run's containment."),
     "policy_error": (403, "See the policy the server runs under."),

@@ -77,7 +77,9 @@ class StartRun(_Body):
         le=PRIORITIES.stop - 1,
         description="Higher is claimed first (a 32-bit integer).",
     )
-    tenant: str | None = Field(default=None, description="For per-tenant concurrency limits.")
+    tenant: str | None = Field(
+        default=None, description="The token's tenant, if given: runs start in the token's tenant."
+    )
 
 
 class CancelRun(_Body):
@@ -89,7 +91,11 @@ class CancelRun(_Body):
 class Approve(_Body):
     """`POST /v1/interrupts/{id}/approve`."""
 
-    approver: str = Field(min_length=1, description="Who approves; must hold the role asked.")
+    approver: str | None = Field(
+        default=None,
+        description="Ignored: the approver is the authenticated principal (kept so that older "
+        "clients still parse).",
+    )
     expires_in: float | None = Field(default=None, gt=0, description="Seconds it stays valid.")
     conditions: dict[str, Any] | None = Field(
         default=None, description="What the action must still meet, e.g. max_amount."
@@ -102,7 +108,7 @@ class Approve(_Body):
 class Deny(_Body):
     """`POST /v1/interrupts/{id}/deny`."""
 
-    approver: str = Field(min_length=1)
+    approver: str | None = Field(default=None, description="Ignored, as in Approve.")
     reason: str = ""
 
 
@@ -110,7 +116,7 @@ class Answer(_Body):
     """`POST /v1/interrupts/{id}/answer`."""
 
     value: Any = Field(description="A word, or an object matching the answer_schema.")
-    answered_by: str = Field(min_length=1)
+    answered_by: str | None = Field(default=None, description="Ignored, as in Approve.")
 
 
 def jsonable(value: Any) -> Any:

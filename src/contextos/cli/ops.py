@@ -342,8 +342,15 @@ def serve(
         bool, typer.Option(help="Start any agent reference a client names (trusted clients).")
     ] = False,
     token_env: Annotated[
-        str | None, typer.Option(help="Env var with a bearer token every request must carry.")
+        str | None,
+        typer.Option(help="Env var with one shared token that acts as the local operator."),
     ] = None,
+    open_access: Annotated[
+        bool,
+        typer.Option(
+            "--open", help="Requests without a token act as the local operator (only you)."
+        ),
+    ] = False,
     worker: Annotated[bool, typer.Option(help="Also drive queued runs in this process.")] = False,
     concurrency: Annotated[int, typer.Option(help="Runs that worker drives at once.")] = 4,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
@@ -357,7 +364,8 @@ def serve(
         ),
     ] = 300.0,
 ) -> None:
-    """Serve the HTTP API (see docs/api.md): runs, events, interrupts, webhooks.
+    """Serve the HTTP API (see docs/api.md) and the control room at /: runs, events,
+    interrupts, webhooks. Each request acts as its token's principal (`contextos token`).
 
     Needs the api extra: pip install 'contextos\\[api]'.
     """
@@ -377,6 +385,7 @@ def serve(
             agents=tuple(agent or ()),
             any_agent=any_agent,
             token=token_from_env(token_env),
+            open_access=open_access,
             worker=worker,
             worker_concurrency=concurrency,
             max_body_bytes=max_body_bytes,

@@ -66,7 +66,14 @@ class PolicyDirectory:
         self.policy = policy
 
     async def roles_of(self, principal_id: str, *, tenant: str) -> frozenset[str]:
-        return self.policy.roles_of(principal_id)
+        return self.policy.roles_of(principal_id, tenant=tenant)
+
+
+def _approver(who: str | Principal) -> tuple[str, Principal | None]:
+    """An approver's id, and its authenticated principal (None for a bare name)."""
+    if isinstance(who, Principal):
+        return who.id, who
+    return who, None
 
 
 def load_policy(policy: Policy | str | os.PathLike[str] | None) -> Policy:
@@ -166,14 +173,16 @@ class Authority:
         store: EventStore,
         interrupt_id: str,
         *,
-        approver: str,
+        approver: str | Principal,
         expires_in: timedelta | float | None = None,
         conditions: Mapping[str, Any] | None = None,
         action_hash: str | None = None,
     ) -> Approval:
         """Approve the frozen action of a pending interrupt; approving again returns the same
         approval. Refused (ApprovalRefused) for a hash that is not the action's, an approver
-        without the role, the run's own principal, or conditions the action already breaks."""
+        without the role, the run's own principal, or conditions the action already breaks.
+        An authenticated `Principal` approves with at most the roles it carries."""
+        approver, principal = _approver(approver)
         while True:
             state, found = await self.find(store, interrupt_id)
             if await self._lapsed(store, state, found, f"user:{approver}"):
@@ -200,7 +209,7 @@ class Authority:
                 )
             _check_waiting(state, interrupt_id)
             context = RunContext.of_run(state.context)
-            roles = await self.directory.roles_of(approver, tenant=context.tenant)
+            roles = await self._roles(approver, principal, context.tenant)
             required = found.approver_roles
             missing = [r for r in required if r not in roles]
             if missing:
@@ -248,10 +257,21 @@ class Authority:
             if await self._append(store, state, event):
                 return apply(state, event).approvals[event.approval_id]
 
+    async def _roles(
+        self, approver: str, principal: Principal | None, tenant: str
+    ) -> frozenset[str]:
+        """The roles the directory gives `approver` in the run's tenant; for an authenticated
+        principal, only those it carries too, and none at all in another tenant."""
+        roles = await self.directory.roles_of(approver, tenant=tenant)
+        if principal is None:
+            return roles
+        return roles & frozenset(principal.roles) if principal.tenant == tenant else frozenset()
+
     async def deny(
-        self, store: EventStore, interrupt_id: str, *, approver: str, reason: str = ""
+        self, store: EventStore, interrupt_id: str, *, approver: str | Principal, reason: str = ""
     ) -> None:
         """Refuse the action of a pending interrupt; the model is told, the run goes on."""
+        approver, principal = _approver(approver)
         while True:
             state, found = await self.find(store, interrupt_id)
             if await self._lapsed(store, state, found, f"user:{approver}"):
@@ -265,7 +285,7 @@ class Authority:
                 )
             _check_waiting(state, interrupt_id)
             context = RunContext.of_run(state.context)
-            roles = await self.directory.roles_of(approver, tenant=context.tenant)
+            roles = await self._roles(approver, principal, context.tenant)
             required = found.approver_roles
             if approver != context.principal.id and any(r not in roles for r in required):
                 raise ApprovalRefused(

@@ -28,6 +28,7 @@ from contextos.numbers import exact, finite, is_count, is_number, seconds
 from contextos.policy.hook import ProposedCall
 from contextos.records.deadlines import on_expiry
 from contextos.records.decisions import Decision
+from contextos.store.base import DEFAULT_TENANT
 
 if TYPE_CHECKING:
     from contextos.policy.identity import RunContext
@@ -440,8 +441,13 @@ class Policy:
         blob = json.dumps(self.fingerprint(), sort_keys=True, separators=(",", ":"), default=str)
         return hashlib.sha256(blob.encode()).hexdigest()
 
-    def roles_of(self, principal_id: str) -> frozenset[str]:
-        return frozenset(role for role, ids in self.roles.items() if principal_id in ids)
+    def roles_of(self, principal_id: str, *, tenant: str = DEFAULT_TENANT) -> frozenset[str]:
+        """The roles `[roles]` gives a principal in a tenant: `alice@acme` holds a role in
+        tenant acme only, a bare `alice` in the default tenant only."""
+        held = {f"{principal_id}@{tenant}"}
+        if tenant == DEFAULT_TENANT:
+            held.add(principal_id)
+        return frozenset(role for role, ids in self.roles.items() if not held.isdisjoint(ids))
 
     # -- loading ----------------------------------------------------------------------------
 

@@ -82,9 +82,9 @@ class EventStore(Protocol):
         ...
 
     async def list_runs(
-        self, *, status: RunStatus | None = None, limit: int = 50
+        self, *, status: RunStatus | None = None, limit: int = 50, tenant: str | None = None
     ) -> list[RunSummary]:
-        """Most recently updated runs first, optionally of one status."""
+        """Most recently updated runs first, optionally of one status, of one tenant."""
         ...
 
     async def close(self) -> None:
@@ -99,6 +99,29 @@ class StateStore(Protocol):
     async def state(self, run_id: RunId) -> RunState:
         """The run's state, equal to `fold(await read(run_id))`. Raises RunNotFound."""
         ...
+
+
+DEFAULT_TENANT = "default"
+"""The tenant of a run started without one (and of the local operator)."""
+
+
+def run_filter(
+    status: RunStatus | None, tenant: str | None, placeholder: str
+) -> tuple[str, tuple[str, ...]]:
+    """The WHERE clause (and its parameters) of `list_runs`: a run's tenant is its queue
+    entry's, and a run queued without one belongs to the default tenant."""
+    clauses: list[str] = []
+    params: list[str] = []
+    if status is not None:
+        clauses.append(f"status = {placeholder}")
+        params.append(RunStatus(status).value)
+    if tenant is not None:
+        clauses.append(
+            "run_id IN (SELECT run_id FROM run_queue WHERE"
+            f" coalesce(nullif(tenant, ''), '{DEFAULT_TENANT}') = {placeholder})"
+        )
+        params.append(tenant)
+    return (" WHERE " + " AND ".join(clauses) if clauses else ""), tuple(params)
 
 
 async def load_state(store: EventStore, run_id: RunId) -> RunState:

@@ -243,6 +243,21 @@ BEGIN
         calls = calls + excluded.calls;
 END;
 """,
+    # 8: API tokens: each acts for one user of one tenant with the roles and scopes it was
+    # issued with. Only a hash of the secret is kept; a revoked token stays, marked.
+    """
+CREATE TABLE api_tokens (
+    token_id TEXT PRIMARY KEY,
+    secret_hash TEXT NOT NULL,
+    tenant TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    roles TEXT NOT NULL,
+    scopes TEXT NOT NULL,
+    label TEXT NOT NULL DEFAULT '',
+    created_at REAL NOT NULL,
+    revoked_at REAL
+);
+""",
 ]
 
 
@@ -545,5 +560,19 @@ BEGIN
         calls = u.calls + EXCLUDED.calls;
     RETURN NULL;
 END $$;
+""",
+    # 9: API tokens, as SQLite's migration 8.
+    """
+CREATE TABLE api_tokens (
+    token_id text PRIMARY KEY,
+    secret_hash text NOT NULL,
+    tenant text NOT NULL,
+    user_id text NOT NULL,
+    roles text NOT NULL,
+    scopes text NOT NULL,
+    label text NOT NULL DEFAULT '',
+    created_at timestamptz NOT NULL,
+    revoked_at timestamptz
+);
 """,
 ]

@@ -29,9 +29,16 @@ from contextos.errors import (
 )
 from contextos.runs import TERMINAL, RunId, RunStatus
 from contextos.store import snapshots
-from contextos.store.base import RunSummary, check_batch, encode_batch, summarize
+from contextos.store.base import (
+    RunSummary,
+    check_batch,
+    encode_batch,
+    run_filter,
+    summarize,
+)
 from contextos.store.migrations import POSTGRES_MIGRATIONS
 from contextos.store.postgres_queue import PostgresQueue
+from contextos.store.tokens import SqlTokens
 
 _TERMINAL_VALUES = frozenset(s.value for s in TERMINAL)
 
@@ -98,7 +105,7 @@ def redact(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-class PostgresStore(PostgresQueue, snapshots.Snapshotting):
+class PostgresStore(PostgresQueue, SqlTokens, snapshots.Snapshotting):
     """EventStore (and RunQueue) on a PostgreSQL database.
 
     The pool opens, and the schema is migrated, on first use. `search_path` in the URL
@@ -299,20 +306,14 @@ class PostgresStore(PostgresQueue, snapshots.Snapshotting):
         return _summary(row)
 
     async def list_runs(
-        self, *, status: RunStatus | None = None, limit: int = 50
+        self, *, status: RunStatus | None = None, limit: int = 50, tenant: str | None = None
     ) -> list[RunSummary]:
+        where, params = run_filter(status, tenant, "%s")
         async with self._conn() as conn:
-            if status is None:
-                cur = await conn.execute(
-                    f"SELECT {_SUMMARY_COLUMNS} FROM runs ORDER BY updated_at DESC LIMIT %s",
-                    (limit,),
-                )
-            else:
-                cur = await conn.execute(
-                    f"SELECT {_SUMMARY_COLUMNS} FROM runs WHERE status = %s"
-                    " ORDER BY updated_at DESC LIMIT %s",
-                    (RunStatus(status).value, limit),
-                )
+            cur = await conn.execute(
+                f"SELECT {_SUMMARY_COLUMNS} FROM runs{where} ORDER BY updated_at DESC LIMIT %s",
+                (*params, limit),
+            )
             rows = await cur.fetchall()
         return [_summary(r) for r in rows]
 

@@ -35,10 +35,12 @@ from contextos.store.base import (
     SummaryDelta,
     check_batch,
     encode_batch,
+    run_filter,
     summarize,
 )
 from contextos.store.migrations import SQLITE_MIGRATIONS
 from contextos.store.sqlite_queue import SqliteQueue
+from contextos.store.tokens import SqlTokens
 
 T = TypeVar("T")
 
@@ -76,7 +78,7 @@ class _Job:
     """False when the commit need not wait for the disk (see `EventStore.append`)."""
 
 
-class SqliteStore(SqliteQueue, snapshots.Snapshotting):
+class SqliteStore(SqliteQueue, SqlTokens, snapshots.Snapshotting):
     """EventStore on a SQLite file."""
 
     def __init__(self, path: str | Path, *, busy_timeout_s: float = 30.0) -> None:
@@ -337,18 +339,14 @@ class SqliteStore(SqliteQueue, snapshots.Snapshotting):
         return _summary(row)
 
     async def list_runs(
-        self, *, status: RunStatus | None = None, limit: int = 50
+        self, *, status: RunStatus | None = None, limit: int = 50, tenant: str | None = None
     ) -> list[RunSummary]:
+        where, params = run_filter(status, tenant, "?")
+
         def _list(conn: sqlite3.Connection) -> list[tuple[object, ...]]:
-            if status is None:
-                return conn.execute(
-                    f"SELECT {_SUMMARY_COLUMNS} FROM runs ORDER BY updated_at DESC LIMIT ?",
-                    (limit,),
-                ).fetchall()
             return conn.execute(
-                f"SELECT {_SUMMARY_COLUMNS} FROM runs WHERE status = ?"
-                " ORDER BY updated_at DESC LIMIT ?",
-                (status.value, limit),
+                f"SELECT {_SUMMARY_COLUMNS} FROM runs{where} ORDER BY updated_at DESC LIMIT ?",
+                (*params, limit),
             ).fetchall()
 
         return [_summary(r) for r in await self._query(_list)]
