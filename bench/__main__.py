@@ -42,7 +42,7 @@ def ensure_venv() -> Path:
     subprocess.run(
         [
             str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-            "-r", str(REQUIREMENTS), "-e", str(ROOT),
+            "-r", str(REQUIREMENTS), "-e", f"{ROOT}[postgres]",
         ],
         check=True,
     )  # fmt: skip

@@ -26,6 +26,12 @@ CONCURRENT_CALLS = 5
 MODEL_SLEEP_S = 0.2
 """How long each model call sleeps in the concurrency benchmark."""
 
+SCALE_CALLS = 5
+"""Tool calls per run in the scale-out benchmark (then the answer)."""
+
+SCALE_TOOL_S = 0.05
+"""How long each of those tool calls takes (an async sleep, like a network call)."""
+
 
 class Crash(BaseException):
     """Raised by a scripted model to stop a process mid-run, as a crash would.
@@ -37,6 +43,12 @@ class Crash(BaseException):
 
 def now() -> float:
     return time.perf_counter()
+
+
+def cpu() -> float:
+    """CPU seconds this process has used, every thread included: unlike the wall clock, it
+    does not count the time a shared machine gives to other processes."""
+    return time.process_time()
 
 
 STAMPS: list[float] = []

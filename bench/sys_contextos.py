@@ -16,6 +16,7 @@ from bench.common import (
     MODEL_SLEEP_S,
     STAMPS,
     Crash,
+    cpu,
     disk_bytes,
     now,
     peak_rss_mb,
@@ -81,18 +82,19 @@ def turns(
         return asyncio.run(_turns(Path(db), n, crash, warmup))
     from bench import sys_raw
 
-    def raw(tag: str, per_commit: int) -> float:
+    def raw(tag: str, per_commit: int) -> tuple[float, float]:
         path = Path(db).with_name(f"{Path(db).stem}-floor{per_commit}-{tag}.db")
-        us = float(sys_raw.turns(str(path), n, per_commit=per_commit)["per_turn_us"])
+        res = sys_raw.turns(str(path), n, per_commit=per_commit)
         for p in path.parent.glob(path.name + "*"):
             p.unlink()
-        return us
+        return float(res["per_turn_us"]), float(res["cpu_per_turn_us"])
 
     before = (raw("a", 1), raw("a", 2))
     out = asyncio.run(_turns(Path(db), n, crash, warmup))
     after = (raw("b", 1), raw("b", 2))
-    out["floor1_us"] = (before[0] + after[0]) / 2
-    out["floor2_us"] = (before[1] + after[1]) / 2
+    out["floor1_us"] = (before[0][0] + after[0][0]) / 2
+    out["floor2_us"] = (before[1][0] + after[1][0]) / 2
+    out["floor1_cpu_us"] = (before[0][1] + after[0][1]) / 2
     return out
 
 
@@ -110,17 +112,18 @@ async def _turns(db: Path, n: int, crash: bool, warmup: bool) -> dict[str, Any]:
     agent = _agent(n, crash=crash)
     STAMPS.clear()
     async with Runtime(SqliteStore(db)) as rt:
-        started = now()
+        started, cpu_started = now(), cpu()
         try:
             result = await rt.run(agent, MESSAGE, run_id=RUN_ID)
             status = result.status.value
         except Crash:
             status = "stopped"
-        elapsed = now() - started
+        elapsed, used = now() - started, cpu() - cpu_started
         last_seq = (await rt.store.get_run(RUN_ID)).last_seq  # type: ignore[arg-type]
     return {
         "elapsed_s": elapsed,
         "per_turn_us": elapsed / n * 1e6,
+        "cpu_per_turn_us": used / n * 1e6,
         "status": status,
         "events": last_seq,
         "bytes": disk_bytes(db),
@@ -250,39 +253,19 @@ CPU_PARTS = (
 )
 
 
-IDLE = "idle: the loop waiting on timers and I/O"
-
-
-def _split(frame: Any, out: dict[str, float]) -> None:
-    """Attribute each frame's time to the first part it belongs to, from the top down."""
-    if frame.function in ("select", "poll") and "selectors" in (frame.file_path or ""):
-        out[IDLE] = out.get(IDLE, 0.0) + frame.time
-        return
-    for label, keys in CPU_PARTS:
-        if frame.function in keys or any(k in (frame.file_path or "") for k in keys):
-            out[label] = out.get(label, 0.0) + frame.time
-            return
-    if not frame.children:
-        out["the loop itself, asyncio and the rest"] = (
-            out.get("the loop itself, asyncio and the rest", 0.0) + frame.time
-        )
-        return
-    own = frame.time - sum(c.time for c in frame.children)
-    out["the loop itself, asyncio and the rest"] = (
-        out.get("the loop itself, asyncio and the rest", 0.0) + own
-    )
-    for child in frame.children:
-        _split(child, out)
-
-
 def profile(db: str, n: int, concurrent_runs: int = 0) -> dict[str, Any]:
     """Where the time goes: the per-turn workload (or `concurrent_runs` runs) under pyinstrument.
 
-    Returns the profile as text and the wall time split into the parts of `CPU_PARTS`.
+    Returns the profile as text, the busy time split into the parts of `CPU_PARTS`, the
+    functions with the most time of their own, and (for the per-turn workload) the time per
+    turn of the same run without the profiler, which slows what it measures.
     """
     from pyinstrument import Profiler
 
+    from bench.profiling import IDLE, hotspots, split
+
     profiler = Profiler(interval=0.0002, async_mode="disabled")
+    plain: list[float] = []
 
     async def main() -> None:
         from contextos import Runtime
@@ -290,6 +273,10 @@ def profile(db: str, n: int, concurrent_runs: int = 0) -> dict[str, Any]:
 
         async with Runtime(SqliteStore(Path(db).with_name("profile-warmup.db"))) as rt:
             await rt.run(_agent(3, crash=False), MESSAGE)
+            if not concurrent_runs:  # the profiler slows code down: time the run without it
+                started = now()
+                await rt.run(_agent(n, crash=False), MESSAGE)
+                plain.append((now() - started) / n * 1e6)
         async with Runtime(SqliteStore(db)) as rt:
             if concurrent_runs:
                 agent = _agent(CONCURRENT_CALLS - 1, crash=False, delay_s=MODEL_SLEEP_S)
@@ -303,13 +290,13 @@ def profile(db: str, n: int, concurrent_runs: int = 0) -> dict[str, Any]:
 
     asyncio.run(main())
     root = profiler.last_session.root_frame() if profiler.last_session else None
-    parts: dict[str, float] = {}
-    if root is not None:
-        _split(root, parts)
+    parts = split(root, CPU_PARTS) if root is not None else {}
     idle = parts.pop(IDLE, 0.0)
     busy = sum(parts.values()) or 1.0
     return {
         "text": profiler.output_text(unicode=True, color=False),
         "parts": {k: v / busy for k, v in parts.items()},
         "idle": idle / (busy + idle),
+        "plain_per_turn_us": plain[0] if plain else None,
+        "hotspots": hotspots(root) if root is not None else [],
     }

@@ -17,6 +17,7 @@ from bench.common import (
     CONCURRENT_CALLS,
     MESSAGE,
     MODEL_SLEEP_S,
+    cpu,
     disk_bytes,
     emit,
     now,
@@ -95,13 +96,14 @@ def turns(db: str, n: int, crash: bool = False, warmup: bool = True) -> dict[str
     if warmup:
         agent(3)  # same file: DBOS keeps one system database per process
     empty = disk_bytes(path)
-    started = now()
+    started, cpu_started = now(), cpu()
 
     def result(status: str) -> dict[str, Any]:
-        elapsed = now() - started
+        elapsed, used = now() - started, cpu() - cpu_started
         return {
             "elapsed_s": elapsed,
             "per_turn_us": elapsed / n * 1e6,
+            "cpu_per_turn_us": used / n * 1e6,
             "status": status,
             "bytes": disk_bytes(path),
             "empty_bytes": empty,

@@ -17,6 +17,7 @@ from bench.common import (
     MESSAGE,
     MODEL_SLEEP_S,
     STAMPS,
+    cpu,
     disk_bytes,
     now,
     peak_rss_mb,
@@ -136,19 +137,20 @@ def turns(db: str, n: int, crash: bool = False, warmup: bool = True) -> dict[str
     saver.setup()
     agent = _agent(n, saver, crash=crash)
     STAMPS.clear()
-    started = now()
+    started, cpu_started = now(), cpu()
     try:
         agent.invoke(_input(), _config(), durability="sync")
         status = "completed"
     except ModelStopped:
         status = "stopped"
-    elapsed = now() - started
+    elapsed, used = now() - started, cpu() - cpu_started
     rows = conn.execute("SELECT (SELECT COUNT(*) FROM checkpoints), (SELECT COUNT(*) FROM writes)")
     checkpoints, writes = rows.fetchone()
     conn.close()
     return {
         "elapsed_s": elapsed,
         "per_turn_us": elapsed / n * 1e6,
+        "cpu_per_turn_us": used / n * 1e6,
         "status": status,
         "checkpoints": checkpoints,
         "writes": writes,

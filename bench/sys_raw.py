@@ -10,7 +10,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from bench.common import MESSAGE, disk_bytes, now
+from bench.common import MESSAGE, cpu, disk_bytes, now
 
 PAYLOAD = (MESSAGE * 3).encode()[:480]
 """About the size of one encoded ContextOS turn event."""
@@ -38,13 +38,18 @@ def turns(db: str, n: int, per_commit: int = 1, warmup: bool = True) -> dict[str
     if warmup:
         for _ in range(5):
             append(1)
-    started = now()
+    started, cpu_started = now(), cpu()
     for _ in range(n):
         if per_commit == 2:
             append(2)
         else:
             append(1)
             append(1)
-    elapsed = now() - started
+    elapsed, used = now() - started, cpu() - cpu_started
     conn.close()
-    return {"elapsed_s": elapsed, "per_turn_us": elapsed / n * 1e6, "bytes": disk_bytes(Path(db))}
+    return {
+        "elapsed_s": elapsed,
+        "per_turn_us": elapsed / n * 1e6,
+        "cpu_per_turn_us": used / n * 1e6,
+        "bytes": disk_bytes(Path(db)),
+    }

@@ -16,6 +16,10 @@ SYSTEMS = {
     "langgraph": "bench.sys_langgraph",
     "raw": "bench.sys_raw",
     "dbos": "bench.sys_dbos",
+    # Workloads that measure several systems in one module.
+    "governed": "bench.governed",
+    "scaleout": "bench.scaleout",
+    "longrun": "bench.longrun",
 }
 
 

@@ -32,9 +32,15 @@ def lookup_order(order_id: str) -> str:
 
 
 def answers_from_the_lookup(answer: str) -> list[str]:
-    """Done means the answer tells the customer what the lookup found (status or arrival)."""
-    facts = [str(v) for order in ORDERS.values() for v in order.values() if v] + ["no order"]
-    if any(fact.lower() in answer.lower() for fact in facts):
+    """Done means the answer states what the lookup found for one order: that order's status,
+    together with its id, carrier or arrival time (numbers that merely look alike do not
+    count: "1002 orders processed in 5 days" is not an answer)."""
+    text = answer.lower()
+    for order_id, order in ORDERS.items():
+        details = [order_id, order["carrier"], order["eta"]]
+        if str(order["status"]) in text and any(d and d.lower() in text for d in details):
+            return []
+    if "no order" in text:
         return []
     return ["Tell the customer what lookup_order said: the order's status and when it arrives."]
 

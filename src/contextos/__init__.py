@@ -1,7 +1,8 @@
 """ContextOS: a governed, durable agent runtime."""
 
-from contextos.agents import Agent, load_agent
+from contextos.agents import Agent, Subagent, load_agent
 from contextos.context.rendered import RenderedCall
+from contextos.delegation import DelegationContract
 from contextos.errors import (
     AgentChanged,
     ConcurrencyConflict,
@@ -9,10 +10,13 @@ from contextos.errors import (
     ContextOSError,
     EventDecodeError,
     ModelError,
+    RunInUse,
     RunIsTerminal,
     RunNotFound,
     Unauthenticated,
 )
+from contextos.evidence import DecisionRecord, ReplayPacket, ReplayReport
+from contextos.graph import RunTree, Workflow, load_runnable
 from contextos.messages import FinishReason, Message, ToolCall, Usage
 from contextos.models import ModelAdapter, ModelRequest, ModelResponse, resolve_model
 from contextos.policy import (
@@ -36,6 +40,8 @@ from contextos.runs import PRIORITIES, Budget, FailureReason, RunId, RunStatus
 from contextos.runtime import RunResult, Runtime, run
 from contextos.state import RunState, fold
 from contextos.store import EventStore, RunSummary, open_store
+from contextos.store.artifacts import Artifact
+from contextos.store.queue import RunOwner
 from contextos.telemetry import TimelineEntry, Trace
 from contextos.tools import (
     BaseTool,
@@ -57,12 +63,15 @@ __all__ = [
     "AgentChanged",
     "ApiToken",
     "Approval",
+    "Artifact",
     "BaseTool",
     "Budget",
     "ConcurrencyConflict",
     "ConfigError",
     "Containment",
     "ContextOSError",
+    "DecisionRecord",
+    "DelegationContract",
     "EffectKind",
     "EffectState",
     "EventDecodeError",
@@ -83,18 +92,24 @@ __all__ = [
     "PolicyDecision",
     "Principal",
     "RenderedCall",
+    "ReplayPacket",
+    "ReplayReport",
     "RetryPolicy",
     "Risk",
     "Rule",
     "RunContext",
     "RunId",
+    "RunInUse",
     "RunIsTerminal",
     "RunNotFound",
+    "RunOwner",
     "RunResult",
     "RunState",
     "RunStatus",
     "RunSummary",
+    "RunTree",
     "Runtime",
+    "Subagent",
     "TimelineEntry",
     "Tool",
     "ToolCall",
@@ -105,11 +120,13 @@ __all__ = [
     "Usage",
     "Verdict",
     "Verifier",
+    "Workflow",
     "authenticate",
     "fold",
     "issue_token",
     "list_tokens",
     "load_agent",
+    "load_runnable",
     "open_store",
     "resolve_model",
     "revoke_token",

@@ -8,8 +8,11 @@
     │   ├── RunIsTerminal             an append to a completed/failed/cancelled/expired run
     │   ├── EventDecodeError          a stored event is corrupt or has an unknown schema version
     │   ├── EventEncodeError          an event would not read back as written; nothing appended
-    │   └── MigrationError            the schema is ahead of this code, or half-applied
+    │   ├── MigrationError            the schema is ahead of this code, or half-applied
+    │   ├── StoreNotFound             a command that only reads named a store that does not exist
+    │   └── StoreUnavailable          the store cannot be used: not a database, unreachable, …
     ├── AgentChanged                  resuming a run with an agent whose identity hash differs
+    ├── RunInUse                      driving a run whose lease a live driver holds
     ├── ModelError                    a model call failed (retryable says whether to try again)
     │   ├── ModelTimeout              the provider did not answer in time (after retries)
     │   ├── ModelRateLimited          the provider kept saying 429 / Retry-After too far away
@@ -35,6 +38,12 @@
     └── Unauthenticated               a bearer token that is missing, unknown or revoked
     SignatureInvalid (ContextOSError) a webhook delivery's signature is missing or wrong
     └── SignatureExpired              it was signed outside the tolerance window (a replay)
+    EvidenceError (ContextOSError)    evidence: artifacts, decision records, replay, fork
+    ├── ArtifactNotFound              no artifact with that id
+    ├── ArtifactCorrupt               an artifact's stored bytes do not match its hash
+    ├── RecordInvalid                 a canonical record does not match its schema or its hash
+    ├── ForkRefused                   a run cannot be forked at that seq
+    └── LiveDispatchRefused           a replay reached for a live tool; nothing was sent
 
 Cancelling a run cancels its in-flight asyncio task: `asyncio.CancelledError` is a
 BaseException, so a tool's `except Exception` cannot swallow it.
@@ -134,8 +143,45 @@ class MigrationError(StoreError):
     code = "migration_error"
 
 
+class StoreNotFound(StoreError):
+    """Reading never creates a store: the one named does not exist (yet)."""
+
+    code = "store_not_found"
+
+    def __init__(self, url: str) -> None:
+        super().__init__(
+            f"no store at {url}: nothing has run there yet (start a run with `contextos run`, "
+            "or name another store with --store or CONTEXTOS_STORE)",
+            url=url,
+        )
+        self.url = url
+
+
+class StoreUnavailable(StoreError):
+    """The store exists but cannot be used; nothing in it was changed."""
+
+    code = "store_unavailable"
+
+
 class AgentChanged(ContextOSError):
     code = "agent_changed"
+
+
+class RunInUse(ContextOSError):
+    """Another driver (a worker, `contextos run`, a script) holds the run's lease and renews
+    it: driving the run here too would run its steps twice."""
+
+    code = "run_in_use"
+
+    def __init__(self, run_id: str, owner: str, *, detail: str = "") -> None:
+        super().__init__(
+            f"run {run_id} is being driven by {owner}{detail}: wait for it, or stop it "
+            "(Ctrl-C there, or `contextos cancel`)",
+            run_id=run_id,
+            owner=owner,
+        )
+        self.run_id = run_id
+        self.owner = owner
 
 
 class ModelError(ContextOSError):
@@ -266,3 +312,37 @@ class SignatureExpired(SignatureInvalid):
     replayed later, or a sender whose clock is off."""
 
     code = "signature_expired"
+
+
+class EvidenceError(ContextOSError):
+    code = "evidence_error"
+
+
+class ArtifactNotFound(EvidenceError):
+    code = "artifact_not_found"
+
+    def __init__(self, artifact_id: str) -> None:
+        super().__init__(f"no artifact with id {artifact_id!r}", artifact_id=artifact_id)
+        self.artifact_id = artifact_id
+
+
+class ArtifactCorrupt(EvidenceError):
+    code = "artifact_corrupt"
+
+
+class RecordInvalid(EvidenceError):
+    """A canonical record given as JSON does not match its schema, or its hash does not match
+    its content: nothing was done with it."""
+
+    code = "record_invalid"
+
+
+class ForkRefused(EvidenceError):
+    code = "fork_refused"
+
+
+class LiveDispatchRefused(EvidenceError):
+    """Raised by the tools of a replay if anything reaches for them: a replay serves recorded
+    results and never sends a call."""
+
+    code = "live_dispatch_refused"

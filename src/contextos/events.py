@@ -9,6 +9,8 @@ old shape under tests/fixtures/events/):
 - every type: v1, the first shape.
 - run_completed v2: `answer_seq` names the model answer that holds the output, which is then
   not repeated in `output` (v1 always repeated it; it reads as v2 without `answer_seq`).
+- every type: the optional `correlation_id` (rows written before it read with none), and on
+  run_created the optional `caused_by`; no version bump, since no older reader is misled.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, TypeAdapter, ValidationError
 
+from contextos.delegation import ChildStatus, DelegationContract
 from contextos.errors import EventDecodeError
 from contextos.ledger import EffectState
 from contextos.messages import FinishReason, Message, Usage
@@ -47,7 +50,11 @@ class _Event:
     actor: str = "runtime"
     """Who caused it: `runtime`, `worker:<id>`, `user:<id>`, `model`, `tool:<name>`."""
     causation_id: int | None = None
-    """Seq of the event that caused this one, when there is one."""
+    """Seq of the event that caused this one, when there is one (set by the runtime before
+    every append, see `contextos.causality`)."""
+    correlation_id: str | None = None
+    """The run tree it belongs to: the id of the tree's root run (the run itself, unless a
+    trigger or a parent run started it)."""
 
 
 # --- lifecycle ------------------------------------------------------------------------------
@@ -77,6 +84,9 @@ class RunCreated(_Event):
     """Hash of the tools visible to the run."""
     metadata: dict[str, Any] = field(default_factory=dict)
     """Free-form labels given at start."""
+    caused_by: str | None = None
+    """`RUN_ID#SEQ` of the event in another run that started this one: the source run's end
+    for a triggered run, the parent's step for a child run."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -520,6 +530,200 @@ class ContextCompacted(_Event):
     """Estimated tokens of what was summarized."""
 
 
+# --- runs that start runs: delegation contracts, child runs, workflow nodes -----------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DelegationBound(_Event):
+    """The contract a child run works under, bound at its start (in the child's log)."""
+
+    type: Literal["delegation_bound"] = "delegation_bound"
+    contract: DelegationContract
+    """What the parent handed it: objective, inputs, tools, budget, expected output."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ChildRunStarted(_Event):
+    """The run started a child run under a contract (in the parent's log, before the child
+    exists: a parent resumed after a crash finds the same child instead of starting one)."""
+
+    type: Literal["child_run_started"] = "child_run_started"
+    contract: DelegationContract
+    """The contract, budget already carved out of this run's."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ChildRunFinished(_Event):
+    """A child run ended and the parent took in what it gave back: a validated result and an
+    evidence summary, never its transcript. What it did not spend returns to the parent."""
+
+    type: Literal["child_run_finished"] = "child_run_finished"
+    delegation_id: str
+    """The delegation."""
+    child_run_id: RunId
+    """The child run."""
+    status: ChildStatus
+    """completed, failed, rejected (its result failed validation), cancelled or expired."""
+    result: Any = None
+    """The result, validated against the contract's expected output (JSON data)."""
+    evidence: dict[str, Any] = field(default_factory=dict)
+    """What the child did, derived from its log: tools called, effects, denials, spend."""
+    usage: Usage = field(default_factory=Usage)
+    """What it spent, its own children included."""
+    turns: int = 0
+    """Model calls it made, its own children's included."""
+    reason: str | None = None
+    """Why it did not complete: its failure reason, or `output_invalid`."""
+    message: str = ""
+    """Human-readable detail."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WorkflowBound(_Event):
+    """The run is a workflow: its graph as declared, bound at start."""
+
+    type: Literal["workflow_bound"] = "workflow_bound"
+    workflow: str
+    """The workflow's name."""
+    nodes: tuple[dict[str, Any], ...]
+    """Each node: `name`, `kind`, `after` (the nodes it reads), `output` (its type's name)."""
+    output_node: str
+    """The node whose output is the workflow's."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NodeStarted(_Event):
+    """A workflow node began; a fan-out or a gate records the items it runs over."""
+
+    type: Literal["node_started"] = "node_started"
+    node: str
+    """The node."""
+    kind: str
+    """agent, code, map, reduce, gate or loop."""
+    items: list[Any] | None = None
+    """For a fan-out or a gate: its items (JSON data), fixed here for every later resume."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NodeRoundCompleted(_Event):
+    """One round of a convergence loop finished; the next round starts from `output`."""
+
+    type: Literal["node_round_completed"] = "node_round_completed"
+    node: str
+    """The loop node."""
+    round: int
+    """Which round, from 1."""
+    output: Any = None
+    """The state after the round, validated (JSON data)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NodeCompleted(_Event):
+    """A workflow node finished; its output passed its declared type before anything read it."""
+
+    type: Literal["node_completed"] = "node_completed"
+    node: str
+    """The node."""
+    output: Any = None
+    """The validated output (JSON data): what the nodes after it receive."""
+    converged: bool | None = None
+    """For a loop: whether its stop condition held (False: it stopped at its round limit)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NodeFailed(_Event):
+    """A workflow node failed; the workflow fails with the same reason."""
+
+    type: Literal["node_failed"] = "node_failed"
+    node: str
+    """The node."""
+    reason: FailureReason
+    """output_invalid, node_failed, child_failed, not_converged, budget_exhausted, …"""
+    message: str
+    """Human-readable detail."""
+    errors: tuple[str, ...] = ()
+    """For output_invalid: each problem with the output, by field."""
+
+
+# --- evidence -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunForked(_Event):
+    """This run's history up to here is a copy of another run's first `at_seq` events; it goes
+    on from there (with the agent named here). Effects the source run dispatched for calls in
+    that history follow this event as the source recorded them, so none is sent again."""
+
+    SETS_STATUS = RunStatus.QUEUED
+    type: Literal["run_forked"] = "run_forked"
+    source_run_id: str
+    """The run forked."""
+    at_seq: int
+    """The last event of the source's history this run copies."""
+    agent_name: str
+    """The agent that goes on (the source's, or another)."""
+    agent_version: str
+    """Its version."""
+    agent_hash: str
+    """Its identity hash."""
+    agent_ref: str | None = None
+    """Where to import it from."""
+    tool_manifest_hash: str = ""
+    """Hash of its tools."""
+    inherited_effects: tuple[str, ...] = ()
+    """Effects whose later history in the source run follows this event."""
+    inherited_actions: tuple[tuple[str, str, str], ...] = ()
+    """(effect id, action key, contract hash) of each effect the source sent for a call made
+    after `at_seq`: a call of this run asking the same of the same tool takes that effect's
+    outcome instead of being sent (see `contextos.ledger.action_key`)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EvaluationRecorded(_Event):
+    """An evaluator judged the run's answer (a pass as well as a failure)."""
+
+    type: Literal["evaluation_recorded"] = "evaluation_recorded"
+    evaluator: str
+    """The evaluator's name (a verifier's `name`)."""
+    evaluator_kind: str = ""
+    """What it is: `function`, `output_type`, or the class of a custom verifier."""
+    evaluator_version: str = ""
+    """Which version judged: its declared `version`, or a hash of its code."""
+    subject_seq: int
+    """Seq of the answer it judged."""
+    passed: bool
+    """Its verdict."""
+    gaps: tuple[str, ...] = ()
+    """What it found missing or wrong."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ArtifactRecorded(_Event):
+    """The run produced an artifact; its content is a blob in the artifact store, by hash."""
+
+    type: Literal["artifact_recorded"] = "artifact_recorded"
+    artifact_id: str
+    """Stable id of the artifact."""
+    artifact_type: str
+    """What it is: `run_output`, `child_result`, `report`, …"""
+    schema_version: str = "1"
+    """Version of its content's shape."""
+    content_hash: str
+    """sha256 of its content (hex)."""
+    media_type: str
+    """Media type of the content."""
+    size: int
+    """Bytes of content."""
+    source_events: tuple[int, ...] = ()
+    """Seqs of this run's events it was made from."""
+    input_artifacts: tuple[str, ...] = ()
+    """Artifacts it was made from."""
+    policy_snapshot: str = ""
+    """The policy snapshot the run was bound to."""
+    classification: str = "internal"
+    """Most sensitive data classification of what went into it."""
+
+
 Event = Annotated[
     RunCreated
     | RunStarted
@@ -545,7 +749,18 @@ Event = Annotated[
     | ApprovalRevoked
     | InterruptAnswered
     | InterruptExpired
-    | ContextCompacted,
+    | ContextCompacted
+    | DelegationBound
+    | ChildRunStarted
+    | ChildRunFinished
+    | WorkflowBound
+    | NodeStarted
+    | NodeRoundCompleted
+    | NodeCompleted
+    | NodeFailed
+    | EvaluationRecorded
+    | ArtifactRecorded
+    | RunForked,
     Field(discriminator="type"),
 ]
 
@@ -571,9 +786,18 @@ def status_after(event: _Event) -> RunStatus | None:
     return type(event).SETS_STATUS
 
 
+# One serializer per type, built on first use: the union's serializer must first find which
+# member an event is, which costs several times the encoding itself; the bytes are the same.
+_ENCODERS: dict[type[_Event], TypeAdapter[Any]] = {}
+
+
 def encode(event: Event) -> bytes:
     """The event as JSON bytes, envelope included."""
-    return _ADAPTER.dump_json(event)
+    cls = type(event)
+    encoder = _ENCODERS.get(cls)
+    if encoder is None:
+        encoder = _ENCODERS[cls] = TypeAdapter(cls)
+    return encoder.dump_json(event)
 
 
 def decode(run_id: str, seq: int, event_type: str, version: int, payload: bytes | str) -> Event:
@@ -624,15 +848,24 @@ __all__ = [
     "ApprovalDenied",
     "ApprovalGranted",
     "ApprovalRevoked",
+    "ChildRunFinished",
+    "ChildRunStarted",
+    "ArtifactRecorded",
     "ContextBound",
     "ContextCompacted",
+    "DelegationBound",
     "InterruptAnswered",
     "InterruptExpired",
     "Event",
     "EffectChanged",
     "EffectProposed",
+    "EvaluationRecorded",
     "InterruptRaised",
     "ModelResponded",
+    "NodeCompleted",
+    "NodeFailed",
+    "NodeRoundCompleted",
+    "NodeStarted",
     "PolicyDecided",
     "RunCancelled",
     "RunCompleted",
@@ -640,6 +873,7 @@ __all__ = [
     "RunEnding",
     "RunExpired",
     "RunFailed",
+    "RunForked",
     "RunReleased",
     "RunStarted",
     "RuntimeCrashDetected",
@@ -647,6 +881,7 @@ __all__ = [
     "ToolCompleted",
     "UserMessageAdded",
     "VerificationFailed",
+    "WorkflowBound",
     "decode",
     "encode",
     "status_after",

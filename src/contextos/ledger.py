@@ -8,6 +8,7 @@ effects along (the tool runner) lives in `contextos.tools.effects`. This module 
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -150,3 +151,13 @@ def idempotency_key(run_id: str, call_id: str) -> str:
 def effect_id_for(key: str) -> str:
     """Effect ids are derived from the idempotency key: unique across runs, stable on resume."""
     return "eff_" + hashlib.sha256(key.encode()).hexdigest()[:24]
+
+
+def action_key(tool: str, arguments: str) -> str:
+    """What a call asks a tool to do, as a hash: the tool and its arguments as the model wrote
+    them, key order and spacing aside (a forked run matches its calls against its source's)."""
+    try:
+        canonical = json.dumps(json.loads(arguments), sort_keys=True, separators=(",", ":"))
+    except ValueError:
+        canonical = arguments
+    return hashlib.sha256(f"{tool}\0{canonical}".encode()).hexdigest()

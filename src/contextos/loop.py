@@ -14,15 +14,19 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
+import json
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from itertools import takewhile
+from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel
 
 from contextos import events as ev
 from contextos.agents import Agent
+from contextos.causality import stamp
 from contextos.context.compiled import HistoryIndex, compile_context
 from contextos.context.rendered import RenderedLog
 from contextos.errors import ConcurrencyConflict, ModelError, ToolManifestChanged
@@ -42,22 +46,38 @@ from contextos.models.base import ModelAdapter, ModelRequest, ModelResponse, che
 from contextos.policy.authority import Authority
 from contextos.policy.gate import Gate
 from contextos.policy.hook import PolicyHook
-from contextos.policy.identity import RunContext
+from contextos.policy.identity import RunContext, classification_rank
 from contextos.runs import FailureReason, RunStatus
 from contextos.state import RunState, apply
+from contextos.store.artifacts import record_artifact
 from contextos.store.base import EventStore
 from contextos.tools.ask import HumanTool
+from contextos.tools.batch import independent_reads, run_together
 from contextos.tools.contract import Tool, ToolContext
 from contextos.tools.effects import ToolRunner
 from contextos.tools.gateway import Gateway
 from contextos.tools.saga import Saga
-from contextos.verify import feedback, verify_all
+from contextos.verify import feedback, verify_each
+from contextos.verify import identity as verifier_identity
 
 T = TypeVar("T")
 
 
 class DeadlinePassed(Exception):
     """Internal: the run's deadline passed while a step was in flight."""
+
+
+class Delegator(Protocol):
+    """Runs the calls a model makes to delegate work to its agent's subagents."""
+
+    def handles(self, tool: str) -> bool:
+        """Whether calls to `tool` are delegations."""
+        ...
+
+    async def run(self, driver: Driver, calls: list[ToolCall]) -> None:
+        """Take these pending calls (consecutive delegations) to their recorded results, or
+        stop the driver (`stop_requested`) while a child waits for a person."""
+        ...
 
 
 class Driver:
@@ -74,19 +94,24 @@ class Driver:
         authority: Authority | None = None,
         hook: PolicyHook | None = None,
         clock: Callable[[], datetime] = utcnow,
+        gateway: ChainGateway | None = None,
     ) -> None:
         self.store = store
         self.agent = agent
         self.model = model
         self.state = state
-        self.gateway = _ChainGateway(
+        self.gateway = gateway or ChainGateway(
             agent.tool_list,
             chain_layers=agent.stack,
             model=model,
             services=Services(model=model, spend=daily_spend_of(store)),
             metadata=state.metadata,
             bound=state.context.context if state.context is not None else None,
+            shown=_shown(agent, state),
         )
+        """Where tool calls go (a replay passes one that serves recorded results)."""
+        self.tool_specs = tuple(t.spec() for t in self.gateway.tools.values())
+        """Every tool's schema: the compiler shows those the run may call, and records the rest."""
         self.chain: Chain = self.gateway.chain
         """The agent's middleware stack bound to this run."""
         self.gateway.policy = self._gate(authority, hook)
@@ -105,6 +130,13 @@ class Driver:
         """The run's conversation as context entries, extended call by call."""
         self.on_commit: Callable[[tuple[ev.Event, ...]], Awaitable[None]] | None = None
         """Told of every batch of events once committed (live trace export)."""
+        self.delegations: Delegator | None = None
+        """Runs the model's calls to `delegate_to_<subagent>` tools (set by the runtime)."""
+        self.stop_reason: str | None = None
+        """Why the driver stopped a running run, when it was not asked to (see wake_after_s)."""
+        self.wake_after_s: float | None = None
+        """When it stopped to wait (for a child run that waits for a person): look again after
+        this long."""
 
     def _gate(self, authority: Authority | None, hook: PolicyHook | None) -> PolicyHook | None:
         """Governed runs (a real policy, a context bound, or tools that ask a person) pass the
@@ -128,6 +160,7 @@ class Driver:
         the next step flushes it.
         """
         while True:
+            events = tuple(stamp(self.state, events))
             try:
                 await self.store.append(
                     self.state.run_id, events, expected_seq=self.state.seq, synchronous=synchronous
@@ -174,7 +207,7 @@ class Driver:
             elif self.deadline_passed():
                 await self.fail(FailureReason.TIMEOUT, "the run's deadline passed")
             elif s.pending_tool_calls:
-                await self.run_tool(s.pending_tool_calls[0])
+                await self.run_tools()
             elif s.last_message is not None and s.last_message.role == "assistant":
                 await self.finish()
             else:
@@ -211,13 +244,18 @@ class Driver:
     # -- steps ----------------------------------------------------------------------------
 
     def budget_exceeded(self) -> str | None:
+        """Why the run may not call its model again, if it may not; what its child runs
+        spent counts too (their budgets were carved out of this one)."""
         s, b = self.state, self.state.budget
-        if s.turns >= b.max_turns:
+        turns, usage = s.turns + s.child_turns, s.usage + s.child_usage
+        if turns >= b.max_turns:
+            if not b.max_turns:  # a child whose parent had nothing left to give
+                return "the run's budget allows no model turn"
             return f"the run used all {b.max_turns} model turns"
-        if b.max_tokens is not None and s.usage.total_tokens >= b.max_tokens:
-            return f"the run used {s.usage.total_tokens} of {b.max_tokens} tokens"
-        if b.max_cost_usd is not None and s.usage.cost_usd >= b.max_cost_usd:
-            return f"the run spent ${s.usage.cost_usd:.4f} of ${b.max_cost_usd:.4f}"
+        if b.max_tokens is not None and usage.total_tokens >= b.max_tokens:
+            return f"the run used {usage.total_tokens} of {b.max_tokens} tokens"
+        if b.max_cost_usd is not None and usage.cost_usd >= b.max_cost_usd:
+            return f"the run spent ${usage.cost_usd:.4f} of ${b.max_cost_usd:.4f}"
         return None
 
     # -- context compilation ------------------------------------------------------------
@@ -247,7 +285,7 @@ class Driver:
             instructions=self.agent.instructions,
             messages=s.messages,
             message_seqs=s.message_seqs,
-            tools=self.gateway.specs(),
+            tools=self.tool_specs,
             output_schema=output_type.model_json_schema() if output_type is not None else None,
             summary=s.context_summary,
             cursor=s.context_cursor,
@@ -378,6 +416,27 @@ class Driver:
             self._tool_runner = runner
         return runner
 
+    async def run_tools(self) -> None:
+        """Take the next pending call to its recorded result, or several at once: consecutive
+        calls to subagents (each a child run), or consecutive independent read calls."""
+        pending = self.state.pending_tool_calls
+        d = self.delegations
+        if d is not None and d.handles(pending[0].name):
+            calls = list(takewhile(lambda c: d.handles(c.name), pending))
+            await d.run(self, calls)
+            await self.record_tool(calls[-1])
+            return
+        together = independent_reads(self.tools, pending)
+        if not together:
+            await self.run_tool(pending[0])
+            return
+        try:
+            await run_together(self.tools, together)
+        except ToolManifestChanged as exc:
+            await self.manifest_changed(exc)
+            return
+        await self.record_tool(together[-1])
+
     async def run_tool(self, call: ToolCall) -> None:
         """Take one pending tool call to its recorded result; the runner journals each step.
 
@@ -387,17 +446,20 @@ class Driver:
         try:
             await self.tools.run(call)
         except ToolManifestChanged as exc:
-            # Not through fail(): settling would call tools whose contracts changed.
-            await self.commit(
-                self.event(
-                    ev.RunFailed,
-                    reason=FailureReason.TOOL_FAILED,
-                    message=exc.message,
-                    error=exc.to_dict(),
-                )
-            )
+            await self.manifest_changed(exc)
             return
         await self.record_tool(call)
+
+    async def manifest_changed(self, exc: ToolManifestChanged) -> None:
+        # Not through fail(): settling would call tools whose contracts changed.
+        await self.commit(
+            self.event(
+                ev.RunFailed,
+                reason=FailureReason.TOOL_FAILED,
+                message=exc.message,
+                error=exc.to_dict(),
+            )
+        )
 
     async def record_tool(self, call: ToolCall) -> None:
         """After a call settled: end the run when tools keep failing (`tool_crashed` when the
@@ -428,17 +490,46 @@ class Driver:
     async def finish(self) -> None:
         s = self.state
         answer = s.last_message.content if s.last_message else ""
-        verdict, verifier = await verify_all(self.agent.verifiers, answer)
-        if verdict.passed:
-            # The answer is the last model answer's text: named, not stored a second time.
-            await self.commit(
+        answer_seq = s.message_seqs[-1]
+        verdicts = await verify_each(self.agent.verifiers, answer)
+        events: list[ev.Event] = []
+        for v, verdict in verdicts:  # every verdict is evidence, passes included
+            kind, version = verifier_identity(v)
+            events.append(
                 self.event(
-                    ev.RunCompleted,
-                    answer_seq=s.message_seqs[-1],
-                    structured_output=verdict.structured_output,
+                    ev.EvaluationRecorded,
+                    offset=len(events) + 1,
+                    evaluator=v.name,
+                    evaluator_kind=kind,
+                    evaluator_version=version,
+                    subject_seq=answer_seq,
+                    passed=verdict.passed,
+                    gaps=verdict.gaps,
                 )
             )
-        elif s.verification_attempts >= s.budget.max_verification_attempts:
+        failed = next(((v, d) for v, d in verdicts if not d.passed), None)
+        if failed is None:
+            structured = None
+            for _, verdict in verdicts:
+                if verdict.structured_output is not None:
+                    structured = verdict.structured_output
+            output = await self.output_artifact(answer, structured, answer_seq)
+            if output is not None:
+                events.append(self.event(ev.ArtifactRecorded, offset=len(events) + 1, **output))
+            # The answer is the last model answer's text: named, not stored a second time.
+            events.append(
+                self.event(
+                    ev.RunCompleted,
+                    offset=len(events) + 1,
+                    answer_seq=answer_seq,
+                    structured_output=structured,
+                )
+            )
+            await self.commit(*events)
+            return
+        verifier, verdict = failed[0].name, failed[1]
+        if s.verification_attempts >= s.budget.max_verification_attempts:
+            await self.commit(*events)
             await self.fail(
                 FailureReason.VERIFICATION_FAILED,
                 f"{verifier} still rejected the answer after "
@@ -446,17 +537,56 @@ class Driver:
                 verifier=verifier,
             )
         else:
-            await self.commit(
+            events.append(
                 self.event(
                     ev.VerificationFailed,
+                    offset=len(events) + 1,
                     verifier=verifier,
                     gaps=verdict.gaps,
                     feedback=feedback(verdict.gaps),
                 )
             )
+            await self.commit(*events)
+
+    async def output_artifact(
+        self, answer: str, structured: Any, answer_seq: int
+    ) -> dict[str, Any] | None:
+        """Store the run's final output as an artifact; the event fields that name it.
+
+        Its lineage is the answer and every tool result the model had seen; its
+        classification the most sensitive of what those tools return.
+        """
+        s = self.state
+        tools_seen = [
+            (m.name or "", seq)
+            for m, seq in zip(s.messages, s.message_seqs, strict=True)
+            if m.role == "tool"
+        ]
+        levels = ["internal"]
+        for name, _ in tools_seen:
+            t = self.gateway.tools.get(name)
+            if t is not None:
+                levels.append(t.output_classification or t.data_classification)
+        output_type = self.agent.output_type
+        schema = "text"
+        if structured is not None and output_type is not None:
+            digest = hashlib.sha256(
+                json.dumps(output_type.model_json_schema(), sort_keys=True).encode()
+            ).hexdigest()
+            schema = f"{output_type.__name__}@{digest[:12]}"
+        return await record_artifact(
+            self.store,
+            s,
+            structured if structured is not None else answer,
+            type="run_output",
+            source_events=[answer_seq, *(seq for _, seq in tools_seen)],
+            input_artifacts=s.artifacts,
+            schema_version=schema,
+            classification=max(levels, key=classification_rank),
+        )
 
 
-class _ChainGateway(Gateway):
+class ChainGateway(Gateway):
     """The tool gateway of one run: every dispatch attempt goes through the chain's tool hooks."""
 
     def __init__(
@@ -486,6 +616,15 @@ class _ChainGateway(Gateway):
         return await Gateway.dispatch(
             self, call.tool, call.arguments, call.ctx, timeout_s=call.timeout_s
         )
+
+
+def _shown(agent: Agent, state: RunState) -> set[str] | None:
+    """The tools the model is told about: only those the run's bound context lets it call
+    (None: all of them). The others stay in the manifest, where policy refuses a call."""
+    bound = RunContext.from_dict(state.context.context) if state.context else None
+    if bound is None or bound.tools is None:
+        return None
+    return {t.name for t in agent.tool_list if bound.allows_tool(t.name)}
 
 
 def _ending_failure(state: RunState) -> tuple[FailureReason, str, dict[str, Any]]:

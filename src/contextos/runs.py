@@ -49,7 +49,8 @@ TERMINAL = frozenset(
 _ENDS = {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.EXPIRED}
 
 TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
-    RunStatus.QUEUED: frozenset({RunStatus.RUNNING, *_ENDS}),
+    # A queued run stays queued when it is forked (its copied history ends queued).
+    RunStatus.QUEUED: frozenset({RunStatus.QUEUED, RunStatus.RUNNING, *_ENDS}),
     # A running run can go back to the queue when its worker releases it (shutdown, lease loss).
     RunStatus.RUNNING: frozenset(
         {RunStatus.RUNNING, RunStatus.QUEUED, RunStatus.INPUT_REQUIRED, *_ENDS}
@@ -85,6 +86,14 @@ class FailureReason(StrEnum):
     TOOL_CRASHED = "tool_crashed"
     """A tool kept crashing: it raised SystemExit, KeyboardInterrupt or a stray cancellation
     on every call, or the process driving the run kept dying while it ran."""
+    OUTPUT_INVALID = "output_invalid"
+    """A workflow node's output, or a child run's result, did not match its declared type."""
+    NODE_FAILED = "node_failed"
+    """A workflow's code node (or the function that lists a fan-out's items) raised."""
+    CHILD_FAILED = "child_failed"
+    """A child run the workflow needed ended without a result (failed, cancelled, expired)."""
+    NOT_CONVERGED = "not_converged"
+    """A convergence loop reached its round limit without its stop condition holding."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

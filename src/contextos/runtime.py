@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import os
 import socket
 import time
@@ -16,19 +17,37 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from pydantic import BaseModel
+
 from contextos import events as ev
-from contextos.agents import Agent, load_agent
+from contextos.agents import Agent, load_agent, load_ref
+from contextos.causality import stamp
 from contextos.context.rendered import RenderedCall, rendered_calls
+from contextos.delegation import DelegationContract
 from contextos.errors import (
     AgentChanged,
     ConcurrencyConflict,
     ConfigError,
+    RunInUse,
     RunIsTerminal,
     RunNotFound,
 )
 from contextos.events import utcnow
+from contextos.evidence.canonical import DecisionRecord, ReplayPacket
+from contextos.evidence.fork import fork_events
+from contextos.evidence.packet import make_packet, packet_events
+from contextos.evidence.record import Receipt, build_record, materialise
+from contextos.evidence.record import receipts as stored_receipts
+from contextos.evidence.replay import ReplayReport
+from contextos.evidence.replay import replay as replay_run
+from contextos.graph.children import ChildHost, ChildStart, carve
+from contextos.graph.engine import WorkflowDriver
+from contextos.graph.subagents import SubagentCalls
+from contextos.graph.tree import RunTree, run_tree
+from contextos.graph.workflow import Workflow
 from contextos.loop import Driver
 from contextos.messages import Usage
+from contextos.middleware import PiiRedaction
 from contextos.middleware.base import needs_principal
 from contextos.models import resolve_model
 from contextos.models.base import ModelAdapter
@@ -39,12 +58,24 @@ from contextos.policy.identity import Principal, RunContext
 from contextos.policy.rules import Policy
 from contextos.records.interrupts import Approval, Interrupt
 from contextos.runs import FailureReason, RunId, RunStatus, check_priority
-from contextos.state import RunState, apply
+from contextos.state import RunState, apply, fold
 from contextos.store import EventStore, RunSummary, open_store, wakeup
+from contextos.store.artifacts import Artifact, artifacts_of
 from contextos.store.base import load_state
-from contextos.store.queue import Lease, QueueEntry, queue_of
-from contextos.telemetry import TimelineEntry, Trace, live_traces, timeline, trace_of
+from contextos.store.queue import (
+    Lease,
+    QueueEntry,
+    RunOwner,
+    RunQueue,
+    WorkerInfo,
+    WorkerStatus,
+    queue_of,
+)
+from contextos.telemetry import Content, TimelineEntry, Trace, live_traces, timeline, trace_of
+from contextos.tools.ask import HumanTool
 from contextos.tools.gateway import Gateway
+
+log = logging.getLogger("contextos.runtime")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -64,9 +95,9 @@ class RunResult:
     failure_message: str | None = None
     """Human-readable detail."""
     turns: int = 0
-    """Model calls answered."""
+    """Model calls answered (its child runs' included)."""
     usage: Usage = field(default_factory=Usage)
-    """Tokens and cost."""
+    """Tokens and cost (its child runs' included)."""
 
     @property
     def ok(self) -> bool:
@@ -81,13 +112,22 @@ class RunResult:
             structured_output=s.structured_output,
             failure_reason=s.failure_reason,
             failure_message=s.failure_message,
-            turns=s.turns,
-            usage=s.usage,
+            turns=s.turns + s.child_turns,
+            usage=s.usage + s.child_usage if s.children else s.usage,
         )
+
+
+HANDOFF_S = 0.05
+"""On a store whose queue wakes other processes (PostgreSQL), how long a parent leaves a new
+child run to idle workers before driving it itself: fan-outs spread across workers."""
 
 
 def new_run_id() -> RunId:
     return RunId(f"run_{uuid.uuid4().hex[:20]}")
+
+
+def new_run_id_for_fork() -> RunId:
+    return RunId(f"fork_{uuid.uuid4().hex[:20]}")
 
 
 def default_worker_id() -> str:
@@ -109,7 +149,9 @@ class Runtime:
         policy: PolicyHook | Authority | Policy | str | os.PathLike[str] | None = None,
         lease_s: float = 30.0,
         tracer_provider: Any = None,
-        capture_content: bool | None = None,
+        capture_content: bool | str | None = None,
+        meter_provider: Any = None,
+        register: bool = True,
     ) -> None:
         self.store: EventStore = store if isinstance(store, EventStore) else open_store(store)
         self.authority: Authority | None = _authority_from(policy)
@@ -121,7 +163,7 @@ class Runtime:
         self.worker_id = worker_id or default_worker_id()
         self.cancel_poll_s = cancel_poll_s
         self._models: dict[str, ModelAdapter] = {}
-        self._inflight: dict[RunId, tuple[Driver, asyncio.Task[RunState]]] = {}
+        self._inflight: dict[RunId, tuple[Driver | WorkflowDriver, asyncio.Task[RunState]]] = {}
         self._cancelled: set[RunId] = set()
         self._watcher: asyncio.Task[None] | None = None
         self.lease_s = lease_s
@@ -129,10 +171,21 @@ class Runtime:
         self._leases: dict[RunId, Lease] = {}
         self._renewed_at: dict[RunId, float] = {}
         self._keeper: asyncio.Task[None] | None = None
+        self._child_leases: dict[RunId, Lease] = {}
+        """Leases on child runs this runtime created held, until it drives them."""
         self._draining = False
-        self._traces = live_traces(tracer_provider, capture_content)
-        """Spans of runs as their events commit (`tracer_provider`, or OTEL_EXPORTER_OTLP_*);
-        message content only with `capture_content` or CONTEXTOS_OTEL_CAPTURE_CONTENT."""
+        self._drain_reason = "the worker is shutting down"
+        self._register = register
+        """Whether to enter itself in the worker registry while it drives runs (a Worker
+        enters itself), so that others see who drives them."""
+        self._announced = False
+        self._traces = live_traces(
+            tracer_provider, capture_content, meter_provider, pii=PiiRedaction()
+        )
+        """Spans of runs as their events commit (`tracer_provider`, or OTEL_EXPORTER_OTLP_*),
+        content as `capture_content` (or CONTEXTOS_OTEL_CAPTURE_CONTENT) says: `metadata` by
+        default, `redacted` (through the PII layer), `hashes` or `full`; GenAI metrics on
+        `meter_provider`."""
 
     async def __aenter__(self) -> Runtime:
         return self
@@ -141,6 +194,7 @@ class Runtime:
         await self.close()
 
     async def close(self) -> None:
+        await self._withdraw()
         if self._watcher is not None:
             self._watcher.cancel()
         if self._keeper is not None:
@@ -153,8 +207,8 @@ class Runtime:
 
     async def start(
         self,
-        agent: Agent,
-        input: str,
+        agent: Agent | Workflow,
+        input: str | BaseModel | dict[str, Any],
         *,
         run_id: str | None = None,
         agent_ref: str | None = None,
@@ -165,6 +219,7 @@ class Runtime:
         not_before: datetime | None = None,
         principal: Principal | None = None,
         context: RunContext | None = None,
+        caused_by: str | None = None,
     ) -> RunId:
         """Create a queued run and return its id (nothing is executed yet).
 
@@ -175,6 +230,12 @@ class Runtime:
         `principal` (or a whole `context`: scopes, tool allowlist, clearance, containment) is
         the authority the run acts under, bound and recorded now; a child run's context must
         be within its parent's.
+
+        A workflow runs like an agent; its `input` is validated against its input type.
+
+        `caused_by` (`RUN_ID#SEQ`) names the event of another run that starts this one; the
+        new run joins that run's tree (its correlation id). A child run's context names its
+        parent, which does the same.
         """
         check_priority(priority)
         bound = await self._context_for(principal, context)
@@ -193,13 +254,14 @@ class Runtime:
                 not_before=not_before,
             ),
             context=bound,
+            caused_by=caused_by,
         )
         return rid
 
     async def _create(
         self,
-        agent: Agent,
-        input: str,
+        agent: Agent | Workflow,
+        input: str | BaseModel | dict[str, Any],
         *,
         run_id: str | None,
         agent_ref: str | None,
@@ -207,17 +269,28 @@ class Runtime:
         entry: QueueEntry,
         hold: bool = False,
         context: RunContext | None = None,
+        announce: bool = False,
+        contract: DelegationContract | None = None,
+        started: bool = False,
+        caused_by: str | None = None,
     ) -> tuple[RunId, Lease | None]:
         """Queue the run, then record RunCreated; with `hold`, leased to this runtime.
 
         The queue row comes first so that no worker can see a created run before it is
         queued, and a start that dies in between is finished by the next start with its key.
+        A child run records its delegation contract, and its budget is the contract's; a run
+        started with a parent's context and no contract gets at most what the parent has left.
+        A workflow run records its graph. `started` (with `hold`): this runtime drives it
+        next, and records so in the same commit.
         """
         metadata = _keyed(metadata, agent, context)
+        text = _input_text(agent, input)
         rid = RunId(run_id) if run_id else new_run_id()
         lease: Lease | None = None
-        queue = queue_of(self.store)
+        queue = self._queue
         if queue is not None:
+            if announce:  # before the lease exists: its holder is always known
+                await self._announce()
             entry = QueueEntry(
                 run_id=rid,
                 priority=entry.priority,
@@ -236,7 +309,14 @@ class Runtime:
                 except RunNotFound:
                     rid = owner  # that start died before recording its run: record it now
         now = utcnow()
-        deadline_s = agent.budget.deadline_s
+        budget = agent.budget
+        deadline_s = budget.deadline_s
+        deadline_at = now + timedelta(seconds=deadline_s) if deadline_s is not None else None
+        if contract is not None:
+            budget, deadline_at = contract.budget, contract.deadline_at
+        elif context is not None and context.parent_run_id is not None:
+            budget, deadline_at = carve(await self.state(context.parent_run_id), budget, now)
+        caused_by, correlation = await self._lineage(caused_by, context)
         created = ev.RunCreated(
             run_id=rid,
             seq=1,
@@ -246,26 +326,70 @@ class Runtime:
             agent_version=agent.version,
             agent_hash=agent.identity_hash(),
             agent_ref=agent_ref,
-            input=input,
-            budget=agent.budget,
-            deadline_at=now + timedelta(seconds=deadline_s) if deadline_s is not None else None,
-            tool_manifest_hash=Gateway(agent.tool_list).manifest_hash,
+            input=text,
+            budget=budget,
+            deadline_at=deadline_at,
+            tool_manifest_hash=(
+                Gateway(agent.tool_list).manifest_hash if isinstance(agent, Agent) else ""
+            ),
             metadata=metadata or {},
+            correlation_id=correlation or rid,
+            caused_by=caused_by,
         )
+        first: list[ev.Event] = [created, *self._bind(rid, context)]
+        if contract is not None:
+            first.append(ev.DelegationBound(run_id=rid, seq=len(first) + 1, contract=contract))
+        if isinstance(agent, Workflow):
+            first.append(
+                ev.WorkflowBound(
+                    run_id=rid,
+                    seq=len(first) + 1,
+                    workflow=agent.name,
+                    nodes=agent.structure(),
+                    output_node=agent.output_node.name,
+                )
+            )
+        if started and lease is not None:
+            first.append(
+                ev.RunStarted(
+                    run_id=rid,
+                    seq=len(first) + 1,
+                    worker_id=self.worker_id,
+                    actor=f"worker:{self.worker_id}",
+                )
+            )
+        first = stamp(RunState(run_id=rid), first)
         try:
-            await self.store.append(rid, [created, *self._bind(rid, context)], expected_seq=0)
+            await self.store.append(rid, first, expected_seq=0)
         except ConcurrencyConflict:
             if entry.idempotency_key is None:
-                raise
+                raise ConfigError(
+                    f"a run with id {rid} exists already: choose another run id, or continue "
+                    f"that run with `contextos resume {rid}`",
+                    run_id=rid,
+                ) from None
             return rid, None  # a concurrent start with the same key recorded it first
         if lease is None:  # a worker in this process need not wait for its next poll
             wakeup.wake_local(self.store)
         return rid, lease
 
+    async def _lineage(
+        self, caused_by: str | None, context: RunContext | None
+    ) -> tuple[str | None, str | None]:
+        """The event of another run that starts a new one (`RUN_ID#SEQ`), and the run tree
+        it joins: given, or the parent's when the context names one; (None, None) for a root."""
+        parent = caused_by.partition("#")[0] if caused_by else None
+        if parent is None and context is not None:
+            parent = context.parent_run_id
+        if not parent:
+            return None, None
+        source = await self.state(parent)
+        return caused_by or f"{parent}#{source.seq}", source.correlation_id or parent
+
     async def run(
         self,
-        agent: Agent,
-        input: str,
+        agent: Agent | Workflow,
+        input: str | BaseModel | dict[str, Any],
         *,
         run_id: str | None = None,
         agent_ref: str | None = None,
@@ -286,13 +410,14 @@ class Runtime:
             ),
             hold=True,
             context=bound,
+            announce=True,
         )
         return await self.resume(rid, agent, lease=lease)
 
     async def resume(
         self,
         run_id: str,
-        agent: Agent | None = None,
+        agent: Agent | Workflow | None = None,
         *,
         allow_changed_agent: bool = False,
         lease: Lease | None = None,
@@ -306,7 +431,26 @@ class Runtime:
         The runtime drives under a lease on the run: `lease` is a worker's claim; without one
         it takes the lease from whoever holds it (a worker still driving the run notices at
         its next heartbeat and stops; the expected-seq fence covers the moments in between).
+        Resuming without a lease takes over the run's child runs the same way.
         """
+        state = await self._resume(
+            run_id,
+            agent,
+            allow_changed_agent=allow_changed_agent,
+            lease=lease,
+            take_over=lease is None,
+        )
+        return RunResult.from_state(state)
+
+    async def _resume(
+        self,
+        run_id: str,
+        agent: Agent | Workflow | None,
+        *,
+        allow_changed_agent: bool = False,
+        lease: Lease | None,
+        take_over: bool,
+    ) -> RunState:
         state = await self.state(run_id)
         if state.status is RunStatus.INPUT_REQUIRED and await expire_overdue(
             self.store, state.run_id, now=self.governance.clock(), actor=f"worker:{self.worker_id}"
@@ -316,14 +460,22 @@ class Runtime:
         if state.is_terminal or waiting:
             if lease is not None:
                 await self._release(lease)
-            return RunResult.from_state(state)
+            return state
         if agent is None:
             if not state.agent_ref:
                 raise ConfigError(
                     f"run {run_id} was started without an agent reference; pass the agent",
                     run_id=run_id,
                 )
-            agent = load_agent(state.agent_ref)
+            agent = load_ref(state.agent_ref)
+        wanted = Workflow if state.workflow is not None else Agent
+        if not isinstance(agent, wanted):
+            raise ConfigError(
+                f"run {run_id} is {'a workflow' if wanted is Workflow else 'an agent'} run; "
+                f"resume it with {'the workflow' if wanted is Workflow else 'its agent'}, not a "
+                f"{type(agent).__name__}",
+                run_id=run_id,
+            )
         if agent.identity_hash() != state.agent_hash and not allow_changed_agent:
             raise AgentChanged(
                 f"run {run_id} was started by {state.agent_name} v{state.agent_version} "
@@ -332,14 +484,30 @@ class Runtime:
                 "change explicitly",
                 run_id=run_id,
             )
-        queue = queue_of(self.store)
-        if lease is None and queue is not None:
-            lease = await queue.acquire(state.run_id, self.worker_id, lease_s=self.lease_s)
+        if lease is None and self._queue is not None:
+            lease = await self._take(state.run_id)
             for event in await self.store.read(state.run_id, after_seq=state.seq):
                 apply(state, event)
-        return await self._drive(state, agent, lease)
+        return await self._drive(state, agent, lease, take_over=take_over)
 
-    async def _drive(self, state: RunState, agent: Agent, lease: Lease | None = None) -> RunResult:
+    async def _drive(
+        self,
+        state: RunState,
+        agent: Agent | Workflow,
+        lease: Lease | None = None,
+        *,
+        take_over: bool = False,
+    ) -> RunState:
+        if isinstance(agent, Workflow):
+            flow = WorkflowDriver(
+                store=self.store,
+                workflow=agent,
+                state=state,
+                worker_id=self.worker_id,
+                host=self._child_host(take_over=take_over),
+                clock=self.governance.clock,
+            )
+            return await self._supervise(flow, state, lease)
         driver = Driver(
             store=self.store,
             agent=agent,
@@ -349,6 +517,16 @@ class Runtime:
             authority=self.governance,
             hook=self.policy,
         )
+        if agent.subagents:
+            driver.delegations = SubagentCalls(
+                agent, self._child_host(take_over=take_over), parent_ref=state.agent_ref
+            )
+        return await self._supervise(driver, state, lease)
+
+    async def _supervise(
+        self, driver: Driver | WorkflowDriver, state: RunState, lease: Lease | None
+    ) -> RunState:
+        """Drive under the lease: renew it, watch for cancellation, hand back on a stop."""
         driver.stop_requested = self._draining
         if self._traces is not None:
             driver.on_commit = functools.partial(self._traces.committed, self.store, state.run_id)
@@ -361,12 +539,21 @@ class Runtime:
                 self._keeper = asyncio.create_task(self._keep_leases())
         if self._watcher is None or self._watcher.done():
             self._watcher = asyncio.create_task(self._watch_for_cancel())
+        cut_from_outside = False
         try:
             await task
             await driver.after_run()
+            await self._materialise(driver.state)
         except asyncio.CancelledError:
-            if state.run_id not in self._cancelled:
-                raise  # we were cancelled from outside: pass it on
+            # Cancelled from outside. While draining (a worker's second SIGTERM) the step is
+            # abandoned to the lease; otherwise (Ctrl-C in a script) the run is handed back
+            # before the cancellation goes on.
+            if state.run_id not in self._cancelled and self._draining:
+                raise
+            cut_from_outside = state.run_id not in self._cancelled
+            if cut_from_outside:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         except (ConcurrencyConflict, RunIsTerminal):
             pass  # another writer moved the run on (a cancel, another worker); we stop here
         finally:
@@ -375,13 +562,101 @@ class Runtime:
             held = self._leases.pop(state.run_id, None)
             self._renewed_at.pop(state.run_id, None)
         if held is not None:  # still ours (a lost lease is not ours to give back)
-            if driver.stop_requested and driver.state.status is RunStatus.RUNNING:
-                await self._hand_back(driver.state, "the worker is shutting down")
-            await self._release(held)
+            wake: datetime | None = None
+            if driver.state.status is RunStatus.RUNNING and (
+                driver.stop_requested or cut_from_outside
+            ):
+                reason = "interrupted"
+                if driver.stop_requested:
+                    reason = driver.stop_reason or self._drain_reason
+                await self._hand_back(driver.state, reason)
+                if driver.stop_requested and driver.wake_after_s is not None:
+                    wake = utcnow() + timedelta(seconds=driver.wake_after_s)
+            await self._release(held, not_before=wake)
+        if not self._leases:
+            await self._withdraw()
+        if cut_from_outside:
+            raise asyncio.CancelledError
         # The driver's state is the log up to its seq; fold in whatever others added since.
         for event in await self.store.read(state.run_id, after_seq=driver.state.seq):
             apply(driver.state, event)
-        return RunResult.from_state(driver.state)
+        return driver.state
+
+    # -- child runs -----------------------------------------------------------------------
+
+    def _child_host(self, *, take_over: bool) -> ChildHost:
+        """What a parent driven here uses to start and drive its children. `take_over`: the
+        parent was resumed by hand, which takes over its children too (as `resume` takes a
+        run's lease from whoever holds it); a worker's claim waits for other holders."""
+        return ChildHost(
+            store=self.store,
+            create=self._create_child,
+            drive=self._drive_child,
+            cancel=self._cancel_child,
+            clock=self.governance.clock,
+            take_over=take_over,
+            handoff_s=HANDOFF_S if self._queue_wakes_others else 0.0,
+        )
+
+    async def _create_child(self, start: ChildStart) -> bool:
+        contract = start.contract
+        if not start.fresh:
+            with contextlib.suppress(RunNotFound):
+                await self.store.get_run(contract.child_run_id)
+                return False  # created before (the parent crashed after creating it)
+        # Held by this process from the start: a child no worker could load (no reference),
+        # and any child when no other process would hear of it soon (SQLite: workers poll),
+        # since this process drives it at once.
+        try:
+            _, held = await self._create(
+                start.agent,
+                start.input,
+                run_id=contract.child_run_id,
+                agent_ref=start.agent_ref,
+                metadata=start.metadata,
+                entry=QueueEntry(
+                    run_id=RunId(""),
+                    agent_name=start.agent.name,
+                    tenant=start.context.tenant if start.context else "",
+                ),
+                hold=start.agent_ref is None or not self._queue_wakes_others,
+                context=start.context,
+                contract=contract,
+                started=True,
+            )
+        except ConcurrencyConflict:
+            return False  # another process created it meanwhile
+        if held is not None:
+            self._child_leases[contract.child_run_id] = held
+        return True
+
+    @functools.cached_property
+    def _queue(self) -> RunQueue | None:
+        """The store's queue (looked up once: a protocol check is not free)."""
+        return queue_of(self.store)
+
+    @property
+    def _queue_wakes_others(self) -> bool:
+        """Whether work queued here wakes idle workers of other processes (PostgreSQL)."""
+        return self.store.url.startswith(("postgresql://", "postgres://"))
+
+    async def _drive_child(self, run_id: RunId, agent: Agent, take_over: bool) -> RunState | None:
+        """Drive a child run here unless another process holds it (None then); where it
+        stands once this process stopped driving it."""
+        queue = self._queue
+        lease = self._child_leases.pop(run_id, None)
+        if lease is None and queue is not None:
+            if take_over:
+                lease = await queue.acquire(run_id, self.worker_id, lease_s=self.lease_s)
+            else:
+                lease = await queue.take(run_id, self.worker_id, lease_s=self.lease_s)
+            if lease is None:
+                return None
+        return await self._resume(run_id, agent, lease=lease, take_over=take_over)
+
+    async def _cancel_child(self, run_id: RunId, reason: str, agent: Agent | None = None) -> None:
+        with contextlib.suppress(RunNotFound):
+            await self.cancel(run_id, reason=reason, actor="runtime", agent=agent)
 
     # -- leases ---------------------------------------------------------------------------
 
@@ -392,10 +667,13 @@ class Runtime:
         off) or when it could not be renewed for a whole lease period. Either way someone else
         may be driving the run now, so this runtime stops appending to it.
         """
-        queue = queue_of(self.store)
+        queue = self._queue
         assert queue is not None
         while self._leases:
             await asyncio.sleep(self.lease_s / 3)
+            if self._announced:
+                with contextlib.suppress(Exception):  # the lease renewals below decide
+                    await queue.worker_heartbeat(self.worker_id, WorkerStatus.RUNNING)
             for run_id, lease in list(self._leases.items()):
                 try:
                     renewed = await queue.renew(lease, lease_s=self.lease_s)
@@ -416,8 +694,74 @@ class Runtime:
                     self._cancelled.add(run_id)
                     inflight[1].cancel()
 
+    async def _take(self, run_id: RunId) -> Lease:
+        """The run's lease for an explicit resume; RunInUse while a live driver holds it.
+
+        A holder is gone when its lease expired, or when it ran on this machine and its
+        process no longer exists (a `kill -9` seen from the same host needs no waiting).
+        """
+        queue = self._queue
+        assert queue is not None
+        await self._announce()
+        lease = await queue.take(run_id, self.worker_id, lease_s=self.lease_s)
+        if lease is not None:
+            return lease
+        owner = await self.owner(run_id)
+        if owner is None or _process_gone(owner):
+            return await queue.acquire(run_id, self.worker_id, lease_s=self.lease_s)
+        since = f" since {owner.since:%H:%M:%S} UTC" if owner.since else ""
+        raise RunInUse(run_id, owner.describe(), detail=since)
+
+    async def owner(self, run_id: str) -> RunOwner | None:
+        """Who drives the run now (the holder of its live lease), or None: nobody does."""
+        queue = self._queue
+        if queue is None:
+            return None
+        entry = await queue.queue_entry(RunId(run_id))
+        if entry is None or entry.lease_owner is None or entry.lease_expires_at is None:
+            return None
+        if entry.lease_expires_at <= utcnow():
+            return None
+        known = [
+            w
+            for w in await queue.list_workers(live_within_s=None)
+            if w.worker_id == entry.lease_owner
+        ]
+        info = known[0] if known else None
+        if info is not None and info.status is WorkerStatus.STOPPED:
+            return None  # it said it stopped: the lease it left behind drives nothing
+        return RunOwner(
+            run_id=RunId(run_id),
+            worker_id=entry.lease_owner,
+            expires_at=entry.lease_expires_at,
+            host=info.host if info else None,
+            pid=info.pid if info else None,
+            since=info.started_at if info else None,
+        )
+
+    async def _announce(self) -> None:
+        """Enter this runtime in the worker registry (once), as a driver of one run at a time."""
+        queue = self._queue
+        if not self._register or self._announced or queue is None:
+            return
+        await queue.register_worker(
+            WorkerInfo(
+                worker_id=self.worker_id, host=socket.gethostname(), pid=os.getpid(), concurrency=1
+            )
+        )
+        self._announced = True
+
+    async def _withdraw(self) -> None:
+        """Mark this runtime stopped in the registry, if it entered itself."""
+        queue = self._queue
+        if not self._announced or queue is None:
+            return
+        self._announced = False
+        with contextlib.suppress(Exception):  # a stale entry ages out of the live list anyway
+            await queue.worker_heartbeat(self.worker_id, WorkerStatus.STOPPED)
+
     async def _release(self, lease: Lease, **kwargs: Any) -> None:
-        queue = queue_of(self.store)
+        queue = self._queue
         if queue is not None:
             await queue.release(lease, **kwargs)
 
@@ -431,7 +775,7 @@ class Runtime:
             actor=f"worker:{self.worker_id}",
         )
         with contextlib.suppress(ConcurrencyConflict, RunIsTerminal):
-            await self.store.append(state.run_id, [event], expected_seq=state.seq)
+            await self.store.append(state.run_id, stamp(state, [event]), expected_seq=state.seq)
 
     async def release(
         self,
@@ -451,11 +795,20 @@ class Runtime:
             await self._hand_back(state, reason)
         await self._release(lease, not_before=not_before, failed=failed)
 
-    def drain(self) -> None:
-        """Let every run in flight finish its current step, then hand it back to the queue."""
+    def drain(self, *, reason: str = "the worker is shutting down", at_once: bool = False) -> None:
+        """Let every run in flight finish its current step, then hand it back to the queue
+        (recorded as released with `reason`, resumable).
+
+        `at_once` cuts the step in flight instead: what it recorded stays, a tool call it had
+        dispatched is settled when the run resumes, as after a crash.
+        """
         self._draining = True
-        for driver, _ in self._inflight.values():
+        self._drain_reason = reason
+        for run_id, (driver, task) in self._inflight.items():
             driver.stop_requested = True
+            if at_once and not task.done():
+                self._cancelled.add(run_id)
+                task.cancel()
 
     @property
     def in_flight(self) -> int:
@@ -511,12 +864,15 @@ class Runtime:
                 )
             else:
                 event = ev.RunCancelled(run_id=rid, seq=state.seq + 1, reason=reason, actor=actor)
+            [event] = stamp(state, [event])
             try:
                 await self.store.append(rid, [event], expected_seq=state.seq)
                 if self._traces is not None:
                     await self._traces.committed(self.store, rid, [event])
+                if isinstance(event, ev.RunCancelled):
+                    await self._materialise(apply(state, event))
                 if isinstance(event, ev.RunEnding) and state.status is not RunStatus.RUNNING:
-                    with contextlib.suppress(ConfigError, AgentChanged):
+                    with contextlib.suppress(ConfigError, AgentChanged, RunInUse):
                         # without its agent it stays ending; the next resume settles it
                         return await self.resume(rid, agent)
                 break
@@ -524,7 +880,13 @@ class Runtime:
                 continue  # the worker appended meanwhile; try again on the new tail
             except RunIsTerminal:
                 break
-        return RunResult.from_state(await self.state(rid))
+        state = await self.state(rid)
+        for child in state.children.values():  # a cancelled parent's children stop too
+            if not child.finished:
+                await self._cancel_child(
+                    child.contract.child_run_id, f"its parent run {rid} was cancelled"
+                )
+        return RunResult.from_state(state)
 
     # -- authority: contexts, the policy gate, people answering interrupts ---------------
 
@@ -622,14 +984,23 @@ class Runtime:
         self,
         run_id: str,
         *,
-        capture_content: bool | None = None,
+        capture_content: Content = None,
         otlp_endpoint: str | None = None,
     ) -> Trace:
-        """The run's trace as OpenTelemetry GenAI spans, sent over OTLP/HTTP to
-        `otlp_endpoint` when given; message content only with `capture_content` (default:
+        """The run's trace, its child runs' spans included, as OpenTelemetry GenAI spans, sent
+        over OTLP/HTTP to `otlp_endpoint` when given; content as `capture_content` says
+        (`metadata`, `redacted` through the PII layer, `hashes` or `full`; default:
         CONTEXTOS_OTEL_CAPTURE_CONTENT). Needs the `otel` extra."""
-        events = await self.store.read(RunId(run_id))
-        return trace_of(events, capture_content=capture_content, otlp_endpoint=otlp_endpoint)
+        runs = [run_id, *(await self.tree(run_id)).child_run_ids()]  # one trace for all
+        spans: list[Any] = []
+        pii = PiiRedaction()
+        for rid in runs:
+            events = await self.store.read(RunId(rid))
+            traced = trace_of(
+                events, capture_content=capture_content, pii=pii, otlp_endpoint=otlp_endpoint
+            )
+            spans += traced.spans
+        return Trace(tuple(spans))
 
     async def state(self, run_id: str) -> RunState:
         return await load_state(self.store, RunId(run_id))
@@ -637,11 +1008,134 @@ class Runtime:
     async def result(self, run_id: str) -> RunResult:
         return RunResult.from_state(await self.state(run_id))
 
+    async def tree(self, run_id: str) -> RunTree:
+        """The run with what it started: a workflow's nodes and every child run below them."""
+        return await run_tree(self.store, RunId(run_id))
+
     async def runs(
-        self, *, status: RunStatus | None = None, limit: int = 50, tenant: str | None = None
+        self,
+        *,
+        status: RunStatus | None = None,
+        limit: int = 50,
+        tenant: str | None = None,
+        top_level: bool = False,
     ) -> list[RunSummary]:
-        """Most recently updated runs first; only one status's, only one tenant's when named."""
+        """Most recently updated runs first; only one status's, only one tenant's when named;
+        `top_level`: only runs no other run started."""
+        if top_level:
+            return await self.store.list_runs(
+                status=status, limit=limit, tenant=tenant, top_level=True
+            )
         return await self.store.list_runs(status=status, limit=limit, tenant=tenant)
+
+    async def replay(
+        self,
+        source: str | ReplayPacket,
+        agent: Agent | None = None,
+        *,
+        policy: Policy | Authority | str | os.PathLike[str] | None = None,
+        keep: str | os.PathLike[str] | None = None,
+    ) -> ReplayReport:
+        """Re-run a recorded run (its id, or a ReplayPacket) against `agent` and compare their
+        decisions; the recorded tool results and people's answers are served from the log, and
+        no tool is ever called.
+
+        Without `agent`, the agent is imported from the recorded reference. `policy` decides
+        the replay's tool calls (default: this runtime's). The replay's own log is thrown away
+        unless `keep` names a SQLite file to write it to.
+        """
+        if isinstance(source, ReplayPacket):
+            events, ref = packet_events(source), source.agent_ref
+        else:
+            events = await self.events(source)
+            ref = events[0].agent_ref if isinstance(events[0], ev.RunCreated) else None
+        if agent is None:
+            if not ref:
+                raise ConfigError(
+                    "the run was recorded without an agent reference; pass the agent to replay"
+                )
+            agent = load_agent(ref)
+        authority = _authority_from(policy) if policy is not None else self.authority
+        governed = any(isinstance(e, ev.ContextBound) for e in events) or any(
+            isinstance(t, HumanTool) for t in agent.tool_list
+        )
+        if authority is None and governed:
+            authority = self.governance
+        return await replay_run(
+            events,
+            agent,
+            model=self.model_for(agent),
+            authority=authority,
+            keep=os.fspath(keep) if keep is not None else None,
+        )
+
+    async def fork(
+        self,
+        run_id: str,
+        *,
+        at: int,
+        agent: Agent | None = None,
+        agent_ref: str | None = None,
+        new_run_id: str | None = None,
+    ) -> RunId:
+        """Start a run whose history is the first `at` events of `run_id` and that goes on from
+        there (queued, like `start`), with the recorded agent or `agent` (`agent_ref`: where
+        workers import it from). No effect is sent twice: the fork sees the outcome and receipts
+        of the calls the source run sent (`contextos.evidence.fork`). ForkRefused when `at` is
+        not a point a run can go on from (the message says which seqs are)."""
+        events = await self.events(run_id)
+        rid = RunId(new_run_id) if new_run_id else new_run_id_for_fork()
+        forked = fork_events(events, fork_id=rid, at=at, agent=agent, agent_ref=agent_ref)
+        queue = queue_of(self.store)
+        if queue is not None:
+            source = await queue.queue_entry(RunId(run_id))
+            entry = QueueEntry(
+                run_id=rid,
+                agent_name=fold(forked).agent_name,
+                tenant=source.tenant if source is not None else "",
+            )
+            await queue.enqueue(entry, lease_owner=None, lease_s=self.lease_s)
+        await self.store.append(rid, forked, expected_seq=0)
+        wakeup.wake_local(self.store)
+        return rid
+
+    async def packet(self, run_id: str, *, agent_ref: str | None = None) -> ReplayPacket:
+        """The ReplayPacket of a recorded run: its log and what it decided, pinned, to replay
+        anywhere (`agent_ref`: the agent to replay by default, if not the recorded one)."""
+        return make_packet(await self.events(run_id), agent_ref=agent_ref)
+
+    async def record(self, run_id: str) -> DecisionRecord:
+        """The run's DecisionRecord, projected from its log now."""
+        return build_record(await self.events(run_id))
+
+    async def receipts(self, run_id: str) -> list[Receipt]:
+        """The DecisionRecords stored when the run stopped, each checked against its log."""
+        return await stored_receipts(self.store, await self.events(run_id))
+
+    async def _materialise(self, state: RunState) -> None:
+        """Store the DecisionRecord of a run that ended or waits on a person (a receipt: it can
+        always be rebuilt from the log, so failing to store one never fails the run)."""
+        if not (state.is_terminal or state.status is RunStatus.INPUT_REQUIRED):
+            return
+        try:
+            await materialise(self.store, await self.events(state.run_id))
+        except Exception:
+            log.warning("run %s: could not store its decision record", state.run_id, exc_info=True)
+
+    async def artifacts(self, run_id: str) -> list[Artifact]:
+        """The artifacts a run recorded, in the order it recorded them."""
+        return [
+            Artifact.from_event(e)
+            for e in await self.events(run_id)
+            if isinstance(e, ev.ArtifactRecorded)
+        ]
+
+    async def artifact(self, artifact_id: str) -> tuple[Artifact, bytes]:
+        """An artifact and its content (checked against its hash)."""
+        store = artifacts_of(self.store)
+        if store is None:
+            raise ConfigError(f"the store {self.store.url} keeps no artifacts")
+        return await store.get_artifact(artifact_id), await store.artifact_content(artifact_id)
 
 
 def _authority_from(
@@ -656,8 +1150,36 @@ def _authority_from(
     return None
 
 
-def run(agent: Agent, input: str, *, store: EventStore | str | None = None) -> RunResult:
-    """Run an agent to the end from synchronous code (a script, a notebook)."""
+def _process_gone(owner: RunOwner) -> bool:
+    """Whether the owner's process is known to have ended: it ran here and its pid is free."""
+    if owner.pid is None or owner.host != socket.gethostname():
+        return False
+    try:
+        os.kill(owner.pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False  # someone else's live process
+    return False
+
+
+def _input_text(agent: Agent | Workflow, input: str | BaseModel | dict[str, Any]) -> str:
+    if isinstance(agent, Workflow):
+        return agent.input_text(input)
+    if not isinstance(input, str):
+        raise ConfigError(
+            f"agent {agent.name} takes its input as text, not a {type(input).__name__}"
+        )
+    return input
+
+
+def run(
+    agent: Agent | Workflow,
+    input: str | BaseModel | dict[str, Any],
+    *,
+    store: EventStore | str | None = None,
+) -> RunResult:
+    """Run an agent or a workflow to the end from synchronous code (a script, a notebook)."""
 
     async def _main() -> RunResult:
         async with Runtime(store) as runtime:
@@ -667,7 +1189,7 @@ def run(agent: Agent, input: str, *, store: EventStore | str | None = None) -> R
 
 
 def _keyed(
-    metadata: dict[str, Any] | None, agent: Agent, context: RunContext | None
+    metadata: dict[str, Any] | None, agent: object, context: RunContext | None
 ) -> dict[str, Any]:
     """The run's metadata with `principal` set from the bound context, the one key its usage is
     counted under; a caller cannot name it, and a layer keyed on it needs a bound principal."""
@@ -679,7 +1201,7 @@ def _keyed(
             principal=str(out["principal"]),
         )
     if context is None:
-        layer = needs_principal(agent.stack)
+        layer = needs_principal(getattr(agent, "stack", ()))  # a workflow has no stack
         if layer is not None:
             raise ConfigError(
                 f"the {layer!r} layer keys on the run's principal and tenant, and this run has "

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any, Literal, assert_never
 
 from contextos import events as ev
+from contextos.delegation import ChildRun, DelegationContract, NodeRun, NodeStatus
 from contextos.errors import EventDecodeError
 from contextos.ledger import Effect, EffectState, can_move, unsettled
 from contextos.messages import Message, ToolCall, Usage
@@ -84,6 +85,32 @@ class RunState:
     """Tool calls that ended in an error the model had to handle, over the whole run."""
     last_tool_error: str | None = None
     """Error code of the last tool result when it was an error (`tool_crashed`, ...)."""
+    delegation: DelegationContract | None = None
+    """For a child run: the contract it works under."""
+    children: dict[str, ChildRun] = field(default_factory=dict)
+    """Child runs it started, by delegation id, in start order."""
+    child_by_call: dict[str, str] = field(default_factory=dict)
+    """Tool call id (`delegate_to_<name>`) -> the delegation it started."""
+    child_usage: Usage = field(default_factory=Usage)
+    """What its finished child runs spent (their own children included): part of its budget."""
+    child_turns: int = 0
+    """Model calls its finished child runs made (their own children's included)."""
+    workflow: ev.WorkflowBound | None = None
+    """For a workflow run: its graph as bound at start."""
+    nodes: dict[str, NodeRun] = field(default_factory=dict)
+    """For a workflow run: each node that started, in start order."""
+    correlation_id: str = ""
+    """The run tree the run belongs to: its root run's id (see `RunCreated.correlation_id`)."""
+    forked_from: str | None = None
+    """For a forked run: the run whose history it copied."""
+    inherited: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """For a forked run: effects its source sent that no call of this run took yet, by effect
+    id: (action key, contract hash)."""
+    artifacts: list[str] = field(default_factory=list)
+    """Ids of the artifacts the run recorded, in order."""
+    causes: dict[str, int] = field(default_factory=dict)
+    """The latest event about each tool call, effect and interrupt (`call:ID`, `effect:ID`,
+    `interrupt:ID`) by seq: what the next event about it follows from (`contextos.causality`)."""
 
     @property
     def is_terminal(self) -> bool:
@@ -141,8 +168,11 @@ def apply(state: RunState, event: ev.Event) -> RunState:
             event.seq,
             f"{event.type} moves a {state.status} run to {new_status}, which is not allowed",
         )
+    for key in threads(state, event):
+        state.causes[key] = event.seq
     match event:
         case ev.RunCreated():
+            state.correlation_id = event.correlation_id or event.run_id
             state.agent_name = event.agent_name
             state.agent_version = event.agent_version
             state.agent_hash = event.agent_hash
@@ -199,6 +229,7 @@ def apply(state: RunState, event: ev.Event) -> RunState:
                 history=[(event.seq, EffectState.PROPOSED)],
             )
             state.effect_by_call[event.call_id] = event.effect_id
+            state.inherited.pop(event.effect_id, None)
         case ev.EffectChanged():
             _move_effect(state, event)
         case ev.ToolAttemptFailed():
@@ -247,8 +278,34 @@ def apply(state: RunState, event: ev.Event) -> RunState:
             state.context_summary = event.summary
             state.context_cursor = event.through_seq
             state.usage = state.usage + event.usage
-        case ev.RuntimeCrashDetected() | ev.RunReleased():
+        case ev.ArtifactRecorded():
+            state.artifacts.append(event.artifact_id)
+        case ev.RunForked():
+            state.agent_name = event.agent_name
+            state.agent_version = event.agent_version
+            state.agent_hash = event.agent_hash
+            state.agent_ref = event.agent_ref
+            state.tool_manifest_hash = event.tool_manifest_hash
+            state.worker_id = None
+            state.forked_from = event.source_run_id
+            state.inherited = {
+                eid: (key, contract) for eid, key, contract in event.inherited_actions
+            }
+        case ev.RuntimeCrashDetected() | ev.RunReleased() | ev.EvaluationRecorded():
             pass
+        case ev.DelegationBound():
+            state.delegation = event.contract
+        case ev.WorkflowBound():
+            state.workflow = event
+        case (
+            ev.ChildRunStarted()
+            | ev.ChildRunFinished()
+            | ev.NodeStarted()
+            | ev.NodeRoundCompleted()
+            | ev.NodeCompleted()
+            | ev.NodeFailed()
+        ):
+            _apply_graph(state, event)
         case _:
             assert_never(event)
     # Each new message remembers its event, whichever case above added it.
@@ -260,6 +317,116 @@ def apply(state: RunState, event: ev.Event) -> RunState:
     state.seq = event.seq
     state.updated_at = event.occurred_at
     return state
+
+
+def _apply_graph(
+    state: RunState,
+    event: ev.ChildRunStarted
+    | ev.ChildRunFinished
+    | ev.NodeStarted
+    | ev.NodeRoundCompleted
+    | ev.NodeCompleted
+    | ev.NodeFailed,
+) -> None:
+    """Child runs and workflow nodes: what a parent started, and what came back."""
+    match event:
+        case ev.ChildRunStarted():
+            contract = event.contract
+            if contract.delegation_id in state.children:
+                raise EventDecodeError(
+                    state.run_id, event.seq, f"delegation {contract.delegation_id} started twice"
+                )
+            state.children[contract.delegation_id] = ChildRun(
+                contract=contract, started_seq=event.seq, started_at=event.occurred_at
+            )
+            if contract.call_id is not None:
+                state.child_by_call[contract.call_id] = contract.delegation_id
+            if contract.node is not None and contract.node in state.nodes:
+                state.nodes[contract.node].children.append(contract.delegation_id)
+        case ev.ChildRunFinished():
+            child = state.children.get(event.delegation_id)
+            if child is None or child.finished:
+                raise EventDecodeError(
+                    state.run_id,
+                    event.seq,
+                    f"delegation {event.delegation_id} finished without running",
+                )
+            child.status = event.status
+            child.result = event.result
+            child.evidence = dict(event.evidence)
+            child.usage = event.usage
+            child.turns = event.turns
+            child.finished_at = event.occurred_at
+            child.reason = event.reason
+            child.message = event.message
+            state.child_usage = state.child_usage + event.usage
+            state.child_turns += event.turns
+        case ev.NodeStarted():
+            state.nodes[event.node] = NodeRun(
+                node=event.node,
+                kind=event.kind,
+                started_seq=event.seq,
+                started_at=event.occurred_at,
+                items=list(event.items) if event.items is not None else None,
+            )
+        case ev.NodeRoundCompleted():
+            _node(state, event).rounds.append(event.output)
+        case ev.NodeCompleted():
+            node = _node(state, event)
+            node.status = NodeStatus.COMPLETED
+            node.completed_seq = event.seq
+            node.output = event.output
+            node.converged = event.converged
+            node.finished_at = event.occurred_at
+        case ev.NodeFailed():
+            node = _node(state, event)
+            node.status = NodeStatus.FAILED
+            node.reason = event.reason.value
+            node.message = event.message
+            node.finished_at = event.occurred_at
+
+
+def _node(
+    state: RunState, event: ev.NodeRoundCompleted | ev.NodeCompleted | ev.NodeFailed
+) -> NodeRun:
+    node = state.nodes.get(event.node)
+    if node is None or node.status is not NodeStatus.RUNNING:
+        raise EventDecodeError(state.run_id, event.seq, f"node {event.node} is not running")
+    return node
+
+
+_IDS = {
+    cls: tuple(f for f in ("call_id", "effect_id", "interrupt_id") if f in cls.__dataclass_fields__)
+    for cls in ev.EVENT_TYPES.values()
+}
+"""For each event type, the fields that name a tool call, an effect or an interrupt."""
+
+
+def threads(state: RunState, event: ev.Event) -> list[str]:
+    """The tool calls, effects and interrupts an event is about, as `causes` keys.
+
+    An answer to an interrupt is also about the call and effect the interrupt asked about, so
+    the decision taken after an approval follows from the approval.
+    """
+    if isinstance(event, ev.ModelResponded):
+        return [f"call:{c.id}" for c in event.message.tool_calls]
+    fields = _IDS[type(event)]
+    if not fields:
+        return []
+    call_id = getattr(event, "call_id", None)
+    effect_id = getattr(event, "effect_id", None)
+    interrupt_id = getattr(event, "interrupt_id", None)
+    keys: list[str] = []
+    if interrupt_id is not None:
+        keys.append(f"interrupt:{interrupt_id}")
+        asked = state.pending_interrupts.get(interrupt_id)
+        if asked is not None and not isinstance(event, ev.InterruptRaised):
+            call_id, effect_id = call_id or asked.call_id, effect_id or asked.effect_id
+    if call_id is not None:
+        keys.append(f"call:{call_id}")
+    if effect_id is not None:
+        keys.append(f"effect:{effect_id}")
+    return keys
 
 
 def _answer(state: RunState, event: ev.RunCompleted) -> str:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import json
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -113,3 +115,44 @@ async def verify_all(verifiers: list[Verifier], output: str) -> tuple[Verdict, s
         if verdict.structured_output is not None:
             structured = verdict.structured_output
     return Verdict.ok(structured_output=structured), ",".join(v.name for v in verifiers)
+
+
+async def verify_each(verifiers: list[Verifier], output: str) -> list[tuple[Verifier, Verdict]]:
+    """Run verifiers in order until one fails; every verdict given, passes included."""
+    verdicts: list[tuple[Verifier, Verdict]] = []
+    for v in verifiers:
+        verdict = await v.verify(output)
+        verdicts.append((v, verdict))
+        if not verdict.passed:
+            break
+    return verdicts
+
+
+def identity(verifier: Verifier) -> tuple[str, str]:
+    """What a verifier is and which version of it judged: (kind, version).
+
+    A verifier may declare `version`; a function's version is a hash of its code, so an edited
+    function is a different evaluator.
+    """
+    if isinstance(verifier, OutputTypeVerifier):
+        schema = json.dumps(verifier.output_type.model_json_schema(), sort_keys=True)
+        return "output_type", hashlib.sha256(schema.encode()).hexdigest()[:12]
+    declared = getattr(verifier, "version", None)
+    if isinstance(verifier, FunctionVerifier):
+        code = getattr(verifier.fn, "__code__", None)
+        body = _code_bytes(code) if code is not None else verifier.name.encode()
+        return "function", str(declared or hashlib.sha256(body).hexdigest()[:12])
+    return type(verifier).__name__, str(declared or "1")
+
+
+def _code_bytes(code: types.CodeType) -> bytes:
+    """A function's bytecode and constants, the same in every process (no addresses)."""
+    parts = [code.co_code]
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            parts.append(_code_bytes(const))
+        elif isinstance(const, frozenset):  # set order changes with the string hash seed
+            parts.append(repr(sorted(map(repr, const))).encode())
+        else:
+            parts.append(repr(const).encode())
+    return b"\0".join(parts)

@@ -22,7 +22,12 @@ from contextos.store import SqliteStore
 
 ROOT = Path(__file__).resolve().parents[2]
 CHILD = ROOT / "tests" / "crash" / "child.py"
-APPENDS_IN_A_CLEAN_RUN = 11
+APPENDS_IN_A_CLEAN_RUN = 10
+"""The two reads of turn 2 run together: their results are recorded in one append."""
+EVENTS_IN_A_CLEAN_RUN = 14
+"""The appends plus what shares an append with another event: the second read's result, two
+verdicts (evaluations, in the appends of the answers' verification) and the output artifact
+(with the completion)."""
 EXPECTED_TOOL_CALLS = Counter({("lookup", "A-1"): 1, ("stock", "SKU-9"): 1, ("lookup", "B-2"): 1})
 
 
@@ -100,7 +105,7 @@ def clean_run(tmp_path_factory: pytest.TempPathFactory) -> RunState:
     done = child(base / "runs.db", "run_clean", 0, base)
     assert done.returncode == 0, done.stderr
     state, events = load(base / "runs.db", "run_clean")
-    assert len(events) == APPENDS_IN_A_CLEAN_RUN  # one event per append in this run
+    assert len(events) == EVENTS_IN_A_CLEAN_RUN
     return state
 
 

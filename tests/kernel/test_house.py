@@ -28,10 +28,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("tools",),
     ("policy", "telemetry", "models"),
     ("store",),
-    ("state",),
+    ("state", "causality"),
     ("records",),
     ("events",),
-    ("errors", "runs", "messages", "ledger", "numbers"),
+    ("errors", "runs", "messages", "ledger", "delegation", "numbers"),
 )
 """The rooms from the top down: the faces; the public API (`contextos` and the face of
 `contextos.workers`); the harness; the loop and the graph; the rooms that do the work (policy

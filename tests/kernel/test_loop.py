@@ -49,6 +49,7 @@ async def test_tool_call_then_answer_is_recorded_in_order(runtime: Runtime) -> N
         "model_responded",
         "tool_completed",
         "model_responded",
+        "artifact_recorded",
         "run_completed",
     ]
     tool_event = events[3]

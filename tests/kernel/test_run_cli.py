@@ -71,7 +71,7 @@ def test_run_list_and_show(tmp_path: Path) -> None:
 
     as_json = json.loads(cli("show", run_id, "--json", store=db).stdout)
     assert [e["type"] for e in as_json["events"]][-1] == "run_completed"
-    assert [e["seq"] for e in as_json["events"]] == list(range(1, 7))
+    assert [e["seq"] for e in as_json["events"]] == list(range(1, 8))
 
 
 def test_store_from_the_environment(tmp_path: Path) -> None:
@@ -90,6 +90,7 @@ def test_store_from_the_environment(tmp_path: Path) -> None:
 
 def test_clear_errors(tmp_path: Path) -> None:
     db = tmp_path / "runs.db"
+    assert cli("run", AGENT, "Greet Ada", store=db).returncode == 0  # the store exists
     unknown = cli("show", "run_nope", store=db)
     assert unknown.returncode == 1
     assert "no run with id 'run_nope'" in unknown.stderr and "contextos runs" in unknown.stderr

@@ -1,4 +1,4 @@
-"""The README's main command: the example agent on the embedded model, through the CLI."""
+"""The README's main command and its first Python sample, on the embedded model."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from support.markdown import code_blocks, run_python
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,3 +59,13 @@ def test_the_quickstart_agent_answers_from_its_tool_on_the_local_model(
     ]
     assert any(e["type"] == "tool_completed" and "shipped" in e["output"] for e in events)
     assert events[-1]["type"] == "run_completed"
+
+
+@pytest.mark.local_model
+def test_the_readme_first_agent_runs_as_written(model_path: Path, tmp_path: Path) -> None:
+    done = run_python(code_blocks("python")[0], tmp_path)
+    assert done.returncode == 0, done.stderr
+    status, _, said = done.stdout.strip().partition(" ")
+    assert status == "completed", done.stdout
+    assert "shipped" in said
+    assert (tmp_path / ".contextos" / "contextos.db").exists()

@@ -27,6 +27,7 @@ from contextos.store.queue import (
     queue_of,
 )
 from contextos.testing import ScriptedModel, reply
+from support.processes import wait_until
 
 
 def created(run_id: str, agent: str) -> ev.RunCreated:
@@ -225,6 +226,33 @@ async def test_acquire_takes_the_lease_from_its_holder(store: EventStore) -> Non
     assert await queue.renew(held, lease_s=30) is None
     assert await queue.release(held) is False
     assert await queue.claim("w2", lease_s=30) is None
+
+
+async def test_take_refuses_a_live_lease_of_another_holder(store: EventStore) -> None:
+    queue = q(store)
+    await new_run(store, "r1")
+    held = await queue.claim("w1", lease_s=30)
+    assert held is not None
+    assert await queue.take(RunId("r1"), "cli", lease_s=30) is None
+    assert await queue.renew(held, lease_s=30) is not None  # the holder still holds it
+    again = await queue.take(RunId("r1"), "w1", lease_s=30)  # its own lease: taken anew
+    assert again is not None and again.token > held.token
+    assert await queue.release(again)
+    taken = await queue.take(RunId("r1"), "cli", lease_s=30)  # nobody holds it
+    assert taken is not None and taken.worker_id == "cli"
+
+
+async def test_take_takes_an_expired_lease(store: EventStore) -> None:
+    queue = q(store)
+    await new_run(store, "r1")
+    held = await queue.claim("w1", lease_s=0.2)
+    assert held is not None
+
+    async def taken() -> bool:
+        return await queue.take(RunId("r1"), "cli", lease_s=30) is not None
+
+    await wait_until(taken, what="the lapsed lease to be taken")
+    assert await queue.renew(held, lease_s=30) is None
 
 
 async def test_a_release_with_a_timer_is_a_durable_not_before(

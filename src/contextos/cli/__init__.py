@@ -9,6 +9,7 @@ from __future__ import annotations
 # Each module adds its commands to `app`; `--help` lists them in this order.
 # isort: off
 from contextos.cli import runs, people, ops, tokens  # noqa: F401
+from contextos.cli import evidence  # noqa: F401
 
 # isort: on
 from contextos.cli.common import app

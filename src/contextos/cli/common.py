@@ -5,17 +5,29 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import os
+import signal
+import socket
+import sqlite3
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from enum import Enum
+from importlib import metadata
 from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
 from rich.text import Text
 
-from contextos import ContextOSError, RunResult, RunStatus, Runtime
+from contextos import (
+    ContextOSError,
+    RunOwner,
+    RunResult,
+    RunStatus,
+    Runtime,
+    open_store,
+)
 
 T = TypeVar("T")
 
@@ -29,13 +41,32 @@ app = typer.Typer(
 console = Console()
 err = Console(stderr=True)
 
+
+def _print_version(value: bool) -> None:
+    if value:
+        console.print(f"contextos {metadata.version('contextos')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version."
+        ),
+    ] = False,
+) -> None:
+    """ContextOS: run agents durably, inspect them, resume them after a crash."""
+
+
 StoreOption = Annotated[
     str | None,
     typer.Option(
         "--store",
         envvar="CONTEXTOS_STORE",
-        help="Store URL: sqlite:///path.db, a file path, or postgresql://… "
-        "[default: ./.contextos/contextos.db]",
+        help="Store URL: sqlite:///abs/path.db, sqlite:rel/path.db or a file path, or "
+        "postgresql://… (default: .contextos/contextos.db)",
         show_default=False,
     ),
 ]
@@ -43,34 +74,101 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of 
 
 HINTS: dict[str, str] = {
     "run_not_found": "List runs with `contextos runs`.",
-    "config_error": "See `contextos --help`.",
     "agent_changed": "Pass --allow-changed-agent to continue under the new definition.",
     "migration_error": "Run `contextos doctor` to check the store.",
 }
 
 
 def fail(exc: ContextOSError) -> NoReturn:
-    err.print("[bold red]error:[/]", Text(exc.message))
+    # One line however narrow the terminal: people copy it, scripts grep it.
+    err.print("[bold red]error:[/]", Text(exc.message), soft_wrap=True)
     hint = HINTS.get(exc.code)
     if hint:
-        err.print(f"[dim]{hint}[/]")
+        err.print(f"[dim]{hint}[/]", soft_wrap=True)
     raise typer.Exit(code=1)
 
 
-def call(store: str | None, work: Callable[[Runtime], Awaitable[T]]) -> T:
-    """Open a runtime on the store, run `work`, close, and turn our errors into messages."""
+def call(store: str | None, work: Callable[[Runtime], Awaitable[T]], *, create: bool = False) -> T:
+    """Open a runtime on the store, run `work`, close, and turn our errors into messages.
+
+    Only commands that `create` (start runs, add schedules…) may make a store that is missing.
+    """
 
     async def main() -> T:
-        runtime = Runtime(store)
+        runtime = Runtime(open_store(store, create=create))
         try:
             return await work(runtime)
         finally:
             await runtime.close()
 
+    return guarded(lambda: asyncio.run(main()))
+
+
+def guarded(work: Callable[[], T]) -> T:
+    """Run `work`; our errors and a damaged SQLite file become one line, never a traceback."""
     try:
-        return asyncio.run(main())
+        return work()
     except ContextOSError as exc:
         fail(exc)
+    except sqlite3.DatabaseError as exc:  # damage found past the first look at the file
+        fail(ContextOSError(f"the store is damaged ({exc}); name another with --store"))
+
+
+STOPPED_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
+"""Exit codes of `run`/`resume` stopped by a signal (the shell's 128 + signal number): the run
+was handed back, resumable."""
+
+
+def drive(
+    store: str | None,
+    work: Callable[[Runtime], Awaitable[RunResult]],
+    as_json: bool,
+    *,
+    create: bool = False,
+) -> None:
+    """Drive a run in this process (`run`, `resume`), holding its lease as its driver.
+
+    SIGINT or SIGTERM stops it cleanly: the step in flight finishes and is recorded, the run
+    is released (resumable), and the command exits 130 or 143. A second signal cuts the step
+    at once; what was recorded stays.
+    """
+    stopped: list[signal.Signals] = []
+
+    async def main() -> RunResult:
+        runtime = Runtime(
+            open_store(store, create=create),
+            worker_id=f"cli-{socket.gethostname()}-{os.getpid()}",
+        )
+        loop = asyncio.get_running_loop()
+
+        def on_signal(sig: signal.Signals) -> None:
+            stopped.append(sig)
+            if len(stopped) == 1:
+                err.print(
+                    f"[yellow]{sig.name}: stopping after the current step[/] "
+                    "[dim](again to stop at once)[/]"
+                )
+            runtime.drain(reason=f"stopped by {sig.name}", at_once=len(stopped) > 1)
+
+        for sig in STOPPED_EXIT:
+            loop.add_signal_handler(sig, on_signal, sig)
+        try:
+            return await work(runtime)
+        finally:
+            for sig in STOPPED_EXIT:
+                loop.remove_signal_handler(sig)
+            await runtime.close()
+
+    result = guarded(lambda: asyncio.run(main()))
+    if not stopped or result.status.is_terminal:
+        finish(result, as_json)
+        return
+    print_result(result, as_json)
+    err.print(
+        f"[yellow]released after {stopped[0].name}[/], resumable: "
+        f"`contextos resume {result.run_id}`"
+    )
+    raise typer.Exit(code=STOPPED_EXIT[stopped[0]])
 
 
 def jsonable(value: Any) -> Any:
@@ -123,7 +221,8 @@ STATUS_STYLE = {
 }
 
 
-def print_result(result: RunResult, as_json: bool) -> None:
+def print_result(result: RunResult, as_json: bool, *, owner: RunOwner | None = None) -> None:
+    """The result in a few lines; with `owner`, who drives the run now (so not: resume it)."""
     if as_json:
         print_json(result)
         return
@@ -138,7 +237,13 @@ def print_result(result: RunResult, as_json: bool) -> None:
         f"[dim]{result.turns} turns · {u.input_tokens}+{u.output_tokens} tokens · "
         f"${u.cost_usd:.4f}[/]"
     )
-    if result.status is RunStatus.INPUT_REQUIRED:
+    if owner is not None:
+        since = f" since {owner.since:%H:%M:%S} UTC" if owner.since else ""
+        console.print(
+            f"[cyan]live:[/] driven by {owner.describe()}{since}, "
+            f"lease renewed until {owner.expires_at:%H:%M:%S} UTC"
+        )
+    elif result.status is RunStatus.INPUT_REQUIRED:
         console.print("[magenta]waiting for a person:[/] see `contextos inbox`")
     elif not result.status.is_terminal:
         console.print(f"[dim]continue with `contextos resume {result.run_id}`[/]")

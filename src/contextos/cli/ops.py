@@ -17,6 +17,7 @@ from contextos.cli.common import (
     app,
     call,
     console,
+    err,
     fail,
     print_json,
 )
@@ -151,7 +152,7 @@ def limit(
             await set_limit(rt.store, limit, tenant=tenant, agent=agent)
         return await list_limits(rt.store)
 
-    rows = call(store, work)
+    rows = call(store, work, create=remove or max_running is not None)
     if as_json:
         print_json(rows)
         return
@@ -195,7 +196,7 @@ def schedule_add(
         )
 
     try:
-        added = call(store, work)
+        added = call(store, work, create=True)
     except ValueError:
         fail(ContextOSError(f"unknown catch-up policy {catch_up!r}: use skip or run_once"))
     console.print(f"schedule [bold]{added.name}[/]: next tick {added.next_tick_at.isoformat()}")
@@ -284,7 +285,7 @@ def trigger_add(
             tenant=tenant,
         )
 
-    added = call(store, work)
+    added = call(store, work, create=True)
     console.print(
         f"trigger [bold]{added.name}[/]: starts {added.agent_name}", Text(what_fires(added))
     )
@@ -391,6 +392,12 @@ def serve(
             max_body_bytes=max_body_bytes,
             webhook_tolerance_s=webhook_tolerance,
         )
+        if not worker:
+            err.print(
+                "[yellow]no worker in this process:[/] runs started over HTTP wait until a "
+                "`contextos worker` claims them (pass --worker to drive them here)",
+                soft_wrap=True,
+            )
         run_server(config, host=host, port=port, log_level=log_level)
     except ContextOSError as exc:
         fail(exc)

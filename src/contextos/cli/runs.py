@@ -2,25 +2,35 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 import textwrap
-from contextlib import nullcontext
+import uuid
+from collections.abc import Awaitable
+from contextlib import nullcontext, suppress
 from typing import Annotated
 
 import typer
+from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
+from rich.tree import Tree
 
 from contextos import (
     ContextOSError,
     RenderedCall,
     RunNotFound,
+    RunOwner,
     RunResult,
     RunStatus,
+    RunSummary,
     Runtime,
+    RunTree,
     TimelineEntry,
     load_agent,
+    load_runnable,
 )
 from contextos.cli.common import (
     STATUS_STYLE,
@@ -30,36 +40,105 @@ from contextos.cli.common import (
     app,
     call,
     console,
+    drive,
+    err,
     fail,
-    finish,
     jsonable,
     print_json,
     print_result,
 )
 from contextos.workers import started_by
 
+FollowOption = Annotated[
+    bool, typer.Option("--follow", "-f", help="Print each event as it is recorded.")
+]
+
+FOLLOW_POLL_S = 0.2
+"""How often a follower looks for new events."""
+
+
+async def follow(
+    rt: Runtime,
+    run_id: str,
+    *,
+    after_seq: int = 0,
+    until: asyncio.Event | None = None,
+    out: Console = console,
+) -> None:
+    """Print the run's events as they commit, one line each, until `until` is set (its driver
+    stopped) or, without it, until the run ends or waits for a person."""
+    seen = after_seq
+    while True:
+        stopping = until is not None and until.is_set()
+        with suppress(RunNotFound):  # not created yet
+            for e in await rt.timeline(run_id, after_seq=seen):
+                out.print(
+                    f"[dim]#{e.seq} {e.occurred_at:%H:%M:%S}[/] {e.type}",
+                    Text(e.line),
+                    soft_wrap=True,
+                )
+                seen = e.seq
+        if stopping:
+            return
+        if until is None:
+            status = (await rt.result(run_id)).status
+            if status.is_terminal or status is RunStatus.INPUT_REQUIRED:
+                return
+        await asyncio.sleep(FOLLOW_POLL_S)
+
+
+async def following(
+    rt: Runtime,
+    run_id: str,
+    driving: Awaitable[RunResult],
+    *,
+    on: bool,
+    as_json: bool,
+    after_seq: int = 0,
+) -> RunResult:
+    """Drive (`driving`), printing the run's events after `after_seq` as they commit when `on`
+    (on stderr under --json, which keeps stdout one JSON document)."""
+    if not on:
+        return await driving
+    stopped = asyncio.Event()
+    out = err if as_json else console
+    printer = asyncio.create_task(follow(rt, run_id, after_seq=after_seq, until=stopped, out=out))
+    try:
+        return await driving
+    finally:
+        stopped.set()
+        await printer
+
 
 @app.command()
 def run(
     agent_ref: Annotated[
-        str, typer.Argument(help="The agent: path/to/file.py:attr or package.module:attr.")
+        str,
+        typer.Argument(help="The agent or workflow: path/to/file.py:attr or package.module:attr."),
     ],
-    input: Annotated[str, typer.Argument(help="The task for the agent.")],
+    input: Annotated[str, typer.Argument(help="The task for the agent (JSON for a workflow).")],
     store: StoreOption = None,
     run_id: Annotated[str | None, typer.Option(help="Choose the run id.")] = None,
+    follow_events: FollowOption = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Start a run and drive it until it finishes or waits for a person."""
+    """Start a run and drive it until it finishes or waits for a person.
+
+    Example: contextos run examples/quickstart.py:agent "Where is order A-1001?" --follow
+    """
     try:
-        agent = load_agent(agent_ref)
+        agent = load_runnable(agent_ref)
     except ContextOSError as exc:
         fail(exc)
 
+    rid = run_id or f"run_{uuid.uuid4().hex[:20]}"
+
     async def work(rt: Runtime) -> RunResult:
         with nullcontext() if as_json else console.status(f"running {agent.name}…"):
-            return await rt.run(agent, input, run_id=run_id, agent_ref=agent_ref)
+            driving = rt.run(agent, input, run_id=rid, agent_ref=agent_ref)
+            return await following(rt, rid, driving, on=follow_events, as_json=as_json)
 
-    finish(call(store, work), as_json)
+    drive(store, work, as_json, create=True)
 
 
 @app.command()
@@ -73,15 +152,23 @@ def resume(
     allow_changed_agent: Annotated[
         bool, typer.Option(help="Continue even if the agent definition changed.")
     ] = False,
+    follow_events: FollowOption = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Continue a run from its last recorded step (after a crash, a stop, or an answer)."""
+    """Continue a run from its last recorded step (after a crash, a stop, or an answer).
+
+    Refused while another live driver holds the run. Example: contextos resume RUN_ID --follow
+    """
 
     async def work(rt: Runtime) -> RunResult:
-        agent = load_agent(agent_ref) if agent_ref else None
-        return await rt.resume(run_id, agent, allow_changed_agent=allow_changed_agent)
+        agent = load_runnable(agent_ref) if agent_ref else None
+        seen = (await rt.state(run_id)).seq if follow_events else 0
+        driving = rt.resume(run_id, agent, allow_changed_agent=allow_changed_agent)
+        return await following(
+            rt, run_id, driving, on=follow_events, as_json=as_json, after_seq=seen
+        )
 
-    finish(call(store, work), as_json)
+    drive(store, work, as_json)
 
 
 @app.command()
@@ -104,11 +191,16 @@ def cancel(
     Committed reversible writes are undone by their compensation tools first.
     """
 
-    async def work(rt: Runtime) -> RunResult:
+    async def work(rt: Runtime) -> tuple[RunResult, bool]:
+        before = await rt.result(run_id)
+        if before.status.is_terminal:
+            return before, False
         agent = load_agent(agent_ref) if agent_ref else None
-        return await rt.cancel(run_id, reason=reason, actor="user:cli", agent=agent)
+        return await rt.cancel(run_id, reason=reason, actor="user:cli", agent=agent), True
 
-    result = call(store, work)
+    result, cancelled_here = call(store, work)
+    if not cancelled_here:
+        fail(ContextOSError(f"run {run_id} had already ended ({result.status}): nothing to cancel"))
     print_result(result, as_json)
 
 
@@ -119,41 +211,48 @@ def runs(
         RunStatus | None, typer.Option("--status", help="Only runs with this status.")
     ] = None,
     limit: Annotated[int, typer.Option(help="How many runs to list.")] = 50,
+    top_level: Annotated[
+        bool, typer.Option("--top-level", help="Only runs no other run started (no child runs).")
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """List runs, most recently updated first."""
-    rows = call(store, lambda rt: rt.runs(status=status, limit=limit))
+    rows = call(store, lambda rt: rt.runs(status=status, limit=limit, top_level=top_level))
     if as_json:
         print_json(rows)
         return
     if not rows:
         console.print("[dim]no runs yet — start one with `contextos run AGENT_REF INPUT`[/]")
         return
-    table = Table(title=f"runs ({len(rows)})", title_justify="left")
-    # Ids are what people copy into `show` and `resume`: never cut them.
-    table.add_column("id", no_wrap=True, min_width=max(len(r.run_id) for r in rows))
-    for col, justify in (
-        ("agent", "left"),
-        ("status", "left"),
-        ("turns", "right"),
-        ("tokens", "right"),
-        ("cost", "right"),
-        ("age", "right"),
-    ):
-        # Only the agent's name may wrap; numbers and statuses stay whole.
-        table.add_column(col, justify=justify, no_wrap=col != "agent")  # type: ignore[arg-type]
-    for r in rows:
-        style = STATUS_STYLE.get(r.status, "")
-        table.add_row(
-            r.run_id,
-            Text(f"{r.agent_name} v{r.agent_version}"),
-            f"[{style}]{r.status}[/]",
-            str(r.turns),
-            str(r.input_tokens + r.output_tokens),
-            f"${r.cost_usd:.4f}",
-            age(r.updated_at),
-        )
+    # Ids are what people copy into `show` and `resume`: never cut them, nor wrap the agent.
+    # On a narrow terminal the columns that `--json` and `show` also give go first.
+    for dropped in ((), ("tokens", "cost"), ("tokens", "cost", "turns")):
+        table = _runs_table(rows, dropped)
+        unbounded = console.options.update_width(10_000)  # its natural width, not the screen's
+        if Measurement.get(console, unbounded, table).maximum <= console.width:
+            break
     console.print(table)
+
+
+def _runs_table(rows: list[RunSummary], dropped: tuple[str, ...]) -> Table:
+    table = Table(title=f"runs ({len(rows)})", title_justify="left")
+    cells: dict[str, list[str | Text]] = {
+        "id": [r.run_id for r in rows],
+        "agent": [Text(f"{r.agent_name} v{r.agent_version}") for r in rows],
+        "status": [f"[{STATUS_STYLE.get(r.status, '')}]{r.status}[/]" for r in rows],
+        "turns": [str(r.turns) for r in rows],
+        "tokens": [str(r.input_tokens + r.output_tokens) for r in rows],
+        "cost": [f"${r.cost_usd:.4f}" for r in rows],
+        "age": [age(r.updated_at) for r in rows],
+    }
+    shown = [col for col in cells if col not in dropped]
+    for col in shown:
+        justify = "left" if col in ("id", "agent", "status") else "right"
+        width = max(len(r.run_id) for r in rows) if col == "id" else None
+        table.add_column(col, justify=justify, no_wrap=True, min_width=width)  # type: ignore[arg-type]
+    for i in range(len(rows)):
+        table.add_row(*(cells[col][i] for col in shown))
+    return table
 
 
 @app.command()
@@ -169,6 +268,12 @@ def show(
             "--text", help="Print each model call's prompt exactly as sent, with its lineage."
         ),
     ] = False,
+    follow_events: Annotated[
+        bool,
+        typer.Option(
+            "--follow", "-f", help="Then print new events as they are recorded, until it stops."
+        ),
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Show a run's timeline: every recorded event, in order."""
@@ -176,13 +281,23 @@ def show(
         sys.stdout.write(prompts_text(call(store, lambda rt: rt.prompts(run_id))))
         return
 
-    async def work(rt: Runtime) -> tuple[RunResult, list[TimelineEntry]]:
-        return await rt.result(run_id), await rt.timeline(run_id)
+    async def work(
+        rt: Runtime,
+    ) -> tuple[RunResult, list[TimelineEntry], RunOwner | None, RunTree]:
+        return (
+            await rt.result(run_id),
+            await rt.timeline(run_id),
+            await rt.owner(run_id),
+            await rt.tree(run_id),
+        )
 
-    result, entries = call(store, work)
+    result, entries, owner, tree = call(store, work)
     if as_json:
+        shown = {"result": jsonable(result), "owner": jsonable(owner)}
         sys.stdout.write(
-            json.dumps({"result": jsonable(result), "events": [e.data for e in entries]}, indent=2)
+            json.dumps(
+                {**shown, "events": [e.data for e in entries], "tree": tree.to_dict()}, indent=2
+            )
             + "\n"
         )
         return
@@ -191,6 +306,7 @@ def show(
         title=f"run {run_id} [{style}]{result.status}[/]", title_justify="left", show_lines=False
     )
     table.add_column("#", justify="right")
+    table.add_column("cause", justify="right")
     table.add_column("time")
     table.add_column("event")
     table.add_column("actor")
@@ -198,6 +314,7 @@ def show(
     for e in entries:
         table.add_row(
             str(e.seq),
+            f"#{e.causation_id}" if e.causation_id is not None else "",
             e.occurred_at.strftime("%H:%M:%S.%f")[:-3],
             e.type,
             e.actor,
@@ -206,10 +323,48 @@ def show(
     console.print(table)
     if context:
         _print_contexts(entries)
+    if tree.children:
+        _print_tree(tree)
     origin = started_by(entries[0].data.get("metadata") or {})
     if origin:
         console.print(Text(origin, style="dim"))
-    print_result(result, False)
+    first = entries[0].data
+    if first.get("caused_by"):
+        tree_id = first.get("correlation_id") or run_id
+        console.print(Text(f"caused by {first['caused_by']}; run tree {tree_id}", style="dim"))
+    if owner is None and entries[-1].type == "run_released":
+        console.print(Text(f"released, resumable: {entries[-1].line}", style="yellow"))
+    print_result(result, False, owner=owner)
+    if follow_events and not result.status.is_terminal:
+        call(store, lambda rt: follow(rt, run_id, after_seq=entries[-1].seq))
+
+
+def _print_tree(tree: RunTree) -> None:
+    """The workflow's nodes and the child runs below them, with status, time and spend."""
+
+    def add(branch: Tree, node: RunTree) -> None:
+        for child in node.children:
+            add(branch.add(_tree_line(child)), child)
+
+    root = Tree(_tree_line(tree))
+    add(root, tree)
+    console.print(root)
+
+
+def _tree_line(t: RunTree) -> Text:
+    line = Text()
+    line.append(t.label, style="bold" if t.kind != "child" else "")
+    line.append(f" {t.kind} ", style="dim")
+    line.append(t.status, style=STATUS_STYLE.get(t.status, ""))  # type: ignore[call-overload]
+    spent = [] if t.duration_s is None else [f"{t.duration_s:.2f}s"]
+    if t.turns or t.tokens:
+        turns = f"{t.turns} turn" + ("" if t.turns == 1 else "s")
+        spent += [turns, f"{t.tokens} tokens", f"${t.cost_usd:.4f}"]
+    if spent:
+        line.append(" · " + " · ".join(spent))
+    if t.detail:
+        line.append(f" · {t.detail}", style="dim")
+    return line
 
 
 _MANIFEST = ("type", "id", "source", "version", "trust", "tokens", "why")
@@ -307,12 +462,21 @@ def trace(
             help="Include messages and tool arguments (default: $CONTEXTOS_OTEL_CAPTURE_CONTENT).",
         ),
     ] = None,
+    capture: Annotated[
+        str | None,
+        typer.Option(
+            "--capture",
+            help="Content in spans: metadata, redacted, hashes or full (as the model saw it: "
+            "a run without a PII layer as recorded).",
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Export a run's trace as OpenTelemetry spans (GenAI conventions): a tree, JSON, or OTLP."""
+    content = capture if capture is not None else capture_content
     traced = call(
         store,
-        lambda rt: rt.trace(run_id, capture_content=capture_content, otlp_endpoint=otlp),
+        lambda rt: rt.trace(run_id, capture_content=content, otlp_endpoint=otlp),
     )
     if not traced.spans:
         fail(RunNotFound(run_id))

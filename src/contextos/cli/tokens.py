@@ -42,6 +42,7 @@ def token_create(
             scopes=tuple(scope or ()),
             label=label,
         ),
+        create=True,
     )
     if as_json:
         print_json({"token": secret, "record": record})

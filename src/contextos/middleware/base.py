@@ -471,7 +471,8 @@ class Chain:
         context = call.context
         for g in self.guards:  # seal whatever inner layers added, in platform order
             context = g.guard(context)
-        call = call.with_context(context)
+        if context is not call.context:
+            call = call.with_context(context)
         request = ModelRequest(
             messages=context.render(),
             tools=context.tools,

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from contextos import events as ev
+from contextos.causality import stamp
 from contextos.errors import (
     AnswerTooLate,
     ApprovalRefused,
@@ -452,7 +453,7 @@ class Authority:
     async def _append(self, store: EventStore, state: RunState, *events: ev.Event) -> bool:
         """Append at the run's tail; False when the log moved on (the caller re-reads)."""
         try:
-            await store.append(state.run_id, list(events), expected_seq=state.seq)
+            await store.append(state.run_id, stamp(state, events), expected_seq=state.seq)
         except ConcurrencyConflict:
             return False
         except RunIsTerminal as exc:

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from contextos import events as ev
+from contextos.causality import stamp
 from contextos.errors import AnswerInvalid, ConcurrencyConflict, RunIsTerminal, RunNotFound
 from contextos.ledger import EffectState
 from contextos.records.deadlines import Deadline, Expiry, on_expiry
@@ -254,7 +255,7 @@ async def expire_overdue(
             return []
         batch = expiry_events(state, due, now=now, actor=actor)
         try:
-            await store.append(state.run_id, batch, expected_seq=state.seq)
+            await store.append(state.run_id, stamp(state, batch), expected_seq=state.seq)
         except ConcurrencyConflict:
             continue
         except RunIsTerminal:

@@ -43,6 +43,11 @@ class Gate:
         """The authority the run acts under (bound at its start, with its first event)."""
         self._done: list[tuple[str, Mapping[str, Any]]] = []
 
+    def counts(self, tool: str) -> bool:
+        """Whether a limit of the policy counts calls to `tool` (each decision then depends on
+        the calls decided before it, so such calls are decided and run one at a time)."""
+        return any(lim.covers(tool) for lim in self.authority.policy.limits)
+
     def _history(self) -> CallHistory:
         """What already succeeded, each call's arguments as its tool validated them (as the
         call being decided has them), so limits and the repeat guard compare like with like."""

@@ -35,13 +35,21 @@ class RunSummary:
     updated_at: datetime
     """When its last event was appended (UTC)."""
     turns: int = 0
-    """Model calls answered."""
+    """Model calls answered (its finished child runs' included)."""
     input_tokens: int = 0
-    """Prompt tokens over the run."""
+    """Prompt tokens over the run (its finished child runs' included)."""
     output_tokens: int = 0
-    """Completion tokens over the run."""
+    """Completion tokens over the run (its finished child runs' included)."""
     cost_usd: float = 0.0
-    """Money spent over the run."""
+    """Money spent over the run (its finished child runs' included)."""
+
+
+TOP_LEVEL = (
+    "NOT EXISTS (SELECT 1 FROM events e WHERE e.run_id = runs.run_id AND e.seq <= 3"
+    " AND e.type = 'delegation_bound')"
+)
+"""The SQL condition on `runs` of a run no other run started: a child run's log binds its
+delegation contract among its first events (a primary-key range, so it costs one probe)."""
 
 
 @runtime_checkable
@@ -82,9 +90,15 @@ class EventStore(Protocol):
         ...
 
     async def list_runs(
-        self, *, status: RunStatus | None = None, limit: int = 50, tenant: str | None = None
+        self,
+        *,
+        status: RunStatus | None = None,
+        limit: int = 50,
+        tenant: str | None = None,
+        top_level: bool = False,
     ) -> list[RunSummary]:
-        """Most recently updated runs first, optionally of one status, of one tenant."""
+        """Most recently updated runs first, optionally of one status, of one tenant; with
+        `top_level`, only runs no other run started (see TOP_LEVEL)."""
         ...
 
     async def close(self) -> None:
@@ -106,10 +120,11 @@ DEFAULT_TENANT = "default"
 
 
 def run_filter(
-    status: RunStatus | None, tenant: str | None, placeholder: str
+    status: RunStatus | None, tenant: str | None, placeholder: str, *, top_level: bool = False
 ) -> tuple[str, tuple[str, ...]]:
     """The WHERE clause (and its parameters) of `list_runs`: a run's tenant is its queue
-    entry's, and a run queued without one belongs to the default tenant."""
+    entry's, and a run queued without one belongs to the default tenant; `top_level` keeps
+    only runs no other run started."""
     clauses: list[str] = []
     params: list[str] = []
     if status is not None:
@@ -121,6 +136,8 @@ def run_filter(
             f" coalesce(nullif(tenant, ''), '{DEFAULT_TENANT}') = {placeholder})"
         )
         params.append(tenant)
+    if top_level:
+        clauses.append(TOP_LEVEL)
     return (" WHERE " + " AND ".join(clauses) if clauses else ""), tuple(params)
 
 
@@ -197,6 +214,11 @@ def summarize(events: Sequence[ev.Event]) -> SummaryDelta:
             delta.status = status
         if isinstance(event, ev.ModelResponded):
             delta.turns += 1
+            delta.input_tokens += event.usage.input_tokens
+            delta.output_tokens += event.usage.output_tokens
+            delta.cost_usd += event.usage.cost_usd
+        elif isinstance(event, ev.ChildRunFinished):  # what it delegated is its spend too
+            delta.turns += event.turns
             delta.input_tokens += event.usage.input_tokens
             delta.output_tokens += event.usage.output_tokens
             delta.cost_usd += event.usage.cost_usd

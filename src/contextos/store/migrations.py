@@ -258,6 +258,36 @@ CREATE TABLE api_tokens (
     revoked_at REAL
 );
 """,
+    # 9: artifacts and the content-addressed blobs they name (store/artifacts.py). A blob is
+    # stored once per sha256; both tables are append-only, like the log.
+    """
+CREATE TABLE blobs (
+    sha256 TEXT PRIMARY KEY,
+    size INTEGER NOT NULL,
+    content BLOB NOT NULL
+);
+CREATE TABLE artifacts (
+    artifact_id TEXT PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    type TEXT NOT NULL,
+    schema_version TEXT NOT NULL,
+    content_hash TEXT NOT NULL REFERENCES blobs (sha256),
+    media_type TEXT NOT NULL,
+    classification TEXT NOT NULL,
+    policy_snapshot TEXT NOT NULL,
+    lineage TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE INDEX artifacts_by_run ON artifacts (run_id, created_at);
+CREATE TRIGGER blobs_are_append_only_u BEFORE UPDATE ON blobs
+BEGIN SELECT RAISE(ABORT, 'artifacts are append-only'); END;
+CREATE TRIGGER blobs_are_append_only_d BEFORE DELETE ON blobs
+BEGIN SELECT RAISE(ABORT, 'artifacts are append-only'); END;
+CREATE TRIGGER artifacts_are_append_only_u BEFORE UPDATE ON artifacts
+BEGIN SELECT RAISE(ABORT, 'artifacts are append-only'); END;
+CREATE TRIGGER artifacts_are_append_only_d BEFORE DELETE ON artifacts
+BEGIN SELECT RAISE(ABORT, 'artifacts are append-only'); END;
+""",
 ]
 
 
@@ -574,5 +604,34 @@ CREATE TABLE api_tokens (
     created_at timestamptz NOT NULL,
     revoked_at timestamptz
 );
+""",
+    # 10: artifacts and their blobs, as SQLite's migration 9.
+    """
+CREATE TABLE blobs (
+    sha256 text PRIMARY KEY,
+    size bigint NOT NULL,
+    content bytea NOT NULL
+);
+CREATE TABLE artifacts (
+    artifact_id text PRIMARY KEY,
+    run_id text NOT NULL,
+    type text NOT NULL,
+    schema_version text NOT NULL,
+    content_hash text NOT NULL REFERENCES blobs (sha256),
+    media_type text NOT NULL,
+    classification text NOT NULL,
+    policy_snapshot text NOT NULL,
+    lineage text NOT NULL,
+    created_at timestamptz NOT NULL
+);
+CREATE INDEX artifacts_by_run ON artifacts (run_id, created_at);
+CREATE TRIGGER blobs_are_append_only BEFORE UPDATE OR DELETE ON blobs
+    FOR EACH ROW EXECUTE FUNCTION contextos_refuse('artifacts are append-only');
+CREATE TRIGGER blobs_are_never_truncated BEFORE TRUNCATE ON blobs
+    FOR EACH STATEMENT EXECUTE FUNCTION contextos_refuse('artifacts are append-only');
+CREATE TRIGGER artifacts_are_append_only BEFORE UPDATE OR DELETE ON artifacts
+    FOR EACH ROW EXECUTE FUNCTION contextos_refuse('artifacts are append-only');
+CREATE TRIGGER artifacts_are_never_truncated BEFORE TRUNCATE ON artifacts
+    FOR EACH STATEMENT EXECUTE FUNCTION contextos_refuse('artifacts are append-only');
 """,
 ]

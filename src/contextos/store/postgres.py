@@ -26,9 +26,12 @@ from contextos.errors import (
     RunIsTerminal,
     RunNotFound,
     StoreError,
+    StoreNotFound,
+    StoreUnavailable,
 )
 from contextos.runs import TERMINAL, RunId, RunStatus
 from contextos.store import snapshots
+from contextos.store.artifacts import SqlArtifacts
 from contextos.store.base import (
     RunSummary,
     check_batch,
@@ -105,7 +108,7 @@ def redact(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-class PostgresStore(PostgresQueue, SqlTokens, snapshots.Snapshotting):
+class PostgresStore(PostgresQueue, SqlTokens, snapshots.Snapshotting, SqlArtifacts):
     """EventStore (and RunQueue) on a PostgreSQL database.
 
     The pool opens, and the schema is migrated, on first use. `search_path` in the URL
@@ -119,8 +122,12 @@ class PostgresStore(PostgresQueue, SqlTokens, snapshots.Snapshotting):
         min_size: int = 1,
         max_size: int = 10,
         connect_timeout_s: float = 10.0,
+        create: bool = True,
     ) -> None:
         self.url = url
+        self._create = create
+        """Whether first use may create the schema (False: a store that was never set up here
+        raises StoreNotFound, for commands that only read)."""
         self._min_size = min_size
         self._max_size = max_size
         self._connect_timeout_s = connect_timeout_s
@@ -141,6 +148,7 @@ class PostgresStore(PostgresQueue, SqlTokens, snapshots.Snapshotting):
             self._opening = asyncio.Lock()
         async with self._opening:
             if self._pool is None:
+                await self._check_reachable()
                 pool = AsyncConnectionPool(
                     self.url,
                     min_size=self._min_size,
@@ -166,6 +174,30 @@ class PostgresStore(PostgresQueue, SqlTokens, snapshots.Snapshotting):
                     raise
                 self._pool = pool
         return self._pool
+
+    async def _connect_once(self) -> psycopg.AsyncConnection[Any]:
+        """One connection of its own; StoreUnavailable at once when the server cannot be
+        reached (the pool would retry, and log every retry, until its timeout)."""
+        try:
+            return await psycopg.AsyncConnection.connect(
+                self.url, connect_timeout=max(1, int(self._connect_timeout_s))
+            )
+        except psycopg.OperationalError as exc:
+            reason = " ".join(line.strip() for line in str(exc).splitlines()) or "no answer"
+            raise StoreUnavailable(
+                f"cannot connect to PostgreSQL at {redact(self.url)}: {reason}; check that the "
+                "server runs and the URL (--store or CONTEXTOS_STORE)",
+                url=redact(self.url),
+            ) from exc
+
+    async def _check_reachable(self) -> None:
+        """Fail fast on a server that is not there, or (not creating) a schema never set up."""
+        conn = await self._connect_once()
+        try:
+            if not self._create and await schema_version(conn) == 0:
+                raise StoreNotFound(redact(self.url))
+        finally:
+            await conn.close()
 
     @asynccontextmanager
     async def _conn(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
@@ -306,9 +338,14 @@ class PostgresStore(PostgresQueue, SqlTokens, snapshots.Snapshotting):
         return _summary(row)
 
     async def list_runs(
-        self, *, status: RunStatus | None = None, limit: int = 50, tenant: str | None = None
+        self,
+        *,
+        status: RunStatus | None = None,
+        limit: int = 50,
+        tenant: str | None = None,
+        top_level: bool = False,
     ) -> list[RunSummary]:
-        where, params = run_filter(status, tenant, "%s")
+        where, params = run_filter(status, tenant, "%s", top_level=top_level)
         async with self._conn() as conn:
             cur = await conn.execute(
                 f"SELECT {_SUMMARY_COLUMNS} FROM runs{where} ORDER BY updated_at DESC LIMIT %s",
@@ -348,15 +385,7 @@ class PostgresStore(PostgresQueue, SqlTokens, snapshots.Snapshotting):
         It uses a connection of its own in a read-only transaction, so it neither opens the
         pool (which would migrate) nor can write.
         """
-        try:
-            conn = await psycopg.AsyncConnection.connect(
-                self.url, connect_timeout=int(self._connect_timeout_s)
-            )
-        except psycopg.OperationalError as exc:
-            raise StoreError(
-                f"cannot connect to PostgreSQL at {redact(self.url)}: {exc}",
-                url=redact(self.url),
-            ) from exc
+        conn = await self._connect_once()
         try:
             await conn.execute("SET TRANSACTION READ ONLY")
             current = await schema_version(conn)

@@ -114,6 +114,29 @@ class WorkerInfo:
     """The runs it holds a live lease on."""
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunOwner:
+    """Who drives a run now: the holder of its live lease, as the worker registry knows it."""
+
+    run_id: RunId
+    """The run."""
+    worker_id: str
+    """The lease holder: a worker, `contextos run`, or a script's Runtime."""
+    expires_at: datetime
+    """When the lease lapses unless renewed (UTC)."""
+    host: str | None = None
+    """Its host, when it is in the registry."""
+    pid: int | None = None
+    """Its process id on that host, when it is in the registry."""
+    since: datetime | None = None
+    """When it registered to drive (UTC), when it is in the registry."""
+
+    def describe(self) -> str:
+        """`cli-host-12 (pid 12 on host)`: the holder in one phrase."""
+        where = f" (pid {self.pid} on {self.host})" if self.pid is not None else ""
+        return f"{self.worker_id}{where}"
+
+
 class CatchUp(StrEnum):
     """What a schedule does about ticks that passed while no worker was there to fire them."""
 
@@ -250,6 +273,10 @@ class RunQueue(Protocol):
         """Take a run's lease whoever holds it (an explicit resume); the old holder stops."""
         ...
 
+    async def take(self, run_id: RunId, worker_id: str, *, lease_s: float) -> Lease | None:
+        """Take a run's lease unless another holder's lease is still live (None then)."""
+        ...
+
     async def renew(self, lease: Lease, *, lease_s: float) -> Lease | None:
         """Extend a lease; None when it is no longer held (it expired and was claimed)."""
         ...
@@ -375,6 +402,7 @@ __all__ = [
     "ConcurrencyLimit",
     "LimitScope",
     "QueueEntry",
+    "RunOwner",
     "RunQueue",
     "Schedule",
     "Trigger",

@@ -116,6 +116,20 @@ ON CONFLICT (run_id) DO UPDATE SET lease_owner = excluded.lease_owner,
 RETURNING lease_token, lease_expires_at, attempts
 """
 
+# An explicit resume: the lease, unless another holder's is still live (its holder may be
+# driving the run right now; only its expiry says it is gone).
+_TAKE = """
+INSERT INTO run_queue (run_id, agent_name, enqueued_at, lease_owner, lease_token,
+                       lease_expires_at)
+VALUES (:run_id, COALESCE((SELECT agent_name FROM runs WHERE run_id = :run_id), ''), {now},
+        :worker, 1, {now + :lease_s})
+ON CONFLICT (run_id) DO UPDATE SET lease_owner = excluded.lease_owner,
+    lease_token = run_queue.lease_token + 1, lease_expires_at = excluded.lease_expires_at
+WHERE run_queue.lease_owner IS NULL OR run_queue.lease_expires_at <= {now}
+    OR run_queue.lease_owner = excluded.lease_owner
+RETURNING lease_token, lease_expires_at, attempts
+"""
+
 _HELD = " WHERE run_id = :run_id AND lease_owner = :worker AND lease_token = :token"
 
 _RENEW = (
@@ -348,6 +362,22 @@ class SqlQueue:
         def op() -> Op[Lease]:
             acquired = yield _ACQUIRE, {"run_id": run_id, "worker": worker_id, "lease_s": lease_s}
             token, expires, attempts = acquired.row
+            return Lease(
+                run_id=run_id,
+                worker_id=worker_id,
+                token=int(token),
+                expires_at=self._instant(expires),
+                attempts=int(attempts),
+            )
+
+        return await self._execute(op)
+
+    async def take(self, run_id: RunId, worker_id: str, *, lease_s: float) -> Lease | None:
+        def op() -> Op[Lease | None]:
+            taken = yield _TAKE, {"run_id": run_id, "worker": worker_id, "lease_s": lease_s}
+            if taken.row is None:
+                return None
+            token, expires, attempts = taken.row
             return Lease(
                 run_id=run_id,
                 worker_id=worker_id,

@@ -58,6 +58,7 @@ _SOURCES = (
     "contextos.ledger",
     "contextos.records.interrupts",
     "contextos.runs",
+    "contextos.delegation",
 )
 
 

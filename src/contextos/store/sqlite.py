@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, NoReturn, TypeVar, cast
 
 from contextos import events as ev
 from contextos.errors import (
@@ -27,9 +27,12 @@ from contextos.errors import (
     MigrationError,
     RunIsTerminal,
     RunNotFound,
+    StoreNotFound,
+    StoreUnavailable,
 )
 from contextos.runs import TERMINAL, RunId, RunStatus
 from contextos.store import snapshots
+from contextos.store.artifacts import SqlArtifacts
 from contextos.store.base import (
     RunSummary,
     SummaryDelta,
@@ -78,12 +81,16 @@ class _Job:
     """False when the commit need not wait for the disk (see `EventStore.append`)."""
 
 
-class SqliteStore(SqliteQueue, SqlTokens, snapshots.Snapshotting):
+class SqliteStore(SqliteQueue, SqlTokens, snapshots.Snapshotting, SqlArtifacts):
     """EventStore on a SQLite file."""
 
-    def __init__(self, path: str | Path, *, busy_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, path: str | Path, *, busy_timeout_s: float = 30.0, create: bool = True
+    ) -> None:
         self.path = Path(path)
-        self.url = f"sqlite:///{self.path}"
+        self.url = sqlite_url(self.path)
+        self._create = create
+        """Whether first use may create the file (False: StoreNotFound, for reading)."""
         self._busy_timeout_s = busy_timeout_s
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="contextos-sqlite")
         self._conn: sqlite3.Connection | None = None
@@ -100,17 +107,37 @@ class SqliteStore(SqliteQueue, SqlTokens, snapshots.Snapshotting):
 
     def _connect(self) -> sqlite3.Connection:
         if self._conn is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if not self._create and not self.path.exists():
+                raise StoreNotFound(self.url)
+            if self.path.is_dir():
+                raise StoreUnavailable(
+                    f"the store {self.url} is a directory: name a database file in it "
+                    "(--store or CONTEXTOS_STORE)",
+                    url=self.url,
+                )
+            if self._create:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(
                 self.path,
                 timeout=self._busy_timeout_s,
                 isolation_level=None,  # we issue BEGIN IMMEDIATE ourselves
                 check_same_thread=False,
             )
-            _enable_wal(conn, self._busy_timeout_s)
-            conn.execute("PRAGMA synchronous=FULL")
-            conn.execute(f"PRAGMA busy_timeout={int(self._busy_timeout_s * 1000)}")
-            migrate(conn)
+            try:
+                _enable_wal(conn, self._busy_timeout_s)
+                conn.execute("PRAGMA synchronous=FULL")
+                conn.execute(f"PRAGMA busy_timeout={int(self._busy_timeout_s * 1000)}")
+                migrate(conn)
+            except sqlite3.Error as exc:
+                conn.close()
+                raise StoreUnavailable(
+                    f"the store {self.url} cannot be used ({exc}); nothing in it was changed: "
+                    "is it a ContextOS database? Name another with --store",
+                    url=self.url,
+                ) from exc
+            except BaseException:
+                conn.close()
+                raise
             # On the loop's thread a locked database must fail at once, never block the loop;
             # `_patiently` restores the timeout on the store's thread.
             conn.execute("PRAGMA busy_timeout=0")
@@ -339,9 +366,14 @@ class SqliteStore(SqliteQueue, SqlTokens, snapshots.Snapshotting):
         return _summary(row)
 
     async def list_runs(
-        self, *, status: RunStatus | None = None, limit: int = 50, tenant: str | None = None
+        self,
+        *,
+        status: RunStatus | None = None,
+        limit: int = 50,
+        tenant: str | None = None,
+        top_level: bool = False,
     ) -> list[RunSummary]:
-        where, params = run_filter(status, tenant, "?")
+        where, params = run_filter(status, tenant, "?", top_level=top_level)
 
         def _list(conn: sqlite3.Connection) -> list[tuple[object, ...]]:
             return conn.execute(
@@ -536,8 +568,8 @@ def _write(conn: sqlite3.Connection, job: _Append) -> int:
         job.last,
         job.delta,
     )
-    row = conn.execute("SELECT last_seq, status FROM runs WHERE run_id = ?", (run_id,)).fetchone()
     if expected_seq == 0:
+        row = conn.execute("SELECT last_seq FROM runs WHERE run_id = ?", (run_id,)).fetchone()
         if row is not None:
             raise ConcurrencyConflict(run_id, 0, row[0])
         assert isinstance(first, ev.RunCreated)
@@ -553,24 +585,20 @@ def _write(conn: sqlite3.Connection, job: _Append) -> int:
                 first.occurred_at.isoformat(),
             ),
         )
-    elif row is None:
-        raise RunNotFound(run_id)
-    else:
-        last_seq, status = row
-        if status in _TERMINAL_VALUES:
-            raise RunIsTerminal(run_id, status)
-        if last_seq != expected_seq:
-            raise ConcurrencyConflict(run_id, expected_seq, last_seq)
+    # The events go first (the database refuses them for an ended run or on a recorded seq);
+    # then the summary moves only from the seq the caller saw, on a run still open: the fence
+    # and the update in one statement. When it moves nothing, a read says which check failed
+    # and the caller's transaction rolls the rows back.
     conn.executemany(
         "INSERT INTO events (run_id, seq, type, schema_version, occurred_at, payload)"
         " VALUES (?, ?, ?, ?, ?, ?)",
         job.rows,
     )
-    conn.execute(
+    moved = conn.execute(
         "UPDATE runs SET last_seq = ?, updated_at = ?, status = COALESCE(?, status),"
         " turns = turns + ?, input_tokens = input_tokens + ?,"
         " output_tokens = output_tokens + ?, cost_usd = cost_usd + ?"
-        " WHERE run_id = ?",
+        f" WHERE run_id = ? AND last_seq = ? AND status NOT IN ({_TERMINAL_SQL})",
         (
             last.seq,
             last.occurred_at.isoformat(),
@@ -580,9 +608,23 @@ def _write(conn: sqlite3.Connection, job: _Append) -> int:
             delta.output_tokens,
             delta.cost_usd,
             run_id,
+            expected_seq,
         ),
-    )
+    ).rowcount
+    if not moved:
+        _refuse(conn, run_id, expected_seq)
     return last.seq
+
+
+def _refuse(conn: sqlite3.Connection, run_id: RunId, expected_seq: int) -> NoReturn:
+    """Why an append's fence held: no such run, an ended run, or a log that moved on."""
+    row = conn.execute("SELECT last_seq, status FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+    if row is None:
+        raise RunNotFound(run_id)
+    last_seq, status = row
+    if status in _TERMINAL_VALUES:
+        raise RunIsTerminal(run_id, status)
+    raise ConcurrencyConflict(run_id, expected_seq, last_seq)
 
 
 def _deliver(batch: list[_Job], results: list[Any] | BaseException) -> None:
@@ -619,6 +661,11 @@ def _summary(row: tuple[object, ...]) -> RunSummary:
         output_tokens=int(tout),  # type: ignore[call-overload]
         cost_usd=float(cost),  # type: ignore[arg-type]
     )
+
+
+def sqlite_url(path: Path) -> str:
+    """The URL naming a SQLite file: `sqlite:///abs/path.db`, or `sqlite:relative/path.db`."""
+    return f"sqlite://{path}" if path.is_absolute() else f"sqlite:{path}"
 
 
 def schema_version(conn: sqlite3.Connection) -> int:

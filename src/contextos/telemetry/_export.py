@@ -8,7 +8,6 @@ one span at a time through its id generator.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,7 +21,9 @@ from opentelemetry.trace import SpanContext, SpanKind, StatusCode, TraceFlags
 from contextos import events as ev
 from contextos.runs import RunId
 from contextos.store.base import EventStore
-from contextos.telemetry._spans import SpanRecord, build
+from contextos.telemetry._capture import Capture
+from contextos.telemetry._metrics import Metrics
+from contextos.telemetry._spans import METADATA, SpanRecord, build
 
 log = logging.getLogger(__name__)
 
@@ -92,10 +93,10 @@ def emit(provider: trace.TracerProvider, spans: Sequence[SpanRecord]) -> None:
 
 
 def export_events(
-    provider: trace.TracerProvider, events: list[ev.Event], *, capture_content: bool = False
+    provider: trace.TracerProvider, events: list[ev.Event], *, capture: Capture = METADATA
 ) -> list[SpanRecord]:
     """Export a recorded run's whole trace; returns the spans sent."""
-    spans = build(events, capture_content=capture_content)
+    spans = build(events, capture=capture)
     emit(provider, spans)
     return spans
 
@@ -114,11 +115,6 @@ def otlp_provider(endpoint: str | None = None, *, batch: bool = False) -> Tracer
     return provider
 
 
-def capture_from_env() -> bool:
-    value = os.environ.get("CONTEXTOS_OTEL_CAPTURE_CONTENT", "")
-    return value.strip().lower() in {"1", "true", "yes", "on"}
-
-
 class LiveTraces:
     """Emits each span of a run when the event that completes it is committed.
 
@@ -128,10 +124,17 @@ class LiveTraces:
     """
 
     def __init__(
-        self, provider: trace.TracerProvider, *, capture_content: bool, owned: bool
+        self,
+        provider: trace.TracerProvider | None,
+        *,
+        capture: Capture,
+        owned: bool,
+        metrics: Metrics | None = None,
     ) -> None:
         self.provider = provider
-        self.capture_content = capture_content
+        """None when only metrics are wanted."""
+        self.capture = capture
+        self.metrics = metrics
         self.owned = owned
         """True when this runtime made the provider (from the env) and so shuts it down."""
         self._logs: dict[RunId, list[ev.Event]] = {}
@@ -148,13 +151,17 @@ class LiveTraces:
     ) -> None:
         if not events:
             return
+        if self.metrics is not None:
+            self.metrics.record(events)
+        if self.provider is None:
+            return
         known = self._logs.get(run_id)
         if known is None or known[-1].seq + 1 != events[0].seq:
             known = await store.read(run_id)  # first sight of the run here, or a gap
         else:
             known.extend(events)
         seqs = {e.seq for e in events}
-        spans = build(known, capture_content=self.capture_content)
+        spans = build(known, capture=self.capture)
         emit(self.provider, [s for s in spans if s.closed_by in seqs])
         if any(isinstance(e, _LET_GO) for e in events):
             self._logs.pop(run_id, None)  # not driven here any more: read again if it comes back
@@ -162,6 +169,8 @@ class LiveTraces:
             self._logs[run_id] = known
 
     def close(self) -> None:
+        if self.provider is None:
+            return
         flush = getattr(self.provider, "force_flush", None)
         if self.owned:
             shutdown = getattr(self.provider, "shutdown", None)

@@ -46,15 +46,26 @@ def span_json(span: SpanRecord) -> dict[str, Any]:
 
 
 def span_tree(spans: list[SpanRecord]) -> Tree:
-    """The root span with its children in start order, each with its key attributes."""
-    root = next(s for s in spans if s.parent_id is None)
+    """The root span with the spans below it in start order, each with its key attributes
+    (a child run's spans hang under the node or tool call of its parent that started it)."""
+    ids = {s.span_id for s in spans}
+    roots = sorted((s for s in spans if s.parent_id not in ids), key=lambda s: s.start)
+    below: dict[int, list[SpanRecord]] = {}
+    for span in spans:
+        if span.parent_id in ids:
+            below.setdefault(span.parent_id, []).append(span)
+    root = roots[0]
+
+    def add(tree: Tree, span: SpanRecord) -> None:
+        for event in span.events:
+            tree.add(Text(f"· {event.name}", style="dim"))
+        for child in sorted(below.get(span.span_id, []), key=lambda s: s.start):
+            add(tree.add(_line(child, root)), child)
+
     tree = Tree(_line(root, root))
-    for event in root.events:
-        tree.add(Text(f"· {event.name}", style="dim"))
-    for child in sorted((s for s in spans if s.parent_id is not None), key=lambda s: s.start):
-        node = tree.add(_line(child, root))
-        for event in child.events:
-            node.add(Text(f"· {event.name}", style="dim"))
+    add(tree, root)
+    for other in roots[1:]:  # spans whose parent is not among these (a run exported alone)
+        add(tree.add(_line(other, root)), other)
     return tree
 
 

@@ -6,6 +6,7 @@ one exported later from the store, and one whose run crashed and resumed elsewhe
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -15,11 +16,13 @@ from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as ge
 from opentelemetry.semconv.attributes.error_attributes import ERROR_TYPE
 
 from contextos import events as ev
-from contextos.messages import Message
+from contextos.delegation import DelegationContract
 from contextos.runs import RunStatus
+from contextos.telemetry._capture import Capture
 from contextos.telemetry._ids import span_id_for, trace_id_for
 
 AttrValue = str | bool | int | float | tuple[str, ...]
+METADATA = Capture()
 Kind = Literal["internal", "client"]
 Status = Literal["unset", "ok", "error"]
 
@@ -77,19 +80,56 @@ class _Tool:
     done: SpanRecord | None = None
 
 
-def build(events: list[ev.Event], *, capture_content: bool = False) -> list[SpanRecord]:
-    """Every span of the run the events describe, children first, the root last."""
+@dataclass(kw_only=True, slots=True)
+class _Node:
+    name: str
+    kind: str
+    start: datetime
+    attributes: dict[str, AttrValue] = field(default_factory=dict)
+    events: list[SpanEvent] = field(default_factory=list)
+
+
+def parent_of_delegation(contract: DelegationContract) -> int | None:
+    """The span a child run's root span hangs from: its workflow node's, or the tool call's
+    (`delegate_to_<name>`) of its parent."""
+    if contract.node is not None:
+        return span_id_for(contract.parent_run_id, f"node/{contract.node}")
+    if contract.call_id is not None:
+        return span_id_for(contract.parent_run_id, f"tool/{contract.call_id}")
+    return None
+
+
+def build(events: list[ev.Event], *, capture: Capture = METADATA) -> list[SpanRecord]:
+    """Every span of the run the events describe, children first, the root last; content as
+    `capture` says (none by default).
+
+    A child run's spans join its root run's trace, under the span of the node or tool call
+    that started it; a workflow's root span is `invoke_workflow`, with a span per node.
+    """
     if not events or not isinstance(events[0], ev.RunCreated):
         return []
+    capture = capture.for_run(events)
     created = events[0]
     run_id = created.run_id
-    trace_id = trace_id_for(run_id)
-    root_id = span_id_for(run_id, "invoke_agent")
+    head = events[1:4]
+    bound = next((e.contract for e in head if isinstance(e, ev.DelegationBound)), None)
+    flow = next((e for e in head if isinstance(e, ev.WorkflowBound)), None)
+    # One trace per run tree: a child run joins its root's trace, under the node or tool call
+    # that started it; a run a trigger started is a child of that run's span.
+    tree = bound.root if bound is not None else (created.correlation_id or run_id)
+    trace_id = trace_id_for(tree)
+    root_id = span_id_for(run_id, "invoke_workflow" if flow is not None else "invoke_agent")
+    source = created.caused_by.partition("#")[0] if created.caused_by else None
+    root_parent = span_id_for(source, "invoke_agent") if source else None
+    if bound is not None:
+        root_parent = parent_of_delegation(bound)
+    nodes: dict[str, _Node] = {}
+    node_of: dict[str, str] = {}  # delegation id -> the node that started it
     spans: list[SpanRecord] = []
     root_events: list[SpanEvent] = []
     tools: dict[str, _Tool] = {}
     calls: dict[str, tuple[str, str]] = {}  # call id -> (tool name, arguments)
-    conversation: list[dict[str, Any]] = [_message("user", created.input)]
+    conversation: list[dict[str, Any]] = [_message(capture, "user", created.input, created.seq)]
     answers: dict[int, str] = {}  # seq of a model answer -> its text
     status = RunStatus.QUEUED
     input_tokens = output_tokens = turns = 0
@@ -108,6 +148,8 @@ def build(events: list[ev.Event], *, capture_content: bool = False) -> list[Span
     for e in events:
         status = ev.status_after(e) or status
         seq_attr: dict[str, AttrValue] = {"contextos.event.seq": e.seq}
+        if e.causation_id is not None:
+            seq_attr["contextos.event.causation_id"] = e.causation_id
         match e:
             case ev.ModelResponded():
                 turns += 1
@@ -116,10 +158,8 @@ def build(events: list[ev.Event], *, capture_content: bool = False) -> list[Span
                 cost += e.usage.cost_usd
                 for c in e.message.tool_calls:
                     calls[c.id] = (c.name, c.arguments)
-                spans.append(
-                    _chat(e, trace_id, root_id, turns, conversation if capture_content else None)
-                )
-                conversation.append(_assistant(e.message, str(e.finish_reason)))
+                spans.append(_chat(e, trace_id, root_id, turns, conversation, capture))
+                conversation.append(_assistant(capture, e))
                 answers[e.seq] = e.message.content
             case ev.PolicyDecided():
                 t = tool(e.call_id, e.tool, e.occurred_at)
@@ -168,34 +208,68 @@ def build(events: list[ev.Event], *, capture_content: bool = False) -> list[Span
                 t = tool(e.call_id, e.name, began)
                 t.start = min(t.start, began)
                 t.attributes["contextos.tool.truncated"] = e.truncated
-                t.done = _tool_span(t, e, trace_id, root_id, run_id, capture_content)
+                t.done = _tool_span(t, e, trace_id, root_id, run_id, capture)
                 spans.append(t.done)
-                conversation.append(_message("tool", e.output, call_id=e.call_id))
+                conversation.append(_message(capture, "tool", e.output, e.seq, call_id=e.call_id))
             case ev.VerificationFailed():
-                conversation.append(_message("user", e.feedback))
+                conversation.append(_message(capture, "user", e.feedback, e.seq))
                 root_events.append(
                     SpanEvent(
                         name=_name(e),
                         at=e.occurred_at,
-                        attributes={**seq_attr, "verifier": e.verifier, "gaps": tuple(e.gaps)},
+                        attributes={
+                            **seq_attr,
+                            "verifier": e.verifier,
+                            **_content(capture, "gaps", e.gaps),
+                        },
                     )
                 )
             case ev.UserMessageAdded():
-                conversation.append(_message("user", e.content))
+                conversation.append(_message(capture, "user", e.content, e.seq))
                 root_events.append(SpanEvent(name=_name(e), at=e.occurred_at, attributes=seq_attr))
             case ev.RunCompleted():
                 terminal = e
                 end_status = "ok"
-                if capture_content:
+                if capture.content:
                     output = e.output if e.answer_seq is None else answers.get(e.answer_seq, "")
+                    answer_at = e.answer_seq if e.answer_seq is not None else e.seq
                     end_attrs[gen_ai.GEN_AI_OUTPUT_MESSAGES] = json.dumps(
-                        [_message("assistant", output)]
+                        [_message(capture, "assistant", output, answer_at)]
                     )
             case ev.RunFailed():
                 terminal = e
                 end_status, end_text = "error", e.message
                 end_attrs[ERROR_TYPE] = str(e.reason)
                 end_attrs["contextos.run.failure_reason"] = str(e.reason)
+            case ev.NodeStarted():
+                nodes[e.node] = _Node(name=e.node, kind=e.kind, start=e.occurred_at)
+                if e.items is not None:
+                    nodes[e.node].attributes["contextos.node.items"] = len(e.items)
+            case ev.NodeRoundCompleted() if e.node in nodes:
+                nodes[e.node].events.append(
+                    SpanEvent(
+                        name=_name(e), at=e.occurred_at, attributes={**seq_attr, "round": e.round}
+                    )
+                )
+            case ev.NodeCompleted() | ev.NodeFailed() if e.node in nodes:
+                spans.append(_node_span(nodes.pop(e.node), e, trace_id, root_id, run_id, flow))
+            case ev.ChildRunStarted() | ev.ChildRunFinished():
+                if isinstance(e, ev.ChildRunStarted):
+                    delegation, child_run = e.contract.delegation_id, e.contract.child_run_id
+                    if e.contract.node is not None:
+                        node_of[delegation] = e.contract.node
+                else:
+                    delegation, child_run = e.delegation_id, e.child_run_id
+                    input_tokens += e.usage.input_tokens
+                    output_tokens += e.usage.output_tokens
+                    cost += e.usage.cost_usd
+                child_attrs: dict[str, AttrValue] = {
+                    **seq_attr,
+                    "contextos.child_run.id": child_run,
+                }
+                node = node_of.get(delegation, "")
+                target = nodes[node].events if node in nodes else root_events
+                target.append(SpanEvent(name=_name(e), at=e.occurred_at, attributes=child_attrs))
             case ev.RunCancelled() | ev.RunExpired():
                 terminal = e
                 end_attrs["contextos.run.failure_reason"] = e.reason or e.type
@@ -204,18 +278,21 @@ def build(events: list[ev.Event], *, capture_content: bool = False) -> list[Span
                     end_attrs[ERROR_TYPE] = "expired"
             case _:
                 root_events.append(
-                    SpanEvent(name=_name(e), at=e.occurred_at, attributes=_event_attrs(e))
+                    SpanEvent(name=_name(e), at=e.occurred_at, attributes=_event_attrs(e, capture))
                 )
         if terminal is not None:
             root_events.append(SpanEvent(name=_name(e), at=e.occurred_at, attributes=seq_attr))
             break
 
     last = terminal or events[-1]
+    closed = terminal.seq if terminal is not None else None
     for t in tools.values():  # calls the run never finished: they end with the run
         if t.done is None:
-            pending = _tool_span(t, None, trace_id, root_id, run_id, capture_content)
-            closed = terminal.seq if terminal is not None else None
+            pending = _tool_span(t, None, trace_id, root_id, run_id, capture)
             spans.append(_replace_end(pending, last.occurred_at, closed, terminal is not None))
+    for n in nodes.values():  # nodes still running: they end with the run
+        pending = _node_span(n, None, trace_id, root_id, run_id, flow)
+        spans.append(_replace_end(pending, last.occurred_at, closed, terminal is not None))
 
     attrs: dict[str, AttrValue] = {
         gen_ai.GEN_AI_OPERATION_NAME: gen_ai.GenAiOperationNameValues.INVOKE_AGENT.value,
@@ -226,6 +303,7 @@ def build(events: list[ev.Event], *, capture_content: bool = False) -> list[Span
         gen_ai.GEN_AI_USAGE_INPUT_TOKENS: input_tokens,
         gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS: output_tokens,
         "contextos.run.id": run_id,
+        "contextos.run.correlation_id": tree,
         "contextos.run.status": str(status),
         "contextos.run.turns": turns,
         "contextos.usage.cost_usd": cost,
@@ -233,15 +311,34 @@ def build(events: list[ev.Event], *, capture_content: bool = False) -> list[Span
     }
     if created.agent_ref:
         attrs["contextos.agent.ref"] = created.agent_ref
-    if capture_content:
-        attrs[gen_ai.GEN_AI_INPUT_MESSAGES] = json.dumps([_message("user", created.input)])
+    if created.caused_by:
+        attrs["contextos.run.caused_by"] = created.caused_by
+    if capture.content:
+        attrs["contextos.capture.mode"] = capture.mode.value
+        if capture.guarded:
+            attrs["contextos.capture.through_pii"] = True
+        attrs[gen_ai.GEN_AI_INPUT_MESSAGES] = json.dumps(
+            [_message(capture, "user", created.input, created.seq)]
+        )
+    name = f"invoke_agent {created.agent_name}"
+    if flow is not None:
+        name = f"invoke_workflow {flow.workflow}"
+        attrs[gen_ai.GEN_AI_OPERATION_NAME] = gen_ai.GenAiOperationNameValues.INVOKE_WORKFLOW.value
+        attrs[gen_ai.GEN_AI_WORKFLOW_NAME] = flow.workflow
+        for key in (gen_ai.GEN_AI_AGENT_NAME, gen_ai.GEN_AI_AGENT_VERSION, gen_ai.GEN_AI_AGENT_ID):
+            del attrs[key]
+        attrs["contextos.workflow.version"] = created.agent_version
+        attrs["contextos.workflow.hash"] = created.agent_hash
+    if bound is not None:
+        attrs["contextos.parent_run.id"] = bound.parent_run_id
+        attrs["contextos.delegation.id"] = bound.delegation_id
     spans.append(
         SpanRecord(
-            name=f"invoke_agent {created.agent_name}",
+            name=name,
             kind="internal",
             trace_id=trace_id,
             span_id=root_id,
-            parent_id=None,
+            parent_id=root_parent,
             start=created.occurred_at,
             end=last.occurred_at,
             attributes=attrs,
@@ -259,7 +356,8 @@ def _chat(
     trace_id: int,
     root_id: int,
     turn: int,
-    conversation: list[dict[str, Any]] | None,
+    conversation: list[dict[str, Any]],
+    capture: Capture,
 ) -> SpanRecord:
     provider, _, name = e.model.partition(":")
     model = name or provider
@@ -273,17 +371,16 @@ def _chat(
         gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS: e.usage.output_tokens,
         "contextos.event.seq": e.seq,
         "contextos.turn": turn,
+        **({"contextos.event.causation_id": e.causation_id} if e.causation_id is not None else {}),
         "contextos.usage.cost_usd": e.usage.cost_usd,
     }
     if e.request_id:
         attrs[gen_ai.GEN_AI_RESPONSE_ID] = e.request_id
     if e.context_hash:
         attrs["contextos.context.hash"] = e.context_hash
-    if conversation is not None:
+    if capture.content:
         attrs[gen_ai.GEN_AI_INPUT_MESSAGES] = json.dumps(conversation)
-        attrs[gen_ai.GEN_AI_OUTPUT_MESSAGES] = json.dumps(
-            [_assistant(e.message, str(e.finish_reason))]
-        )
+        attrs[gen_ai.GEN_AI_OUTPUT_MESSAGES] = json.dumps([_assistant(capture, e)])
     return SpanRecord(
         name=f"chat {model}",
         kind="client",
@@ -303,7 +400,7 @@ def _tool_span(
     trace_id: int,
     root_id: int,
     run_id: str,
-    capture_content: bool,
+    capture: Capture,
 ) -> SpanRecord:
     attrs: dict[str, AttrValue] = {
         gen_ai.GEN_AI_OPERATION_NAME: gen_ai.GenAiOperationNameValues.EXECUTE_TOOL.value,
@@ -316,15 +413,17 @@ def _tool_span(
     text = ""
     if e is not None:
         attrs["contextos.event.seq"] = e.seq
+        if e.causation_id is not None:
+            attrs["contextos.event.causation_id"] = e.causation_id
         if e.effect_id:
             attrs["contextos.effect.id"] = e.effect_id
         if e.is_error:
             status, text = "error", e.output[:200]
             attrs[ERROR_TYPE] = e.error_code or "tool_error"
-    if capture_content:
-        attrs[gen_ai.GEN_AI_TOOL_CALL_ARGUMENTS] = t.arguments
+    if capture.content:
+        attrs[gen_ai.GEN_AI_TOOL_CALL_ARGUMENTS] = capture.text(t.arguments)
         if e is not None:
-            attrs[gen_ai.GEN_AI_TOOL_CALL_RESULT] = e.output
+            attrs[gen_ai.GEN_AI_TOOL_CALL_RESULT] = capture.text(e.output)
     return SpanRecord(
         name=f"execute_tool {t.name}",
         kind="internal",
@@ -335,6 +434,47 @@ def _tool_span(
         end=max(t.start, e.occurred_at) if e is not None else t.start,
         attributes=attrs,
         events=tuple(t.events),
+        status=status,
+        status_description=text,
+        closed_by=e.seq if e is not None else None,
+    )
+
+
+def _node_span(
+    n: _Node,
+    e: ev.NodeCompleted | ev.NodeFailed | None,
+    trace_id: int,
+    root_id: int,
+    run_id: str,
+    flow: ev.WorkflowBound | None,
+) -> SpanRecord:
+    attrs: dict[str, AttrValue] = {
+        "contextos.node.name": n.name,
+        "contextos.node.kind": n.kind,
+        "contextos.run.id": run_id,
+        **n.attributes,
+    }
+    if flow is not None:
+        attrs[gen_ai.GEN_AI_WORKFLOW_NAME] = flow.workflow
+    status: Status = "unset"
+    text = ""
+    if isinstance(e, ev.NodeFailed):
+        status, text = "error", e.message[:200]
+        attrs[ERROR_TYPE] = str(e.reason)
+    elif e is not None:
+        status = "ok"
+        if e.converged is not None:
+            attrs["contextos.node.converged"] = e.converged
+    return SpanRecord(
+        name=f"node {n.name}",
+        kind="internal",
+        trace_id=trace_id,
+        span_id=span_id_for(run_id, f"node/{n.name}"),
+        parent_id=root_id,
+        start=n.start,
+        end=max(n.start, e.occurred_at) if e is not None else n.start,
+        attributes=attrs,
+        events=tuple(n.events),
         status=status,
         status_description=text,
         closed_by=e.seq if e is not None else None,
@@ -364,17 +504,45 @@ def _name(e: ev.Event) -> str:
     return f"contextos.{e.type}"
 
 
-_SKIP = {"run_id", "seq", "occurred_at", "type", "causation_id", "payload", "value", "context"}
+_SKIP = {
+    "run_id",
+    "seq",
+    "occurred_at",
+    "type",
+    "causation_id",
+    "correlation_id",
+    "payload",
+    "value",
+    "context",
+}
 
 
-def _event_attrs(e: ev.Event) -> dict[str, AttrValue]:
+_CONTENT = {"input", "content", "output", "summary", "feedback", "gaps"}
+"""Fields that hold what was said (the user's input, a summary, a verifier's gaps): exported
+only as the capture mode says, like messages."""
+
+
+def _content(capture: Capture, name: str, value: str | tuple[str, ...]) -> dict[str, AttrValue]:
+    if not capture.content:
+        return {}
+    if isinstance(value, str):
+        return {name: capture.text(value)}
+    return {name: tuple(capture.text(v) for v in value)}
+
+
+def _event_attrs(e: ev.Event, capture: Capture) -> dict[str, AttrValue]:
     """Scalar fields of an event as span-event attributes (payloads stay in the store)."""
     attrs: dict[str, AttrValue] = {"contextos.event.seq": e.seq}
-    for name in type(e).__dataclass_fields__:
-        value = getattr(e, name)
+    if e.causation_id is not None:
+        attrs["contextos.event.causation_id"] = e.causation_id
+    for f in dataclasses.fields(e):
+        name, value = f.name, getattr(e, f.name)
         if name in _SKIP or value is None or value == "":
             continue
-        if isinstance(value, str | bool | int | float):
+        if name in _CONTENT:
+            if isinstance(value, str | tuple):
+                attrs.update(_content(capture, name, value))
+        elif isinstance(value, str | bool | int | float):
             attrs[name] = value
         elif isinstance(value, datetime):
             attrs[name] = value.isoformat()
@@ -383,19 +551,27 @@ def _event_attrs(e: ev.Event) -> dict[str, AttrValue]:
     return attrs
 
 
-def _message(role: str, text: str, *, call_id: str | None = None) -> dict[str, Any]:
+def _message(
+    capture: Capture, role: str, text: str, seq: int, *, call_id: str | None = None
+) -> dict[str, Any]:
+    """A message as the GenAI conventions write it, its text as `capture` exports it (a
+    message is only built into a span when the mode carries content)."""
+    shown, lineage = capture.text(text) if capture.content else "", capture.lineage(seq)
     if call_id is not None:
-        return {
-            "role": role,
-            "parts": [{"type": "tool_call_response", "id": call_id, "response": text}],
-        }
-    return {"role": role, "parts": [{"type": "text", "content": text}]}
+        part = {"type": "tool_call_response", "id": call_id, "response": shown, **lineage}
+        return {"role": role, "parts": [part]}
+    return {"role": role, "parts": [{"type": "text", "content": shown, **lineage}]}
 
 
-def _assistant(message: Message, finish_reason: str) -> dict[str, Any]:
+def _assistant(capture: Capture, e: ev.ModelResponded) -> dict[str, Any]:
+    message, lineage = e.message, capture.lineage(e.seq)
     parts: list[dict[str, Any]] = []
     if message.content:
-        parts.append({"type": "text", "content": message.content})
+        shown = capture.text(message.content) if capture.content else ""
+        parts.append({"type": "text", "content": shown, **lineage})
     for c in message.tool_calls:
-        parts.append({"type": "tool_call", "id": c.id, "name": c.name, "arguments": c.arguments})
-    return {"role": "assistant", "parts": parts, "finish_reason": finish_reason}
+        arguments = capture.text(c.arguments) if capture.content else ""
+        parts.append(
+            {"type": "tool_call", "id": c.id, "name": c.name, "arguments": arguments, **lineage}
+        )
+    return {"role": "assistant", "parts": parts, "finish_reason": str(e.finish_reason)}

@@ -10,9 +10,10 @@ from datetime import datetime
 from typing import Any
 
 from contextos import events as ev
+from contextos.delegation import DelegationContract
 from contextos.records.interrupts import canonical_json, fmt_roles
 
-_ENVELOPE = {"run_id", "seq", "occurred_at", "actor", "causation_id", "type"}
+_ENVELOPE = {"run_id", "seq", "occurred_at", "actor", "causation_id", "correlation_id", "type"}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -27,6 +28,8 @@ class TimelineEntry:
     """The event type (`run_created`, `model_responded`, …)."""
     actor: str
     """Who caused it."""
+    causation_id: int | None = None
+    """The seq of the event, in the same run, that this one follows from (None: none)."""
     line: str
     """What happened, in one readable line (the event's text is data: never markup)."""
     data: dict[str, Any]
@@ -41,6 +44,7 @@ def timeline(events: Sequence[ev.Event]) -> list[TimelineEntry]:
             occurred_at=e.occurred_at,
             type=e.type,
             actor=e.actor,
+            causation_id=e.causation_id,
             line=describe(e),
             data=json.loads(ev.encode(e)),
         )
@@ -170,8 +174,59 @@ def describe(event: ev.Event) -> str:
             return "expired" + (f": {event.reason}" if event.reason else "")
         case ev.RunCancelled():
             return f"cancelled by {event.actor}" + (f": {event.reason}" if event.reason else "")
+        case ev.DelegationBound():
+            deal = event.contract
+            return f"delegated by {deal.parent_run_id}{_where(deal)}: {_contract(deal)}"
+        case ev.ChildRunStarted():
+            deal = event.contract
+            return f"child {deal.child_run_id} ({deal.agent_name}){_where(deal)}: {_contract(deal)}"
+        case ev.ChildRunFinished():
+            why = f" ({event.reason}: {_clip(event.message, 80)})" if event.reason else ""
+            return (
+                f"child {event.child_run_id} {event.status}{why}: {event.turns} turns, "
+                f"{event.usage.total_tokens} tokens, ${event.usage.cost_usd:.4f}"
+            )
+        case ev.WorkflowBound():
+            names = " → ".join(str(n.get("name")) for n in event.nodes)
+            return f"workflow {event.workflow}: {names}"
+        case ev.NodeStarted():
+            items = f" over {len(event.items)} items" if event.items is not None else ""
+            return f"{event.node} ({event.kind}) started{items}"
+        case ev.NodeRoundCompleted():
+            return f"{event.node} round {event.round}: {_clip(json.dumps(event.output), 100)}"
+        case ev.NodeCompleted():
+            done = "" if event.converged is None else (" (converged)" if event.converged else "")
+            return f"{event.node} completed{done}: {_clip(json.dumps(event.output), 100)}"
+        case ev.NodeFailed():
+            return f"{event.node} failed ({event.reason}): {event.message}"
         case _:
             return _fields(event)
+
+
+def _where(c: DelegationContract) -> str:
+    if c.node is not None:
+        return f" for node {c.node}#{c.index}"
+    return f" for call {c.call_id}" if c.call_id else ""
+
+
+def _contract(c: DelegationContract) -> str:
+    """The contract in one line: objective, tools, forbidden effects, budget, what comes back."""
+    b = c.budget
+    spend = [f"{b.max_turns} turns"]
+    if b.max_tokens is not None:
+        spend.append(f"{b.max_tokens} tokens")
+    if b.max_cost_usd is not None:
+        spend.append(f"${b.max_cost_usd:.4f}")
+    if c.deadline_at is not None:
+        spend.append(f"until {c.deadline_at.strftime('%H:%M:%S')}")
+    parts = [
+        _clip(c.objective, 80),
+        f"tools [{', '.join(c.allowed_tools)}]",
+        f"forbidden [{', '.join(c.forbidden_effects)}]" if c.forbidden_effects else "",
+        "budget " + ", ".join(spend),
+        f"returns {c.expected_output}" if c.expected_output else "",
+    ]
+    return " · ".join(p for p in parts if p)
 
 
 def _fields(event: Any) -> str:

@@ -47,7 +47,7 @@ def decode(text: str, *, tool: str, max_depth: int = MAX_DEPTH, max_bytes: int =
             tool=tool,
         )
     try:
-        return json.loads(text, parse_constant=_refuse, parse_float=_float) if text.strip() else {}
+        return _DECODER.decode(text) if text.strip() else {}
     except _NotFinite as exc:
         raise ToolArgumentsInvalid(
             f"The arguments for {tool} hold {exc.literal}, which is not a finite number. Send "
@@ -103,3 +103,7 @@ def _float(literal: str) -> float:
     if not finite(number):  # 1e400 parses to infinity
         raise _NotFinite(literal)
     return number
+
+
+# Built once: `json.loads` with hooks builds a new decoder, and its scanner, on every call.
+_DECODER = json.JSONDecoder(parse_constant=_refuse, parse_float=_float)

@@ -15,6 +15,7 @@ written.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cached_property
@@ -33,6 +34,7 @@ from contextos.ledger import (
     MAX_DISPATCHES,
     Effect,
     EffectState,
+    action_key,
     effect_id_for,
     idempotency_key,
 )
@@ -41,6 +43,7 @@ from contextos.policy.containment import Containment
 from contextos.policy.identity import RunContext
 from contextos.records.decisions import Decision, PolicyDecision
 from contextos.records.interrupts import InterruptKind, approval_interrupt, interrupt_id_for
+from contextos.runs import RunId
 from contextos.state import RunState
 from contextos.store.base import EventStore
 from contextos.tools._invoke import error_text, error_type, safe_text, stray_cancellation
@@ -171,6 +174,9 @@ class ToolRunner:
             return
         tool, args = parsed
         if tool.has_effect:
+            if self.state.inherited and await self._inherit(call, tool):
+                await self._continue(call, self.state.effects[self.state.effect_by_call[call.id]])
+                return
             await self._propose(call, tool, args)
             await self._continue(call, self.state.effects[self.state.effect_by_call[call.id]])
         else:
@@ -192,6 +198,20 @@ class ToolRunner:
             else:
                 await self._complete(call, refusal_outcome(tool.name, PolicyDecision.of(decided)))
             return
+        await self._complete(call, await self.dispatch_read(call, tool, args))
+
+    async def dispatch_read(
+        self,
+        call: ToolCall,
+        tool: Tool,
+        args: BaseModel,
+        failed: list[dict[str, Any]] | None = None,
+    ) -> ToolOutcome:
+        """Run an authorised read call to its outcome, retrying as its contract allows.
+
+        Each failed attempt is recorded as it happens, or, with `failed`, kept there (the
+        fields of its tool_attempt_failed event) for the caller to record in order later.
+        """
         attempt = 1
         while True:
             ctx = self._context(call, None, attempt)
@@ -199,35 +219,23 @@ class ToolRunner:
             try:
                 r = self.gw.render(await self._attempt(tool, args, ctx), tool)
             except _Ending:
-                await self._complete(
-                    call,
-                    error_outcome("cancelled", f"{tool.name} was cancelled: the run is ending."),
-                )
-                return
+                return error_outcome("cancelled", f"{tool.name} was cancelled: the run is ending.")
             except TimeoutError as exc:
-                if await self._retry_after(call, tool, None, attempt, exc):
+                if await self._retry_after(call, tool, None, attempt, exc, failed):
                     attempt += 1
                     continue
-                await self._complete(
-                    call, error_outcome("tool_timeout", timeout_message(tool, exc))
-                )
-                return
+                return error_outcome("tool_timeout", timeout_message(tool, exc))
             except Exception as exc:
-                if await self._retry_after(call, tool, None, attempt, exc):
+                if await self._retry_after(call, tool, None, attempt, exc, failed):
                     attempt += 1
                     continue
-                await self._complete(call, failure_outcome(tool, exc))
-                return
-            await self._complete(
-                call,
-                ToolOutcome(
-                    output=r.text,
-                    truncated=r.truncated,
-                    receipts={**safe_receipts(ctx.receipts), **r.receipts},
-                    duration_ms=_ms_since(started),
-                ),
+                return failure_outcome(tool, exc)
+            return ToolOutcome(
+                output=r.text,
+                truncated=r.truncated,
+                receipts={**safe_receipts(ctx.receipts), **r.receipts},
+                duration_ms=_ms_since(started),
             )
-            return
 
     # -- tools with effects ---------------------------------------------------------------
 
@@ -253,6 +261,36 @@ class ToolRunner:
         if decision.decision in (Decision.ALLOW, Decision.CONSTRAIN):
             b.add(ev.EffectChanged, effect_id=eid, state=EffectState.AUTHORISED)
         await b.commit()
+
+    async def _inherit(self, call: ToolCall, tool: Tool) -> bool:
+        """In a forked run: a call asking exactly what the source run already sent takes that
+        effect, its ledger copied from the source (outcome, receipts, idempotency key), instead
+        of being sent again. False when the source sent nothing like it."""
+        wanted = (action_key(call.name, call.arguments), tool.contract_hash())
+        eid = next((e for e, action in self.state.inherited.items() if action == wanted), None)
+        if eid is None or self.state.forked_from is None:
+            return False
+        source = await self.j.store.read(RunId(self.state.forked_from))
+        ledger = [
+            e
+            for e in source
+            if isinstance(e, ev.EffectProposed | ev.EffectChanged) and e.effect_id == eid
+        ]
+        copied: list[ev.Event] = []
+        for i, e in enumerate(ledger, start=1):
+            if isinstance(e, ev.EffectProposed):
+                e = dataclasses.replace(e, call_id=call.id)
+            copied.append(
+                dataclasses.replace(
+                    e,
+                    run_id=self.state.run_id,
+                    seq=self.state.seq + i,
+                    causation_id=None,
+                    correlation_id=None,
+                )
+            )
+        await self.j.commit(*copied)
+        return True
 
     async def _continue(self, call: ToolCall, effect: Effect) -> None:
         """Carry an effect on from whatever state the log left it in."""
@@ -316,6 +354,20 @@ class ToolRunner:
         """Policy asked for a person: raise the interrupt once per decision (the run waits,
         holding nothing); once it has been answered, ask policy again, which revalidates the
         approval (or applies the denial), and carry on with that decision."""
+        args = await self.reconsider(call, tool, effect, decided)
+        if args is None:
+            return
+        if effect is not None:
+            await self._continue(call, self.state.effects[effect.effect_id])
+        else:
+            await self._run_read(call, tool, args)
+
+    async def reconsider(
+        self, call: ToolCall, tool: Tool, effect: Effect | None, decided: ev.PolicyDecided
+    ) -> BaseModel | None:
+        """The first half of `approval_required`: raise the interrupt, or once it was answered
+        record policy's new decision. Returns the call's arguments once decided again; None
+        when the run now waits for a person (or the call was completed)."""
         raised = self.state.latest_interrupt(call.id)
         if raised is None or raised.raised_seq < decided.seq:
             b = self.batch()
@@ -324,11 +376,11 @@ class ToolRunner:
                 **approval_interrupt(self.state.run_id, self.state.seq + 1, decided),
             )
             await b.commit()
-            return
+            return None
         parsed = self.gw.parse(call)
         if isinstance(parsed, ToolOutcome):  # the call validated when it was decided on
             await self._complete(call, parsed)
-            return
+            return None
         _, args = parsed
         decision = await self.gw.decide(self.gw.propose(self.state.run_id, call, tool, args))
         eid = effect.effect_id if effect is not None else None
@@ -337,10 +389,27 @@ class ToolRunner:
         if eid is not None and decision.allowed:
             b.add(ev.EffectChanged, effect_id=eid, state=EffectState.AUTHORISED)
         await b.commit()
-        if eid is not None:
-            await self._continue(call, self.state.effects[eid])
-        else:
-            await self._run_read(call, tool, args)
+        return args
+
+    async def decision(self, call: ToolCall, tool: Tool, args: BaseModel) -> dict[str, Any]:
+        """Ask policy about a read call: the fields of its policy_decided event (not recorded)."""
+        decision = await self.gw.decide(self.gw.propose(self.state.run_id, call, tool, args))
+        return decision.recorded(call.id, tool.name, None)
+
+    @staticmethod
+    def completed_fields(call: ToolCall, outcome: ToolOutcome) -> dict[str, Any]:
+        """The fields of the tool_completed event that records `outcome` for a read call."""
+        return {
+            "call_id": call.id,
+            "name": call.name,
+            "output": outcome.output,
+            "is_error": outcome.is_error,
+            "error_code": outcome.error_code,
+            "duration_ms": outcome.duration_ms,
+            "truncated": outcome.truncated,
+            "untrusted": outcome.untrusted,
+            "effect_id": None,
+        }
 
     async def _dispatch(self, call: ToolCall, tool: Tool, args: BaseModel, effect: Effect) -> None:
         """Send the call (again, with the same key), each attempt recorded before it is made."""
@@ -639,26 +708,31 @@ class ToolRunner:
         effect: Effect | None,
         attempt: int,
         exc: BaseException,
+        failed: list[dict[str, Any]] | None = None,
     ) -> bool:
-        """Record a failed attempt; wait and return True when the contract allows another.
+        """Record a failed attempt (or keep it in `failed`); wait and return True when the
+        contract allows another.
 
         A crash is never retried: no contract declares SystemExit safe to try again.
         """
         again = not isinstance(exc, ToolCrashed) and tool.retry.allows(exc, attempt)
         delay = tool.retry.delay(attempt) if again else 0.0
-        b = self.batch()
-        b.add(
-            ev.ToolAttemptFailed,
-            call_id=call.id,
-            tool=tool.name,
-            attempt=attempt,
-            error_type=error_type(exc),
-            error=safe_text(exc) or type(exc).__name__,
-            will_retry=again,
-            delay_s=delay,
-            effect_id=effect.effect_id if effect else None,
-        )
-        await b.commit()
+        fields = {
+            "call_id": call.id,
+            "tool": tool.name,
+            "attempt": attempt,
+            "error_type": error_type(exc),
+            "error": safe_text(exc) or type(exc).__name__,
+            "will_retry": again,
+            "delay_s": delay,
+            "effect_id": effect.effect_id if effect else None,
+        }
+        if failed is not None:
+            failed.append(fields)
+        else:
+            b = self.batch()
+            b.add(ev.ToolAttemptFailed, **fields)
+            await b.commit()
         if again:
             await asyncio.sleep(delay)
         return again
@@ -728,6 +802,11 @@ def confirmation(
     )
 
 
+def refused(tool: str, decided: ev.PolicyDecided) -> ToolOutcome:
+    """What the model is told about a call a recorded decision refused."""
+    return refusal_outcome(tool, PolicyDecision.of(decided))
+
+
 def _unknown_note(tool: Tool, exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):
         return f"{timeout_message(tool, exc).rstrip('.')}; it may have acted"
@@ -751,4 +830,5 @@ __all__ = [
     "confirmation",
     "effect_id_for",
     "idempotency_key",
+    "refused",
 ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,7 +71,10 @@ class Gateway:
         tools: Sequence[Tool],
         *,
         policy: PolicyHook | None = None,
+        shown: Collection[str] | None = None,
     ) -> None:
+        """`shown` names the tools the model is told about (None: all of them); the others
+        stay in the manifest, so a call to one is still decided (and refused) by policy."""
         self.tools: dict[str, Tool] = {}
         for t in tools:
             if t.name in self.tools:
@@ -85,7 +88,9 @@ class Gateway:
                 )
         self.policy = policy
         self.manifest_hash = manifest_hash(list(self.tools.values()))
-        self._specs = tuple(t.spec() for t in self.tools.values())
+        self._specs = tuple(
+            t.spec() for t in self.tools.values() if shown is None or t.name in shown
+        )
 
     def specs(self) -> tuple[ToolSpec, ...]:
         return self._specs

@@ -353,6 +353,7 @@ async def _fire(
             "source_status": firing.status,
             "chain_depth": depth,
         },
+        caused_by=f"{firing.run_id}#{source.seq}",
     )
     await queue.firing_done(trigger.name, firing.run_id)
     return TriggerFired(trigger=trigger.name, source_run=firing.run_id, run_id=started)

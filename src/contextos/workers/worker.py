@@ -22,6 +22,7 @@ from typing import Any
 
 from contextos import events as ev
 from contextos.agents import Agent
+from contextos.causality import stamp
 from contextos.errors import (
     ConcurrencyConflict,
     ConfigError,
@@ -115,7 +116,11 @@ class Worker:
         # The policy decides the runs' tool calls: None reads $CONTEXTOS_POLICY, like every
         # process that drives runs must.
         self.runtime = Runtime(
-            store, worker_id=worker_id, lease_s=self.config.lease_s, policy=policy
+            store,
+            worker_id=worker_id,
+            lease_s=self.config.lease_s,
+            policy=policy,
+            register=False,  # the worker enters itself, with its concurrency
         )
         self.worker_id = self.runtime.worker_id
         queue = queue_of(self.runtime.store)
@@ -303,7 +308,9 @@ class Worker:
                 actor=f"worker:{self.worker_id}",
             )
             with contextlib.suppress(ConcurrencyConflict, RunIsTerminal):
-                await self.runtime.store.append(lease.run_id, [failed], expected_seq=state.seq)
+                await self.runtime.store.append(
+                    lease.run_id, stamp(state, [failed]), expected_seq=state.seq
+                )
             log.error("run %s: failed after %d attempts", lease.run_id, lease.attempts)
         await self.queue.release(lease)
 

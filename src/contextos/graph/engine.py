@@ -1,0 +1,477 @@
+"""A workflow run, driven node by node from its folded state.
+
+Every node records `node_started`, then its work (child runs started and finished, loop rounds),
+then `node_completed` with its output, validated against the node's type before any node after
+it reads it. Resuming is "fold the log, run what is not completed": a completed node is read
+back from its recorded output and never runs again; a child run that finished is read back, one
+in flight is resumed. Nodes that read only completed nodes run at the same time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from contextos import events as ev
+from contextos.agents import Subagent
+from contextos.delegation import ChildRun, ChildStatus, DelegationContract, NodeStatus
+from contextos.events import utcnow
+from contextos.graph.children import WAIT_S, ChildHost, Delegations, child_input, remaining
+from contextos.graph.workflow import ClaimCheck, Node, Workflow
+from contextos.runs import FailureReason, RunStatus
+from contextos.state import RunState, apply
+from contextos.store.base import EventStore, load_state
+from contextos.tools._invoke import error_text
+
+
+class _Failed(Exception):
+    """Internal: a node failed; the workflow fails with its reason."""
+
+    def __init__(
+        self, node: str | None, reason: FailureReason, message: str, errors: tuple[str, ...] = ()
+    ) -> None:
+        super().__init__(message)
+        self.node = node
+        self.reason = reason
+        self.message = message
+        self.errors = errors
+
+
+class _Waiting:
+    """A node that cannot finish now: a child run waits for a person, or this process stops."""
+
+
+WAITING = _Waiting()
+
+
+class WorkflowDriver:
+    """Drives one workflow run until it ends, or waits on a child run."""
+
+    def __init__(
+        self,
+        *,
+        store: EventStore,
+        workflow: Workflow,
+        state: RunState,
+        worker_id: str,
+        host: ChildHost,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.store = store
+        self.workflow = workflow
+        self.state = state
+        self.worker_id = worker_id
+        self.actor = f"worker:{worker_id}"
+        self.clock = clock
+        self.step_started = time.monotonic()
+        self.stop_requested = False
+        self.stop_reason: str | None = None
+        self.wake_after_s: float | None = None
+        self.on_commit: Callable[[tuple[ev.Event, ...]], Awaitable[None]] | None = None
+        self.children = Delegations(self, host, parent_ref=state.agent_ref)
+        self._admit = asyncio.Condition()
+        """Taken to carve a child's budget: one at a time, and only once the budget allows."""
+        self._starting: list[DelegationContract] = []
+        """Contracts carved and not recorded yet: what they may spend is held already."""
+
+    # -- recording --------------------------------------------------------------------------
+
+    def event(self, cls: type[Any], offset: int = 1, **fields: Any) -> Any:
+        fields.setdefault("actor", self.actor)
+        return cls(run_id=self.state.run_id, seq=self.state.seq + offset, **fields)
+
+    async def commit(self, *events: ev.Event, synchronous: bool = True) -> None:
+        await self.store.append(
+            self.state.run_id, events, expected_seq=self.state.seq, synchronous=synchronous
+        )
+        for e in events:
+            apply(self.state, e)
+        if self.on_commit is not None:
+            await self.on_commit(events)
+
+    async def record(self, cls: type[Any], synchronous: bool = True, **fields: Any) -> None:
+        await self.children.record((cls, fields), synchronous=synchronous)
+
+    async def after_run(self) -> None:
+        """A workflow has no middleware stack to tell."""
+
+    # -- the run ----------------------------------------------------------------------------
+
+    async def drive(self) -> RunState:
+        s = self.state
+        await self._begin()
+        if s.status is not RunStatus.RUNNING:
+            return s
+        try:
+            result = await self._graph()
+        except _Failed as failure:
+            await self._fail(failure)
+            return s
+        if isinstance(result, _Waiting):
+            if not self.stop_requested:
+                self.stop_requested = True
+                self.stop_reason = "waiting for a child run that waits for a person"
+                self.wake_after_s = WAIT_S
+            return s
+        node = self.workflow.output_node
+        data = node.adapter.dump_python(result, mode="json")
+        await self.record(
+            ev.RunCompleted, output=node.adapter.dump_json(result).decode(), structured_output=data
+        )
+        return s
+
+    async def _begin(self) -> None:
+        s = self.state
+        if s.status is RunStatus.QUEUED:
+            await self.commit(self.event(ev.RunStarted, worker_id=self.worker_id))
+        elif s.status is RunStatus.RUNNING and s.worker_id != self.worker_id:
+            await self.commit(
+                self.event(ev.RuntimeCrashDetected, previous_worker_id=s.worker_id, last_seq=s.seq),
+                self.event(ev.RunStarted, offset=2, worker_id=self.worker_id, recovered=True),
+            )
+
+    async def _graph(self) -> Any:
+        """Run every wave of nodes; the output node's value, or WAITING."""
+        values: dict[str, Any] = {
+            "input": self.workflow.input_type.model_validate_json(self.state.input)
+        }
+        for wave in self.workflow.levels():
+            self.step_started = time.monotonic()
+            deadline = self.state.deadline_at
+            if deadline is not None and self.clock() >= deadline:
+                raise _Failed(None, FailureReason.TIMEOUT, "the workflow's deadline passed")
+            try:
+                async with asyncio.TaskGroup() as group:
+                    tasks = [group.create_task(self._node(n, values)) for n in wave]
+            except* _Failed as failed:
+                raise failed.exceptions[0] from None
+            results = [t.result() for t in tasks]
+            if any(isinstance(r, _Waiting) for r in results) or self.stop_requested:
+                return WAITING
+            values.update({n.name: r for n, r in zip(wave, results, strict=True)})
+        return values[self.workflow.output_node.name]
+
+    async def _fail(self, failure: _Failed) -> None:
+        """Stop every child still running, record what they became, then the failure."""
+        s = self.state
+        await self.children.cancel_running(
+            f"workflow {s.run_id} failed" + (f" at node {failure.node}" if failure.node else "")
+        )
+        items: list[tuple[type[Any], dict[str, Any]]] = []
+        for child in s.children.values():
+            if child.finished:
+                continue
+            spec = self._spec_of(child)
+            ended = await load_state(self.store, child.contract.child_run_id)
+            if ended.is_terminal and spec is not None:
+                items.append(
+                    (ev.ChildRunFinished, self.children.finished(child.contract, spec, ended))
+                )
+        if failure.node is not None:
+            items.append(
+                (
+                    ev.NodeFailed,
+                    {
+                        "node": failure.node,
+                        "reason": failure.reason,
+                        "message": failure.message,
+                        "errors": failure.errors,
+                    },
+                )
+            )
+        error = {"code": failure.reason.value, "node": failure.node}
+        items.append(
+            (ev.RunFailed, {"reason": failure.reason, "message": failure.message, "error": error})
+        )
+        await self.children.record(*items)
+
+    def _spec_of(self, child: ChildRun) -> Subagent | None:
+        node = child.contract.node
+        return self.workflow.node(node).spec if node is not None else None
+
+    # -- nodes ------------------------------------------------------------------------------
+
+    async def _node(self, node: Node[Any], values: dict[str, Any]) -> Any:
+        """The node's output: read back when completed, else run to completion (or WAITING)."""
+        done = self.state.nodes.get(node.name)
+        if done is not None and done.status is NodeStatus.COMPLETED:
+            return node.adapter.validate_python(done.output)
+        args = [values[a] for a in node.after]
+        match node.kind:
+            case "code" | "reduce":
+                await self._started(node)
+                return await self._complete(node, await self._call(node, node.fn, *args))
+            case "agent":
+                await self._started(node)
+                child = await self._child(node, node.name, 0, args[0], self._ref(node.after[0]))
+                if child is None:
+                    return WAITING
+                return await self._complete(node, _result(node, child))
+            case "map" | "gate":
+                return await self._fan_out(node, args[0])
+            case "loop":
+                return await self._loop(node, args[0])
+            case _:
+                raise AssertionError(node.kind)
+
+    async def _started(self, node: Node[Any], items: list[Any] | None = None) -> None:
+        if node.name not in self.state.nodes:
+            # Nothing outside waits on it, so it need not wait for the disk (the next commit
+            # flushes it).
+            await self.record(ev.NodeStarted, False, node=node.name, kind=node.kind, items=items)
+
+    async def _complete(self, node: Node[Any], value: Any, **extra: Any) -> Any:
+        """Validate the output against the node's type, then record it."""
+        try:
+            checked = node.adapter.validate_python(value)
+        except ValidationError as exc:
+            errors = tuple(
+                f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}"
+                for e in exc.errors(include_url=False)
+            )
+            raise _Failed(
+                node.name,
+                FailureReason.OUTPUT_INVALID,
+                f"node {node.name} gave output that is not a valid {_name(node.output)}: "
+                + "; ".join(errors),
+                errors,
+            ) from None
+        output = node.adapter.dump_python(checked, mode="json")
+        await self.record(ev.NodeCompleted, node=node.name, output=output, **extra)
+        return checked
+
+    async def _call(self, node: Node[Any], fn: Any, *args: Any) -> Any:
+        """Run user code (sync in a thread, so children in flight keep going); what it raises
+        is the node's failure."""
+        try:
+            if inspect.iscoroutinefunction(fn):
+                return await fn(*args)
+            result = await asyncio.to_thread(fn, *args)
+            return await result if inspect.isawaitable(result) else result
+        except Exception as exc:
+            raise _Failed(
+                node.name, FailureReason.NODE_FAILED, f"node {node.name} raised {error_text(exc)}"
+            ) from exc
+
+    def _ref(self, node: str) -> str:
+        """Where in this run's log a node's input is kept (`RUN#SEQ`)."""
+        s = self.state
+        done = s.nodes.get(node)
+        return f"{s.run_id}#{done.completed_seq if done is not None else 1}"
+
+    # -- child runs -------------------------------------------------------------------------
+
+    async def _child(
+        self, node: Node[Any], key: str, index: int, given: Any, ref: str
+    ) -> ChildRun | None:
+        """One child run of a node, from start to its recorded finish; None while it waits."""
+        assert node.spec is not None
+        spec = node.spec
+        d = self.children
+        child = self.state.children.get(key)
+        if child is not None and child.finished:
+            return child
+        if child is None:
+            contract = await self._start(node, spec, key, index, given, ref)
+        else:
+            contract = child.contract
+        text = child_input(contract.objective, given)
+        await d.ensure(contract, spec, text, fresh=child is None)
+        ended = await d.settle(contract, spec)
+        if ended is None:
+            return None
+        # Not waiting for the disk: lost, it is recorded again from the ended child.
+        await d.record((ev.ChildRunFinished, d.finished(contract, spec, ended)), synchronous=False)
+        async with self._admit:
+            self._admit.notify_all()  # what it did not spend is back
+        return self.state.children[key]
+
+    async def _start(
+        self, node: Node[Any], spec: Subagent, key: str, index: int, given: Any, ref: str
+    ) -> Any:
+        """Record child_run_started; a child whose budget would be cut short while siblings
+        hold part of the workflow's waits for one of them to give its unspent part back."""
+        declared = spec.budget or spec.agent.budget
+        async with self._admit:
+            while self._running() and _short(remaining(self.state, self._starting), declared):
+                await self._admit.wait()
+            contract = self.children.contract(
+                spec,
+                key=key,
+                objective=_objective(node, given),
+                input_refs=(ref,),
+                node=node.name,
+                index=index,
+                reserved=self._starting,
+            )
+            self._starting.append(contract)
+        try:
+            # The child's creation, a synchronous commit after this one, makes it durable.
+            await self.children.record(
+                (ev.ChildRunStarted, {"contract": contract}), synchronous=False
+            )
+        finally:
+            self._starting.remove(contract)
+        return contract
+
+    def _running(self) -> bool:
+        return bool(self._starting) or any(not c.finished for c in self.state.children.values())
+
+    # -- fan-out, gates, loops --------------------------------------------------------------
+
+    async def _fan_out(self, node: Node[Any], upstream: Any) -> Any:
+        items = await self._items(node, upstream)
+        ref = f"{self.state.run_id}#{self.state.nodes[node.name].started_seq}"
+        slots = asyncio.Semaphore(node.concurrency)
+
+        async def one(i: int, item: Any) -> Any:
+            async with slots:
+                if node.spec is None:
+                    return await self._call(node, node.fn, item)
+                child = await self._child(node, f"{node.name}.{i}", i, item, ref)
+                return WAITING if child is None else _result(node, child, each=True)
+
+        try:
+            async with asyncio.TaskGroup() as group:
+                tasks = [group.create_task(one(i, item)) for i, item in enumerate(items)]
+        except* _Failed as failed:
+            raise failed.exceptions[0] from None
+        outputs = [t.result() for t in tasks]
+        if any(isinstance(o, _Waiting) for o in outputs):
+            return WAITING
+        if node.kind == "map":
+            return await self._complete(node, outputs)
+        return await self._complete(node, _gated(items, outputs))
+
+    async def _items(self, node: Node[Any], upstream: Any) -> list[Any]:
+        """The items of a map or gate: recorded when it started, so every resume has the same
+        ones in the same order, whatever the function that lists them does."""
+        started = self.state.nodes.get(node.name)
+        if started is not None and started.items is not None:
+            return list(node.items_adapter.validate_python(started.items))
+        if node.over is None:
+            raw = upstream
+        elif isinstance(node.over, str):
+            raw = getattr(upstream, node.over)
+        else:
+            raw = await self._call(node, node.over, upstream)
+        try:
+            items = list(node.items_adapter.validate_python(list(raw)))
+        except (ValidationError, TypeError) as exc:
+            raise _Failed(
+                node.name,
+                FailureReason.OUTPUT_INVALID,
+                f"the items of node {node.name} are not a list of {_name(node.item)}: {exc}",
+            ) from None
+        await self._started(node, node.items_adapter.dump_python(items, mode="json"))
+        return items
+
+    async def _loop(self, node: Node[Any], state: Any) -> Any:
+        await self._started(node)
+        rounds = self.state.nodes[node.name].rounds
+        value = node.adapter.validate_python(rounds[-1]) if rounds else state
+        done = len(rounds)
+        assert node.until is not None
+        while True:
+            if done and await self._call(node, node.until, value):
+                return await self._complete(node, value, converged=True)
+            if done >= node.max_rounds:
+                if node.on_limit == "accept":
+                    return await self._complete(node, value, converged=False)
+                raise _Failed(
+                    node.name,
+                    FailureReason.NOT_CONVERGED,
+                    f"node {node.name} did not converge in {node.max_rounds} rounds",
+                )
+            done += 1
+            if node.spec is None:
+                value = await self._call(node, node.fn, value)
+            else:
+                ref = (
+                    self._ref(node.after[0])
+                    if done == 1
+                    else f"{self.state.run_id}#{self.state.seq}"
+                )
+                child = await self._child(node, f"{node.name}.r{done}", done, value, ref)
+                if child is None:
+                    return WAITING
+                value = _result(node, child)
+            try:
+                value = node.adapter.validate_python(value)
+            except ValidationError as exc:
+                raise _Failed(
+                    node.name,
+                    FailureReason.OUTPUT_INVALID,
+                    f"round {done} of node {node.name} gave state that is not a valid "
+                    f"{_name(node.output)}: {exc.error_count()} problem(s)",
+                ) from None
+            output = node.adapter.dump_python(value, mode="json")
+            await self.record(ev.NodeRoundCompleted, node=node.name, round=done, output=output)
+
+
+def _result(node: Node[Any], child: ChildRun, *, each: bool = False) -> Any:
+    """A finished child's validated result, or the node's failure."""
+    if child.status is ChildStatus.COMPLETED:
+        return child.result
+    invalid = child.status is ChildStatus.REJECTED or child.reason == FailureReason.OUTPUT_INVALID
+    reason = FailureReason.OUTPUT_INVALID if invalid else FailureReason.CHILD_FAILED
+    which = f" (item {child.contract.index})" if each else ""
+    raise _Failed(
+        node.name,
+        reason,
+        f"child run {child.contract.child_run_id}{which} of node {node.name} ended "
+        f"{child.status.value}" + (f" ({child.reason}): {child.message}" if child.reason else ""),
+    )
+
+
+def _gated(items: list[Any], verdicts: list[Any]) -> dict[str, Any]:
+    """A gate's output from each item's verdict (a ClaimCheck, its data, or a bool)."""
+    passed: list[Any] = []
+    rejected: list[dict[str, Any]] = []
+    for item, verdict in zip(items, verdicts, strict=True):
+        check = (
+            ClaimCheck(holds=verdict)
+            if isinstance(verdict, bool)
+            else ClaimCheck.model_validate(verdict)
+        )
+        if check.holds:
+            passed.append(item)
+        else:
+            rejected.append({"item": item, "reason": check.reason})
+    return {"passed": passed, "rejected": rejected}
+
+
+def _objective(node: Node[Any], given: Any) -> str:
+    said = node.objective(given) if callable(node.objective) else node.objective
+    if node.kind == "gate":
+        claim = f": {said}" if said else ""
+        return (
+            f"Try to disprove the claim about the item below{claim}. Answer holds=false, with "
+            "the evidence as the reason, if you can; holds=true if it survives every check."
+        )
+    return said or f"Do the {node.name} step for the input below."
+
+
+def _short(left: Any, declared: Any) -> bool:
+    """Whether a child would get less than it declares out of what is left."""
+    if left.max_turns < declared.max_turns:
+        return True
+    for name in ("max_tokens", "max_cost_usd"):
+        # A child that declares no cap of its own takes what is left: it waits for nobody.
+        mine, theirs = getattr(declared, name), getattr(left, name)
+        if mine is not None and theirs is not None and theirs < mine:
+            return True
+    return False
+
+
+def _name(t: Any) -> str:
+    return getattr(t, "__name__", None) or str(t).replace("typing.", "")
+
+
+__all__ = ["WorkflowDriver"]

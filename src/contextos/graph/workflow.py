@@ -1,0 +1,627 @@
+"""Workflows: typed nodes joined by edges that carry validated data, declared in plain Python.
+
+    flow = Workflow("kb-scan", input=ScanRequest)
+    found = flow.map("scan", scanner, over="folders", output=Findings, concurrency=3)
+    links = flow.reduce("dedup", dedupe)              # plain code, no model
+    checked = flow.gate("recheck", disprove, over="links", claim="this link is dead")
+    report = flow.agent("report", writer, output=Report)
+
+Each call declares a node and returns its handle, a `Node[T]` whose `T` is what it gives the
+nodes after it. A node reads the node declared just before it (the workflow's input for the
+first) unless `after=` names others. Agent nodes run their agent as a child run under a
+delegation contract; code, reduce and loop bodies are functions; a gate's verifier is a
+function or an agent that tries to disprove a claim about each item. Types are checked when
+the workflow is declared (a function's parameters against what the nodes it reads give) and
+again at run time, when every output is validated before a node after it runs.
+
+The structure (nodes, kinds, edges, types, functions' code, agents' identities) is the
+workflow's identity: a run never resumes under a different graph.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import inspect
+import json
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from typing import Any, Generic, Literal, TypeVar, get_args, get_origin, get_type_hints
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from contextos.agents import Agent, Subagent, load_ref
+from contextos.errors import ConfigError
+from contextos.runs import Budget
+
+T = TypeVar("T")
+
+NodeKind = Literal["agent", "code", "map", "reduce", "gate", "loop"]
+OnLimit = Literal["fail", "accept"]
+
+DEFAULT_BUDGET = Budget(max_turns=1000)
+"""A workflow's budget when it declares none: what all its child runs together may spend."""
+
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,47}")
+
+
+class ClaimCheck(BaseModel):
+    """A verifier's verdict on one claim, after trying to disprove it."""
+
+    holds: bool
+    """True when the claim survived every attempt to disprove it."""
+    reason: str = ""
+    """Why: the evidence that disproves it, or what was checked."""
+
+
+class Rejected(BaseModel, Generic[T]):
+    """An item a gate rejected, and why."""
+
+    item: T
+    reason: str = ""
+
+
+class Gated(BaseModel, Generic[T]):
+    """What a gate gives: the items whose claim held, and those it rejected."""
+
+    passed: list[T] = []
+    rejected: list[Rejected[T]] = []
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Node(Generic[T]):
+    """A declared node. `T` is its output's type: what the nodes after it receive."""
+
+    name: str
+    kind: NodeKind | Literal["input"]
+    output: Any
+    """The output's type (a Pydantic model, a list of them, `str`, …)."""
+    after: tuple[str, ...] = ()
+    """The nodes whose outputs it reads, in the order its function takes them."""
+    fn: Callable[..., Any] | None = None
+    """Code: the function (per item for map and gate, per round for loop)."""
+    spec: Subagent | None = None
+    """An agent node's child run, or the agent a map, gate or loop runs per item or round."""
+    over: str | Callable[[Any], Any] | None = None
+    """Map and gate: where the items come from (a field of the input, or a function of it)."""
+    item: Any = None
+    """Map and gate: the type of one item."""
+    objective: str | Callable[[Any], str] | None = None
+    """Agent work: what the child run is told to do (a text, or a function of its input)."""
+    until: Callable[[Any], bool] | None = None
+    """Loop: the stop condition, asked after each round."""
+    max_rounds: int = 0
+    """Loop: rounds at most."""
+    on_limit: OnLimit = "fail"
+    """Loop: what reaching `max_rounds` without converging does (fail the workflow, or accept
+    the last round's state)."""
+    concurrency: int = 1
+    """Map and gate: items worked on at once."""
+
+    @cached_property
+    def adapter(self) -> TypeAdapter[Any]:
+        return TypeAdapter(self.output)
+
+    @cached_property
+    def items_adapter(self) -> TypeAdapter[Any]:
+        return TypeAdapter(list[self.item])  # type: ignore[name-defined]
+
+    def identity(self) -> dict[str, Any]:
+        """Everything about the node that changes what a run does, as JSON data."""
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "after": list(self.after),
+            "output": _schema(self.output),
+            "fn": _code(self.fn),
+            "agent": self.spec.identity() if self.spec is not None else None,
+            "over": self.over if isinstance(self.over, str) else _code(self.over),
+            "objective": self.objective
+            if isinstance(self.objective, str)
+            else _code(self.objective),
+            "until": _code(self.until),
+            "max_rounds": self.max_rounds,
+            "on_limit": self.on_limit,
+        }
+
+
+@dataclass(kw_only=True)
+class _Build:
+    nodes: dict[str, Node[Any]] = field(default_factory=dict)
+    output: str | None = None
+
+
+class Workflow:
+    """A graph of typed nodes; run it like an agent (`Runtime.run(flow, input)`)."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        input: type[BaseModel],
+        version: str = "1",
+        budget: Budget | None = None,
+    ) -> None:
+        if not _NAME.fullmatch(name):
+            raise ConfigError(f"workflow name {name!r}: use letters, digits, _ and -", name=name)
+        self.name = name
+        self.input_type = input
+        """The type of the workflow's input."""
+        self.version = version
+        """Bump when you change behaviour on purpose."""
+        self.budget = budget or DEFAULT_BUDGET
+        """What the whole workflow may spend: every child run's budget is carved out of it."""
+        self.start: Node[Any] = Node(name="input", kind="input", output=input)
+        """The workflow's input, as a node others can read (`after=flow.start`)."""
+        self._build = _Build()
+
+    # -- declaring --------------------------------------------------------------------------
+
+    def code(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        *,
+        after: Node[Any] | Sequence[Node[Any]] | None = None,
+        output: Any = None,
+    ) -> Node[Any]:
+        """A node that runs `fn` (sync or async) on the outputs of the nodes it reads."""
+        return self._code("code", name, fn, after, output)
+
+    def reduce(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        *,
+        after: Node[Any] | Sequence[Node[Any]] | None = None,
+        output: Any = None,
+    ) -> Node[Any]:
+        """A code node that folds a fan-out's list of outputs into one (deduplicate, merge)."""
+        upstream = self._after(name, after, 1)
+        source = self._build.nodes.get(upstream[0]) or self.start
+        if get_origin(source.output) is not list:
+            raise ConfigError(
+                f"node {name!r} reduces a list, but {source.name!r} gives "
+                f"{_name(source.output)}; read a map or a node that gives a list",
+                node=name,
+            )
+        return self._code("reduce", name, fn, after, output)
+
+    def agent(
+        self,
+        name: str,
+        agent: Agent | Subagent,
+        *,
+        after: Node[Any] | None = None,
+        output: Any = None,
+        objective: str | Callable[[Any], str] | None = None,
+    ) -> Node[Any]:
+        """A node run by an agent as a child run: it is given the input (and `objective`)
+        only, under a contract narrowed from the workflow's authority and budget."""
+        spec = self._spec(name, agent, output)
+        out = spec.expected_output or str
+        return self._add(
+            Node(
+                name=name,
+                kind="agent",
+                output=out,
+                after=self._after(name, after, 1),
+                spec=spec,
+                objective=objective,
+            )
+        )
+
+    def map(
+        self,
+        name: str,
+        worker: Agent | Subagent | Callable[[Any], Any],
+        *,
+        over: str | Callable[[Any], Any] | None = None,
+        item: Any = None,
+        after: Node[Any] | None = None,
+        output: Any = None,
+        objective: str | Callable[[Any], str] | None = None,
+        concurrency: int = 4,
+    ) -> Node[Any]:
+        """Fan out: run `worker` (an agent, as one child run per item, or a function) on each
+        item, `concurrency` at a time; the node gives the list of outputs, in item order."""
+        upstream = self._after(name, after, 1)
+        item_type = self._item_type(name, upstream[0], over, item)
+        spec = fn = None
+        if isinstance(worker, Agent | Subagent):
+            spec = self._spec(name, worker, output)
+            each = spec.expected_output or str
+        else:
+            fn = worker
+            each = output or _returns(name, worker)
+            _check_params(name, worker, [item_type])
+        return self._add(
+            Node(
+                name=name,
+                kind="map",
+                output=list[each],  # type: ignore[valid-type]
+                after=upstream,
+                fn=fn,
+                spec=spec,
+                over=over,
+                item=item_type,
+                objective=objective,
+                concurrency=_positive(name, concurrency),
+            )
+        )
+
+    def gate(
+        self,
+        name: str,
+        check: Agent | Subagent | Callable[[Any], Any],
+        *,
+        over: str | Callable[[Any], Any] | None = None,
+        item: Any = None,
+        after: Node[Any] | None = None,
+        claim: str | Callable[[Any], str] | None = None,
+        concurrency: int = 4,
+    ) -> Node[Any]:
+        """A verification gate: for each item, `check` tries to disprove a claim about it (a
+        function returning a ClaimCheck or a bool, or an agent answering a ClaimCheck, one
+        child run per item); the node gives `Gated[item]`: what passed, what was rejected."""
+        upstream = self._after(name, after, 1)
+        item_type = self._item_type(name, upstream[0], over, item)
+        spec = fn = None
+        if isinstance(check, Agent | Subagent):
+            spec = self._spec(name, check, ClaimCheck)
+        else:
+            fn = check
+            _check_params(name, check, [item_type])
+        return self._add(
+            Node(
+                name=name,
+                kind="gate",
+                output=Gated[item_type],  # type: ignore[valid-type]
+                after=upstream,
+                fn=fn,
+                spec=spec,
+                over=over,
+                item=item_type,
+                objective=claim,
+                concurrency=_positive(name, concurrency),
+            )
+        )
+
+    def loop(
+        self,
+        name: str,
+        body: Agent | Subagent | Callable[[Any], Any],
+        *,
+        until: Callable[[Any], bool],
+        max_rounds: int,
+        after: Node[Any] | None = None,
+        on_limit: OnLimit = "fail",
+        objective: str | Callable[[Any], str] | None = None,
+    ) -> Node[Any]:
+        """A convergence loop: `body` turns the state into the next one (a function, or an
+        agent as one child run per round) until `until(state)` holds, at most `max_rounds`
+        times; then `on_limit` decides: fail the workflow, or accept the last state."""
+        upstream = self._after(name, after, 1)
+        state_type = (self._build.nodes.get(upstream[0]) or self.start).output
+        spec = fn = None
+        if isinstance(body, Agent | Subagent):
+            spec = self._spec(name, body, state_type)
+        else:
+            fn = body
+            _check_params(name, body, [state_type])
+        if on_limit not in ("fail", "accept"):
+            raise ConfigError(f"node {name!r}: on_limit is 'fail' or 'accept'", node=name)
+        return self._add(
+            Node(
+                name=name,
+                kind="loop",
+                output=state_type,
+                after=upstream,
+                fn=fn,
+                spec=spec,
+                objective=objective,
+                until=until,
+                max_rounds=_positive(name, max_rounds),
+                on_limit=on_limit,
+            )
+        )
+
+    def output(self, node: Node[Any]) -> None:
+        """Make `node`'s output the workflow's (by default the last node declared gives it)."""
+        if self._build.nodes.get(node.name) is not node:
+            raise ConfigError(f"{node.name!r} is not a node of {self.name}", node=node.name)
+        self._build.output = node.name
+
+    # -- reading ----------------------------------------------------------------------------
+
+    @property
+    def nodes(self) -> tuple[Node[Any], ...]:
+        """The nodes in declaration order (which is an order that respects every edge)."""
+        return tuple(self._build.nodes.values())
+
+    def node(self, name: str) -> Node[Any]:
+        found = self._build.nodes.get(name)
+        if found is None:
+            raise ConfigError(f"workflow {self.name} has no node {name!r}", node=name)
+        return found
+
+    @property
+    def output_node(self) -> Node[Any]:
+        if not self._build.nodes:
+            raise ConfigError(f"workflow {self.name} has no nodes; declare some")
+        return self._build.nodes[self._build.output or next(reversed(self._build.nodes))]
+
+    def levels(self) -> list[list[Node[Any]]]:
+        """The nodes in waves: each reads only nodes of earlier waves, so a wave runs at once."""
+        depth: dict[str, int] = {"input": 0}
+        waves: list[list[Node[Any]]] = []
+        for node in self.nodes:
+            d = depth[node.name] = 1 + max(depth[a] for a in node.after)
+            while len(waves) < d:
+                waves.append([])
+            waves[d - 1].append(node)
+        return waves
+
+    def agent_named(self, name: str) -> Agent:
+        """The agent the child runs of node `name` run (for `load_ref`, `path:flow#node`)."""
+        spec = self.node(name).spec
+        if spec is None:
+            raise ConfigError(f"node {name!r} of {self.name} runs no agent", node=name)
+        return spec.child_agent
+
+    def identity(self) -> dict[str, Any]:
+        """Everything that changes what a run does, as JSON data: its structure included."""
+        return {
+            "name": self.name,
+            "version": self.version,
+            "input": _schema(self.input_type),
+            "budget": {k: getattr(self.budget, k) for k in type(self.budget).__dataclass_fields__},
+            "nodes": [n.identity() for n in self.nodes],
+            "output": self.output_node.name,
+        }
+
+    def identity_hash(self) -> str:
+        blob = json.dumps(self.identity(), sort_keys=True, separators=(",", ":"), default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def structure(self) -> tuple[dict[str, Any], ...]:
+        """The graph as recorded when a run starts (what `contextos show` draws)."""
+        return tuple(
+            {"name": n.name, "kind": n.kind, "after": list(n.after), "output": _name(n.output)}
+            for n in self.nodes
+        )
+
+    def input_text(self, value: BaseModel | dict[str, Any] | str) -> str:
+        """A run's input, validated against the input type, as the JSON its log keeps."""
+        try:
+            if isinstance(value, str):
+                parsed = self.input_type.model_validate_json(value)
+            else:
+                parsed = self.input_type.model_validate(value)
+        except ValidationError as exc:
+            raise ConfigError(
+                f"the input of workflow {self.name} is not a valid "
+                f"{self.input_type.__name__}: {_problems(exc)}",
+                workflow=self.name,
+            ) from None
+        return parsed.model_dump_json()
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _code(
+        self,
+        kind: NodeKind,
+        name: str,
+        fn: Callable[..., Any],
+        after: Node[Any] | Sequence[Node[Any]] | None,
+        output: Any,
+    ) -> Node[Any]:
+        upstream = self._after(name, after, None)
+        given = [(self._build.nodes.get(a) or self.start).output for a in upstream]
+        _check_params(name, fn, given)
+        return self._add(
+            Node(
+                name=name,
+                kind=kind,
+                output=output or _returns(name, fn),
+                after=upstream,
+                fn=fn,
+            )
+        )
+
+    def _add(self, node: Node[Any]) -> Node[Any]:
+        self._build.nodes[node.name] = node
+        return node
+
+    def _after(
+        self, name: str, after: Node[Any] | Sequence[Node[Any]] | None, count: int | None
+    ) -> tuple[str, ...]:
+        """The names of the nodes a new node reads (checking the new node's name first)."""
+        if not _NAME.fullmatch(name) or name == "input":
+            raise ConfigError(
+                f"node name {name!r}: start with a letter; use letters, digits, _ and - "
+                "(and not 'input')",
+                node=name,
+            )
+        if name in self._build.nodes:
+            raise ConfigError(f"workflow {self.name} has two nodes named {name!r}")
+        if after is None:
+            nodes = self.nodes
+            upstream: tuple[str, ...] = (nodes[-1].name if nodes else "input",)
+        elif isinstance(after, Node):
+            upstream = (after.name,)
+        else:
+            upstream = tuple(a.name for a in after)
+        for a in upstream:
+            known = self._build.nodes.get(a) or (self.start if a == "input" else None)
+            if known is None:
+                raise ConfigError(f"node {name!r} reads {a!r}, which is not declared before it")
+        if count is not None and len(upstream) != count:
+            raise ConfigError(f"node {name!r} reads exactly {count} node(s)", node=name)
+        return upstream
+
+    def _spec(self, name: str, worker: Agent | Subagent, output: Any) -> Subagent:
+        spec = worker if isinstance(worker, Subagent) else Subagent(agent=worker)
+        wanted = output if output is not None else spec.expected_output
+        if wanted is not None and not (isinstance(wanted, type) and issubclass(wanted, BaseModel)):
+            raise ConfigError(
+                f"node {name!r}: an agent answers with a Pydantic model, not {_name(wanted)}",
+                node=name,
+            )
+        return replace(spec, name=name, output_type=wanted)
+
+    def _item_type(
+        self, name: str, upstream: str, over: str | Callable[[Any], Any] | None, item: Any
+    ) -> Any:
+        source = (self._build.nodes.get(upstream) or self.start).output
+        if item is not None:
+            return item
+        if over is None:
+            found = get_args(source)[0] if get_origin(source) is list else None
+        elif isinstance(over, str):
+            fields = getattr(source, "model_fields", {})
+            if over not in fields:
+                raise ConfigError(
+                    f"node {name!r} is over {over!r}, which {_name(source)} has no field named",
+                    node=name,
+                )
+            annotation = fields[over].annotation
+            found = get_args(annotation)[0] if get_origin(annotation) is list else None
+        else:
+            ret = _hints(over).get("return")
+            found = get_args(ret)[0] if get_args(ret) else None
+        if found is None:
+            raise ConfigError(
+                f"node {name!r}: cannot tell the type of one item; pass item=TYPE", node=name
+            )
+        return found
+
+
+# -- checking types when the workflow is declared --------------------------------------------
+
+
+def load_runnable(ref: str) -> Agent | Workflow:
+    """Import an agent or a workflow from `path/to/file.py:attr` or `package.module:attr`."""
+    obj = load_ref(ref)
+    if not isinstance(obj, Agent | Workflow):
+        raise ConfigError(
+            f"bad agent reference {ref!r}: it names a {type(obj).__name__}, not an Agent or a "
+            "Workflow",
+            ref=ref,
+        )
+    return obj
+
+
+def _hints(fn: Any) -> dict[str, Any]:
+    """A function's annotations, resolved; names it closes over count too (a type defined in
+    the function that declares the workflow)."""
+    code, cells = getattr(fn, "__code__", None), getattr(fn, "__closure__", None) or ()
+    local: dict[str, Any] = {}
+    for name, cell in zip(code.co_freevars if code else (), cells, strict=False):
+        with contextlib.suppress(ValueError):  # a cell not filled yet
+            local[name] = cell.cell_contents
+    try:
+        return get_type_hints(fn, localns=local)
+    except Exception:  # unresolvable annotations only cost the declaration-time check
+        return {}
+
+
+def _returns(name: str, fn: Callable[..., Any]) -> Any:
+    ret = _hints(fn).get("return")
+    if ret is None:
+        raise ConfigError(
+            f"node {name!r}: say what it gives, with a return annotation or output=TYPE",
+            node=name,
+        )
+    origin = get_origin(ret)
+    if origin is not None and getattr(origin, "__name__", "") in ("Awaitable", "Coroutine"):
+        ret = get_args(ret)[-1]
+    return ret
+
+
+def _check_params(name: str, fn: Callable[..., Any], given: list[Any]) -> None:
+    """The function must take what the nodes it reads give, in order."""
+    try:
+        params = [
+            p
+            for p in inspect.signature(fn).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+    except (TypeError, ValueError):
+        return
+    if len(params) != len(given):
+        raise ConfigError(
+            f"node {name!r}: its function takes {len(params)} argument(s), and it reads "
+            f"{len(given)} node(s)",
+            node=name,
+        )
+    hints = _hints(fn)
+    for p, g in zip(params, given, strict=True):
+        wanted = hints.get(p.name)
+        if wanted is not None and not _accepts(wanted, g):
+            raise ConfigError(
+                f"node {name!r}: parameter {p.name} takes {_name(wanted)}, but it is given "
+                f"{_name(g)}",
+                node=name,
+            )
+
+
+def _accepts(wanted: Any, given: Any) -> bool:
+    if wanted is Any or wanted == given:
+        return True
+    if isinstance(wanted, type) and isinstance(given, type):
+        return issubclass(given, wanted)
+    w, g = get_origin(wanted), get_origin(given)
+    if w is not None and w is g:
+        return all(_accepts(a, b) for a, b in zip(get_args(wanted), get_args(given), strict=False))
+    return False
+
+
+def _positive(name: str, n: int) -> int:
+    if not isinstance(n, int) or n < 1:
+        raise ConfigError(f"node {name!r}: expected a whole number of at least 1, not {n!r}")
+    return n
+
+
+def _name(t: Any) -> str:
+    return getattr(t, "__name__", None) or str(t).replace("typing.", "")
+
+
+def _schema(t: Any) -> Any:
+    try:
+        return TypeAdapter(t).json_schema()
+    except Exception:  # a type without a schema is named instead
+        return _name(t)
+
+
+def _code(fn: Any) -> str | None:
+    """A function as the identity hash sees it: its qualified name and its source (not its
+    module's name, which depends on how the module was imported)."""
+    if fn is None:
+        return None
+    name = str(getattr(fn, "__qualname__", repr(fn)))
+    try:
+        source = inspect.getsource(fn)
+    except (OSError, TypeError):  # no source at hand (a builtin, an interactive session)
+        return name
+    return f"{name}:{hashlib.sha256(source.encode()).hexdigest()[:16]}"
+
+
+def _problems(exc: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}"
+        for e in exc.errors(include_url=False)
+    )
+
+
+__all__ = [
+    "DEFAULT_BUDGET",
+    "ClaimCheck",
+    "Gated",
+    "Node",
+    "NodeKind",
+    "Rejected",
+    "Workflow",
+]

@@ -1,0 +1,80 @@
+"""Small promises of the command: a version, and no false success on a run that had ended."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from typer.testing import CliRunner, Result
+
+import contextos
+from contextos.cli import app
+
+ROOT = Path(__file__).resolve().parents[2]
+AGENT = str(ROOT / "tests" / "kernel" / "cli_agent.py") + ":agent"
+
+
+def cli(*args: str) -> Result:
+    return CliRunner().invoke(app, list(args), env={"NO_COLOR": "1", "COLUMNS": "80"})
+
+
+def test_version() -> None:
+    done = cli("--version")
+    assert done.exit_code == 0 and done.stdout.strip() == f"contextos {contextos.__version__}"
+
+
+def test_cancelling_a_run_that_ended_says_so_and_fails(tmp_path: Path) -> None:
+    db = str(tmp_path / "runs.db")
+    assert cli("run", AGENT, "Greet Ada", "--run-id", "run_done", "--store", db).exit_code == 0
+    done = cli("cancel", "run_done", "--store", db)
+    assert done.exit_code == 1
+    assert done.stderr.splitlines() == [
+        "error: run run_done had already ended (completed): nothing to cancel"
+    ]
+    shown = cli("show", "run_done", "--store", db, "--json")
+    assert '"status": "completed"' in shown.stdout
+
+
+def test_the_runs_table_fits_80_columns_without_cutting_an_id(tmp_path: Path) -> None:
+    db = str(tmp_path / "runs.db")
+    rid = "run_0123456789abcdef0123"
+    assert cli("run", AGENT, "Greet Ada", "--run-id", rid, "--store", db).exit_code == 0
+    listed = subprocess.run(
+        [sys.executable, "-m", "contextos", "runs", "--store", db],
+        env={**os.environ, "NO_COLOR": "1", "COLUMNS": "80"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    lines = listed.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert "…" not in listed.stdout
+    assert any(rid in line and "greeter v1" in line and "completed" in line for line in lines)
+
+
+def test_serve_without_a_worker_says_runs_will_wait(tmp_path: Path) -> None:
+    serving = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "contextos",
+            "serve",
+            "--port",
+            "0",
+            "--store",
+            str(tmp_path / "r.db"),
+        ],
+        env={**os.environ, "NO_COLOR": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert serving.stderr is not None
+        first = serving.stderr.readline()
+    finally:
+        serving.terminate()
+        serving.wait(timeout=30)
+    assert first.startswith("no worker in this process:") and "--worker" in first

@@ -1,0 +1,292 @@
+"""The DecisionRecord: a projection of the log, every part traced to event seqs, the same hash
+wherever it is rebuilt."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+from support_agents import POLICY, support
+
+from contextos import Agent, Principal, RunStatus, Runtime
+from contextos import events as ev
+from contextos.errors import RecordInvalid
+from contextos.evidence import DecisionRecord, build_record
+from contextos.evidence.canonical import (
+    ActionPart,
+    ApprovalPart,
+    ArtifactPart,
+    Ask,
+    CostPart,
+    DecisionPart,
+    EffectPart,
+    EvaluationPart,
+    ModelCallPart,
+    OutcomePart,
+    PolicyPart,
+    PrincipalPart,
+    ResultPart,
+    Traced,
+)
+from contextos.testing import ScriptedModel, reply
+
+ROOT = Path(__file__).resolve().parents[2]
+BOB = Principal.user("bob", scopes=("payments:*",))
+
+# Which events each part of a record may be projected from.
+SOURCES: dict[type[Traced], set[str]] = {
+    Ask: {"run_created", "run_forked"},
+    PrincipalPart: {"context_bound"},
+    PolicyPart: {"context_bound"},
+    ModelCallPart: {"model_responded"},
+    ActionPart: {
+        "model_responded",
+        "policy_decided",
+        "effect_proposed",
+        "effect_changed",
+        "interrupt_raised",
+        "approval_granted",
+        "approval_denied",
+        "tool_completed",
+    },
+    DecisionPart: {"policy_decided"},
+    ApprovalPart: {"interrupt_raised", "approval_granted", "approval_denied"},
+    EffectPart: {"effect_proposed", "effect_changed"},
+    ResultPart: {"tool_completed"},
+    EvaluationPart: {"evaluation_recorded"},
+    ArtifactPart: {"artifact_recorded"},
+    CostPart: {"model_responded", "context_compacted"},
+    OutcomePart: {"run_completed", "run_failed", "run_cancelled", "run_expired"},
+}
+
+
+@pytest.fixture(autouse=True)
+def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "ledger.jsonl"
+    monkeypatch.setenv("EVIDENCE_LEDGER", str(path))
+    return path
+
+
+async def approved_run(db: Path) -> tuple[str, list[ev.Event]]:
+    async with Runtime(str(db), policy=POLICY) as rt:
+        agent = support()
+        waiting = await rt.run(agent, "Refund order A-1", principal=BOB)
+        assert waiting.status is RunStatus.INPUT_REQUIRED
+        [asked] = await rt.inbox()
+        await rt.approve(asked.id, approver="alice")
+        done = await rt.resume(waiting.run_id, agent)
+        assert done.status is RunStatus.COMPLETED
+        return done.run_id, await rt.events(done.run_id)
+
+
+def traced_parts(model: BaseModel) -> list[Traced]:
+    """Every traced part of a record, however deep."""
+    found: list[Traced] = [model] if isinstance(model, Traced) else []
+    for name in type(model).model_fields:
+        value = getattr(model, name)
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, BaseModel):
+                found.extend(traced_parts(item))
+    return found
+
+
+async def test_every_part_of_the_record_is_traced_to_the_events_it_comes_from(
+    tmp_path: Path,
+) -> None:
+    run_id, events = await approved_run(tmp_path / "c.db")
+    record = build_record(events)
+    by_seq = {e.seq: e for e in events}
+
+    parts = traced_parts(record)
+    assert {type(p) for p in parts} == set(SOURCES)  # a run with every kind of part
+    for part in parts:
+        assert part.seqs, part
+        for seq in part.seqs:
+            assert by_seq[seq].type in SOURCES[type(part)], (type(part).__name__, seq)
+
+    assert record.run_id == run_id and record.at_seq == events[-1].seq
+    assert record.principal is not None and record.principal.principal == "user:bob@default"
+    assert record.policy is not None and record.policy.snapshot_hash == POLICY.snapshot_hash
+    assert record.model_calls[0].tools_visible == ["lookup", "refund", "credit"]
+    assert all(m.context_hash and m.manifest for m in record.model_calls)
+    [_, refund] = record.actions
+    assert refund.tool == "refund"
+    assert [d.decision for d in refund.decisions] == ["require_approval", "allow"]
+    [approval] = refund.approvals
+    granted = next(e for e in events if isinstance(e, ev.ApprovalGranted))
+    assert approval.outcome == "approved" and approval.approver == "alice"
+    assert approval.frozen_hash == granted.action_hash == refund.decisions[0].action_hash
+    assert approval.expires_at == granted.expires_at.isoformat()
+    assert refund.effect is not None and refund.effect.state == "committed"
+    assert refund.effect.receipts == {"refund_id": "rf_A-1"}
+    assert refund.result is not None and not refund.result.is_error
+    [evaluation] = record.evaluations
+    assert (evaluation.evaluator, evaluation.evaluator_kind, evaluation.passed) == (
+        "confirmed",
+        "function",
+        True,
+    )
+    assert [a.type for a in record.artifacts] == ["run_output"]
+    assert record.costs.model_calls == 3 and record.costs.input_tokens == 30
+    assert record.outcome.status == "completed" and record.outcome.checkpoint == "terminal"
+    assert record.verify() is record
+    with pytest.raises(RecordInvalid, match="does not match its content"):
+        record.model_copy(update={"at_seq": 3}).verify()
+
+
+async def test_the_record_hash_is_the_same_rebuilt_in_another_process(tmp_path: Path) -> None:
+    db = tmp_path / "c.db"
+    run_id, events = await approved_run(db)
+    here = build_record(events).record_hash
+    script = (
+        "import asyncio, sys\n"
+        "from contextos import Runtime\n"
+        "async def main():\n"
+        "    async with Runtime(sys.argv[1]) as rt:\n"
+        "        print((await rt.record(sys.argv[2])).record_hash)\n"
+        "asyncio.run(main())\n"
+    )
+    elsewhere = subprocess.run(
+        [sys.executable, "-c", script, str(db), run_id],
+        env={**os.environ, "PYTHONHASHSEED": "4242", "TZ": "Asia/Tokyo"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert elsewhere.returncode == 0, elsewhere.stderr
+    assert elsewhere.stdout.strip() == here
+
+    # The runtime stored a record when the run waited on a person and when it ended.
+    async with Runtime(str(db)) as rt:
+        stored = await rt.receipts(run_id)
+    waiting = next(e.seq for e in events if isinstance(e, ev.InterruptRaised))
+    assert [(r.at_seq, r.matches) for r in stored] == [(waiting, True), (events[-1].seq, True)]
+    assert stored[-1].record_hash == here
+
+
+async def test_a_log_changed_after_its_record_was_stored_no_longer_matches(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "c.db"
+    run_id, events = await approved_run(db)
+    granted = next(e for e in events if isinstance(e, ev.ApprovalGranted))
+    conn = sqlite3.connect(db)
+    conn.execute("DROP TRIGGER events_are_append_only_u")  # someone with the file rewrites it
+    payload = json.loads(
+        conn.execute(
+            "SELECT payload FROM events WHERE run_id = ? AND seq = ?", (run_id, granted.seq)
+        ).fetchone()[0]
+    )
+    payload["approver"] = "mallory"
+    conn.execute(
+        "UPDATE events SET payload = ? WHERE run_id = ? AND seq = ?",
+        (json.dumps(payload).encode(), run_id, granted.seq),
+    )
+    conn.execute("DELETE FROM snapshots")
+    conn.commit()
+    conn.close()
+    async with Runtime(str(db)) as rt:
+        stored = await rt.receipts(run_id)
+    # the record stored before the approval still matches; the one after it no longer does
+    assert [r.matches for r in stored] == [True, False]
+
+
+async def test_passes_and_failures_of_verification_are_both_evaluations(tmp_path: Path) -> None:
+    def cites(answer: str) -> list[str]:
+        return [] if "[1]" in answer else ["cite a source as [1]"]
+
+    agent = Agent(
+        name="writer",
+        model=ScriptedModel([reply("Paris."), reply("Paris [1].")]),
+        verifier=cites,
+    )
+    async with Runtime(str(tmp_path / "c.db")) as rt:
+        done = await rt.run(agent, "Capital of France?")
+        record = await rt.record(done.run_id)
+    verdicts = [(e.evaluator, e.passed, e.gaps) for e in record.evaluations]
+    assert verdicts == [("cites", False, ["cite a source as [1]"]), ("cites", True, [])]
+    answers = [m.seqs[0] for m in record.model_calls]
+    assert [e.subject_seq for e in record.evaluations] == answers
+
+
+def test_record_command(tmp_path: Path) -> None:
+    db = tmp_path / "c.db"
+    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200", "EVIDENCE_LEDGER": str(tmp_path / "l")}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "contextos", *args, "--store", str(db)],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    ran = cli("run", "tests/evidence/support_agents.py:agent", "Refund A-1", "--json")
+    run_id = json.loads(ran.stdout)["run_id"]
+    shown = cli("record", run_id)
+    assert shown.returncode == 0, shown.stderr
+    data: dict[str, Any] = json.loads(cli("record", run_id, "--json").stdout)
+    record = DecisionRecord.from_json(json.dumps(data)).verify()
+    assert f"hash {record.record_hash[:16]}" in shown.stdout
+    assert "identical to the log" in shown.stdout
+    assert "evaluated by confirmed" in shown.stdout and "passed" in shown.stdout
+    missing = cli("record", "run_nope")
+    assert missing.returncode == 1 and "no run with id" in missing.stderr
+
+
+def test_a_stored_record_that_is_corrupt_or_of_an_unknown_version_fails_loudly(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "c.db"
+    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "300", "EVIDENCE_LEDGER": str(tmp_path / "l")}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "contextos", *args, "--store", str(db)],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    ran = cli("run", "tests/evidence/support_agents.py:agent", "Refund A-1", "--json")
+    run_id = json.loads(ran.stdout)["run_id"]
+    assert cli("record", run_id).returncode == 0
+    conn = sqlite3.connect(db)
+    artifact_id, digest = conn.execute(
+        "SELECT artifact_id, content_hash FROM artifacts WHERE type = 'decision_record'"
+    ).fetchone()
+    [content] = conn.execute("SELECT content FROM blobs WHERE sha256 = ?", (digest,)).fetchone()
+    conn.execute("DROP TRIGGER blobs_are_append_only_u")  # someone with the file rewrites it
+    conn.execute("DROP TRIGGER artifacts_are_append_only_u")
+    conn.execute("UPDATE blobs SET content = ? WHERE sha256 = ?", (content + b" ", digest))
+    conn.commit()
+    corrupt = cli("record", run_id)
+    assert corrupt.returncode == 1 and "Traceback" not in corrupt.stderr
+    assert f"DIFFERS from the log: artifact {artifact_id}: its stored content" in corrupt.stdout
+
+    newer = json.loads(content)
+    newer["record_type"] = "contextos.decision_record.v2"
+    blob = json.dumps(newer).encode()
+    digest = hashlib.sha256(blob).hexdigest()
+    conn.execute("INSERT INTO blobs VALUES (?, ?, ?)", (digest, len(blob), blob))
+    conn.execute(
+        "UPDATE artifacts SET content_hash = ? WHERE artifact_id = ?", (digest, artifact_id)
+    )
+    conn.commit()
+    conn.close()
+    unknown = cli("record", run_id)
+    assert unknown.returncode == 1
+    newer_version = "version 'contextos.decision_record.v2' is not one this ContextOS reads"
+    assert newer_version in unknown.stdout

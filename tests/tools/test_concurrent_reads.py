@@ -1,0 +1,152 @@
+"""The independent read calls of one model turn run at the same time; writes keep their order,
+and the log reads the same whichever call finished first."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from contextos import Agent, Policy, Principal, RunStatus, Runtime, Tool, tool
+from contextos import events as ev
+from contextos.policy import Limit
+from contextos.testing import ScriptedModel, call_tools, reply
+
+
+@pytest.fixture
+async def rt(tmp_path: Path) -> AsyncIterator[Runtime]:
+    async with Runtime(str(tmp_path / "runs.db")) as runtime:
+        yield runtime
+
+
+def turn(*calls: tuple[str, str]) -> object:
+    return call_tools([(name, args, None) for name, args in calls])
+
+
+def meeting_tools(*names: str, seen: list[str] | None = None) -> list[Tool]:
+    """Read tools that each wait until all of them have started: run one after the other,
+    the first would time out waiting."""
+    meeting = asyncio.Barrier(len(names))
+
+    def make(name: str) -> Tool:
+        async def ask(q: str) -> str:
+            await meeting.wait()
+            if seen is not None:
+                seen.append(f"{name} {q}")
+            return f"{name}: {q}"
+
+        ask.__doc__ = f"Ask {name}."
+        return tool(name=name, timeout_s=5)(ask)
+
+    return [make(n) for n in names]
+
+
+async def test_independent_reads_of_one_turn_run_at_the_same_time(rt: Runtime) -> None:
+    agent = Agent(
+        name="stock",
+        model=ScriptedModel([turn(("north", '{"q": "x"}'), ("south", '{"q": "y"}')), reply("7")]),
+        tools=meeting_tools("north", "south"),
+    )
+    result = await rt.run(agent, "how many?")
+    assert result.status is RunStatus.COMPLETED
+    done = [e for e in await rt.events(result.run_id) if isinstance(e, ev.ToolCompleted)]
+    assert [(e.name, e.output, e.is_error) for e in done] == [
+        ("north", "north: x", False),
+        ("south", "south: y", False),
+    ]
+
+
+async def test_results_are_recorded_in_call_order_whichever_finishes_first(rt: Runtime) -> None:
+    fast_done = asyncio.Event()
+
+    @tool(timeout_s=5)
+    async def slow(q: str) -> str:
+        """Slow: finishes only once `fast` has."""
+        await fast_done.wait()
+        return "slow"
+
+    @tool(timeout_s=5)
+    async def fast(q: str) -> str:
+        """Fast."""
+        fast_done.set()
+        return "fast"
+
+    agent = Agent(
+        name="order",
+        model=ScriptedModel([turn(("slow", '{"q": "a"}'), ("fast", '{"q": "b"}')), reply("ok")]),
+        tools=[slow, fast],
+    )
+    result = await rt.run(agent, "go")
+    done = [e for e in await rt.events(result.run_id) if isinstance(e, ev.ToolCompleted)]
+    assert [(e.name, e.output) for e in done] == [("slow", "slow"), ("fast", "fast")]
+    assert done[1].seq == done[0].seq + 1
+
+
+async def test_a_write_between_reads_keeps_its_place(rt: Runtime) -> None:
+    seen: list[str] = []
+
+    def look(q: str) -> str:
+        """Read."""
+        seen.append(f"look {q}")
+        return q
+
+    @tool(effect="write")
+    def note(text: str) -> str:
+        """Write a note."""
+        seen.append(f"note {text}")
+        return "noted"
+
+    agent = Agent(
+        name="mixed",
+        model=ScriptedModel(
+            [
+                turn(
+                    ("north", '{"q": "1"}'),
+                    ("south", '{"q": "2"}'),
+                    ("note", '{"text": "n"}'),
+                    ("look", '{"q": "3"}'),
+                ),
+                reply("ok"),
+            ]
+        ),
+        tools=[*meeting_tools("north", "south", seen=seen), look, note],
+    )
+    result = await rt.run(agent, "go")
+    assert result.status is RunStatus.COMPLETED
+    assert sorted(seen[:2]) == ["north 1", "south 2"]
+    assert seen[2:] == ["note n", "look 3"]
+
+
+async def test_calls_a_policy_limit_counts_run_one_at_a_time(tmp_path: Path) -> None:
+    def search(q: str) -> str:
+        """Search."""
+        return f"found {q}"
+
+    policy = Policy(limits=(Limit(id="one-search", tools=("search",), max_calls=1),))
+    agent = Agent(
+        name="limited",
+        model=ScriptedModel(
+            [
+                turn(
+                    ("north", '{"q": "1"}'),
+                    ("south", '{"q": "2"}'),
+                    ("search", '{"q": "a"}'),
+                    ("search", '{"q": "b"}'),
+                ),
+                reply("ok"),
+            ]
+        ),
+        tools=[*meeting_tools("north", "south"), search],
+    )
+    async with Runtime(str(tmp_path / "runs.db"), policy=policy) as rt:
+        result = await rt.run(agent, "go", principal=Principal.user("bob", scopes=("*",)))
+        done = [e for e in await rt.events(result.run_id) if isinstance(e, ev.ToolCompleted)]
+    assert [(e.name, e.error_code) for e in done] == [
+        ("north", None),
+        ("south", None),
+        ("search", None),
+        # decided after the first search succeeded: the limit refuses it
+        ("search", "policy_denied"),
+    ]
