@@ -22,6 +22,7 @@ from pydantic import BaseModel
 from contextos import events as ev
 from contextos.agents import Agent, load_agent, load_ref
 from contextos.causality import stamp
+from contextos.context.rendered import RenderedCall, rendered_calls
 from contextos.delegation import DelegationContract
 from contextos.errors import (
     AgentChanged,
@@ -47,6 +48,7 @@ from contextos.graph.workflow import Workflow
 from contextos.loop import Driver
 from contextos.messages import Usage
 from contextos.middleware import PiiRedaction
+from contextos.middleware.base import needs_principal
 from contextos.models import resolve_model
 from contextos.models.base import ModelAdapter
 from contextos.policy.authority import Authority
@@ -281,6 +283,7 @@ class Runtime:
         A workflow run records its graph. `started` (with `hold`): this runtime drives it
         next, and records so in the same commit.
         """
+        metadata = _keyed(metadata, agent, context)
         text = _input_text(agent, input)
         rid = RunId(run_id) if run_id else new_run_id()
         lease: Lease | None = None
@@ -973,6 +976,10 @@ class Runtime:
         """The run's events after `after_seq`, each as stored and in one readable line."""
         return timeline(await self.store.read(RunId(run_id), after_seq=after_seq))
 
+    async def prompts(self, run_id: str) -> list[RenderedCall]:
+        """Every model call of the run as the model received it, with the lineage beside it."""
+        return rendered_calls(e.data for e in await self.timeline(run_id))
+
     async def trace(
         self,
         run_id: str,
@@ -1179,3 +1186,28 @@ def run(
             return await runtime.run(agent, input)
 
     return asyncio.run(_main())
+
+
+def _keyed(
+    metadata: dict[str, Any] | None, agent: object, context: RunContext | None
+) -> dict[str, Any]:
+    """The run's metadata with `principal` set from the bound context, the one key its usage is
+    counted under; a caller cannot name it, and a layer keyed on it needs a bound principal."""
+    out = dict(metadata or {})
+    if "principal" in out:
+        raise ConfigError(
+            "metadata 'principal' is set by the runtime from the run's bound principal: "
+            "pass principal= or context= instead",
+            principal=str(out["principal"]),
+        )
+    if context is None:
+        layer = needs_principal(getattr(agent, "stack", ()))  # a workflow has no stack
+        if layer is not None:
+            raise ConfigError(
+                f"the {layer!r} layer keys on the run's principal and tenant, and this run has "
+                "none bound: start it with principal= or context=",
+                layer=layer,
+            )
+        return out
+    out["principal"] = context.principal.ref
+    return out

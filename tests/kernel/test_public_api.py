@@ -122,6 +122,7 @@ def test_the_public_surface_is_pinned() -> None:
         "Policy",
         "PolicyDecision",
         "Principal",
+        "RenderedCall",
         "ReplayPacket",
         "ReplayReport",
         "RetryPolicy",

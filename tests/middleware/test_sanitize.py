@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from guard_corpora import Corpus, agentdojo, benign, garak_latent
 
-from contextos import Agent, Runtime, ToolCall
+from contextos import Agent, Principal, Runtime, ToolCall
 from contextos.context import CompiledContext, NewFact, SqliteMemory, Subject, compile_context
 from contextos.context import Corpus as KnowledgeCorpus
 from contextos.messages import Message
@@ -279,7 +279,7 @@ async def test_no_untrusted_text_reaches_the_model_outside_a_block_or_in_a_syste
     )
     async with Runtime(str(tmp_path / "r.db")) as rt:
         await rt.run(
-            agent, "How long do refunds take?", metadata={"tenant_id": "acme", "user_id": "jo"}
+            agent, "How long do refunds take?", principal=Principal.user("jo", tenant="acme")
         )
     await corpus.close()
     await memory.close()

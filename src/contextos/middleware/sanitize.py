@@ -26,6 +26,7 @@ from contextos.context.compiled import (
     TRUSTED,
     CompiledContext,
     ContextItem,
+    Entry,
     ItemType,
     TrustClass,
 )
@@ -403,12 +404,14 @@ class Sanitizer(ContentGuard):
         )
 
     def guard(self, context: CompiledContext) -> CompiledContext:
-        return self._guard(context, Counter())
+        return self._guard(context, Counter(), remember=False)
 
-    def _guard(self, context: CompiledContext, counts: Counter[str]) -> CompiledContext:
+    def _guard(
+        self, context: CompiledContext, counts: Counter[str], *, remember: bool = True
+    ) -> CompiledContext:
         salt = context.source
 
-        def block(content: str, source: str, ref: str) -> str:
+        def block(content: str, source: str, ref: str, counts: Counter[str] = counts) -> str:
             s = spotlight(
                 content,
                 source=source,
@@ -423,16 +426,13 @@ class Sanitizer(ContentGuard):
             counts["sanitize.hidden"] += s.hidden
             return s.text
 
-        context = context.map_history(
-            lambda e: (
-                e
-                if e.trust is not TrustClass.UNTRUSTED or GUARD_SPOTLIGHT in e.guards
-                else e.with_content(
-                    block(e.message.content, e.source, f"{e.message.tool_call_id or ''}@{e.seq}"),
-                    GUARD_SPOTLIGHT,
-                )
-            )
-        )
+        def entry(e: Entry, found: Counter[str]) -> Entry:
+            if e.trust is not TrustClass.UNTRUSTED or GUARD_SPOTLIGHT in e.guards:
+                return e
+            ref = f"{e.message.tool_call_id or ''}@{e.seq}"
+            return e.with_content(block(e.message.content, e.source, ref, found), GUARD_SPOTLIGHT)
+
+        context = self.guard_history(context, counts, entry, remember=remember)
         context = context.map_items(
             lambda i: (
                 i
