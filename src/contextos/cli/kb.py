@@ -119,7 +119,7 @@ def scan(
                     continue
         return await running
 
-    result = call(store, work)
+    result = call(store, work, create=True)  # a scan is a run: it may start the store
     if result.status is not RunStatus.COMPLETED:
         print_result(result, as_json)
         raise typer.Exit(code=1 if result.status.is_terminal else 0)

@@ -196,8 +196,8 @@ async def fix_frontmatter(
             if earlier.root != base:
                 continue
             done = await rt.resume(run_id, fix_agent(earlier))
-            if done.status is RunStatus.COMPLETED and done.output:
-                outcome.written += json.loads(done.output)["written"]
+            if done.status is RunStatus.COMPLETED:
+                outcome.written += await _written(rt, run_id)
             else:
                 covered.update(earlier.files)
                 outcome.waiting += [i for i in await rt.inbox() if i.run_id == run_id]
@@ -210,6 +210,19 @@ async def fix_frontmatter(
                 await rt.run(fix_agent(fresh), fresh.model_dump_json(), run_id=new_id)
             outcome.waiting += [i for i in await rt.inbox() if i.run_id == new_id]
     return outcome
+
+
+async def _written(rt: Runtime, run_id: str) -> list[str]:
+    """The files the fix tool wrote, as its recorded result says (what the model was shown
+    is that result inside an untrusted-data block, not the result itself)."""
+    for entry in reversed(await rt.timeline(run_id)):
+        data = entry.data
+        if entry.type == "tool_completed" and data.get("name") == FIX_TOOL:
+            if data.get("is_error"):
+                return []
+            written: list[str] = json.loads(data["output"])["written"]
+            return written
+    return []
 
 
 def _still_missing(proposal: Proposal, covered: set[str]) -> Proposal:
