@@ -30,6 +30,8 @@ def test_the_token_and_stream_samples_run(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path}/runs.db"
     env = {
         **os.environ,
+        # the samples call `contextos` as a newcomer would: from the environment's bin
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
         "CONTEXTOS_STORE": store,
         "CONTEXTOS_POLICY": str(ROOT / "examples" / "refund_policy.toml"),
     }

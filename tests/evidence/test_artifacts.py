@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sqlite3
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from evidence_cli import cli_for
 from pydantic import BaseModel
 from support_agents import POLICY, lookup, support
 
@@ -155,18 +153,7 @@ async def test_a_changed_blob_is_refused_and_an_unknown_id_is_named(tmp_path: Pa
 
 
 def test_artifacts_and_artifact_commands(tmp_path: Path) -> None:
-    db = tmp_path / "c.db"
-    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200", "EVIDENCE_LEDGER": str(tmp_path / "l")}
-
-    def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "contextos", *args, "--store", str(db)],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+    cli = cli_for(tmp_path)
 
     ran = cli("run", "tests/evidence/support_agents.py:agent", "Refund A-1", "--json")
     assert ran.returncode == 0, ran.stderr

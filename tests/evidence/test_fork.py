@@ -4,12 +4,10 @@ again (the fork sees its receipt)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from evidence_cli import cli_for
 from support_agents import POLICY, credit_agent, support, writes
 
 from contextos import Principal, RunStatus, Runtime
@@ -127,18 +125,7 @@ async def test_a_fork_point_the_loop_cannot_go_on_from_is_refused(tmp_path: Path
 
 
 def test_fork_command(tmp_path: Path) -> None:
-    db = tmp_path / "c.db"
-    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200", "EVIDENCE_LEDGER": str(tmp_path / "l")}
-
-    def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "contextos", *args, "--store", str(db)],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+    cli = cli_for(tmp_path)
 
     ran = cli("run", "tests/evidence/support_agents.py:agent", "Refund A-1", "--json")
     run_id = json.loads(ran.stdout)["run_id"]

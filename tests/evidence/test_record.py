@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from evidence_cli import cli_for
 from pydantic import BaseModel
 from support_agents import POLICY, support
 
@@ -218,18 +219,7 @@ async def test_passes_and_failures_of_verification_are_both_evaluations(tmp_path
 
 
 def test_record_command(tmp_path: Path) -> None:
-    db = tmp_path / "c.db"
-    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200", "EVIDENCE_LEDGER": str(tmp_path / "l")}
-
-    def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "contextos", *args, "--store", str(db)],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+    cli = cli_for(tmp_path)
 
     ran = cli("run", "tests/evidence/support_agents.py:agent", "Refund A-1", "--json")
     run_id = json.loads(ran.stdout)["run_id"]
@@ -248,17 +238,7 @@ def test_a_stored_record_that_is_corrupt_or_of_an_unknown_version_fails_loudly(
     tmp_path: Path,
 ) -> None:
     db = tmp_path / "c.db"
-    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "300", "EVIDENCE_LEDGER": str(tmp_path / "l")}
-
-    def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "contextos", *args, "--store", str(db)],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+    cli = cli_for(tmp_path, columns=300)
 
     ran = cli("run", "tests/evidence/support_agents.py:agent", "Refund A-1", "--json")
     run_id = json.loads(ran.stdout)["run_id"]

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from evidence_cli import cli_for
 from support_agents import CREDIT_INSTRUCTIONS, POLICY, credit, lookup, refund, support, writes
 
 from contextos import Principal, RunStatus, Runtime, Tool
@@ -133,18 +131,7 @@ async def test_packets_replay_where_the_run_never_was_and_refuse_edits(tmp_path:
 
 
 def test_replay_and_packet_commands(tmp_path: Path) -> None:
-    db = tmp_path / "c.db"
-    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200", "EVIDENCE_LEDGER": str(tmp_path / "l")}
-
-    def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "contextos", *args, "--store", str(db)],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+    cli = cli_for(tmp_path)
 
     ran = cli("run", "tests/evidence/support_agents.py:agent", "Refund A-1", "--json")
     run_id = json.loads(ran.stdout)["run_id"]
