@@ -227,6 +227,15 @@ def test_the_guard_is_applied_once() -> None:
     assert s.guard(once) == once
 
 
+
+async def test_the_same_conversation_is_the_same_prompt_in_every_run(tmp_path: Path) -> None:
+    """Block ids do not depend on the run: a model that answers a prompt deterministically
+    answers the same question with the same tool result the same way in every run."""
+    seen = [await tool_output_seen("Order 7 shipped.", tmp_path / str(i)) for i in range(2)]
+    assert seen[0] == seen[1]
+    only_block(seen[0])
+
+
 # -- everything the author did not write ------------------------------------------------------
 
 

@@ -2,7 +2,9 @@
 
 Every untrusted block (tool output, retrieved passage, memory fact, history summary, a child
 run's result) is spotlighted: wrapped in delimiters that name where it came from, with an id
-derived from the run, the event and the content. Before marking, the text is normalised (NFKC,
+derived from the source, the event and the content. Not from the run: the same conversation
+must reach the model as the same prompt in every run, or a model that answers a given prompt
+deterministically (the embedded one, greedy) would answer differently from run to run. Before marking, the text is normalised (NFKC,
 invisible and bidirectional controls removed, every line break a `\\n`, every other space a
 space), so a marker split by a zero-width space or written in full-width look-alikes is seen for
 what it is. Then anything that could pass for our delimiters, or for a turn or role marker of a
@@ -409,14 +411,11 @@ class Sanitizer(ContentGuard):
     def _guard(
         self, context: CompiledContext, counts: Counter[str], *, remember: bool = True
     ) -> CompiledContext:
-        salt = context.source
-
         def block(content: str, source: str, ref: str, counts: Counter[str] = counts) -> str:
             s = spotlight(
                 content,
                 source=source,
                 ref=ref,
-                salt=salt,
                 datamark_with=self.datamark,
                 flag=self.flag_injections,
             )
