@@ -4,14 +4,17 @@ Every untrusted block (tool output, retrieved passage, memory fact, history summ
 run's result) is spotlighted: wrapped in delimiters that name where it came from, with an id
 derived from the source, the event and the content. Not from the run: the same conversation
 must reach the model as the same prompt in every run, or a model that answers a given prompt
-deterministically (the embedded one, greedy) would answer differently from run to run. Before marking, the text is normalised (NFKC,
-invisible and bidirectional controls removed, every line break a `\\n`, every other space a
-space), so a marker split by a zero-width space or written in full-width look-alikes is seen for
-what it is. Then anything that could pass for our delimiters, or for a turn or role marker of a
-chat template (`CHAT_TEMPLATE_MARKERS`), is defanged: its brackets become look-alikes and a
-role line is quoted, so a block can neither close itself early nor open a fake turn. Phrases of
-known prompt-injection patterns are flagged in place; optional datamarking interleaves a marker
-between words. The stable system prefix explains the convention once.
+deterministically (the embedded one, greedy) would answer differently from run to run.
+
+Before marking, the text is normalised (NFKC, invisible and bidirectional controls removed,
+every line break a `\\n`, every other space a space), so a marker split by a zero-width space
+or written in full-width look-alikes is seen for what it is. Then anything that could pass for
+our delimiters, or for a turn or role marker of a chat template (`CHAT_TEMPLATE_MARKERS`), is
+defanged: its brackets become look-alikes and a role line is quoted, so a block can neither
+close itself early nor open a fake turn (which is what keeps a block closed: its id, a hash of
+its own text, only names it). Phrases of known prompt-injection patterns are flagged in place;
+optional datamarking interleaves a marker between words. The stable system prefix explains the
+convention once.
 """
 
 from __future__ import annotations
