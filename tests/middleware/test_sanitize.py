@@ -227,7 +227,6 @@ def test_the_guard_is_applied_once() -> None:
     assert s.guard(once) == once
 
 
-
 async def test_the_same_conversation_is_the_same_prompt_in_every_run(tmp_path: Path) -> None:
     """Block ids do not depend on the run: a model that answers a prompt deterministically
     answers the same question with the same tool result the same way in every run."""
