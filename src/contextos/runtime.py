@@ -169,6 +169,7 @@ class Runtime:
             lease_s=lease_s,
             announce=self._own.announce,
             bind=self._bind,
+            admit=self._admit,
         )
         self._children = ChildRuns(
             self.store,
@@ -594,6 +595,11 @@ class Runtime:
         bound = self.governance.context_for(principal, context)
         await self.governance.check_child(self.store, bound)
         return bound
+
+    def _admit(self, agent: Agent | Workflow) -> None:
+        """A default guard an agent leaves out must be one the configured policy lets it."""
+        if isinstance(agent, Agent):
+            self.governance.check_opt_out(agent.name, agent.opt_out)
 
     def _bind(self, run_id: RunId, context: RunContext | None) -> list[ev.Event]:
         return [] if context is None else [self.governance.bound(run_id, 2, context)]

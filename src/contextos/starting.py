@@ -49,6 +49,7 @@ class RunStarter:
         lease_s: float,
         announce: Callable[[], Awaitable[None]],
         bind: Callable[[RunId, RunContext | None], list[ev.Event]],
+        admit: Callable[[Agent | Workflow], None],
     ) -> None:
         self.store = store
         self._queue = queue
@@ -58,6 +59,8 @@ class RunStarter:
         """Enters the runtime in the worker registry before it holds a lease."""
         self._bind = bind
         """The event binding a run's context (none for an unbound run)."""
+        self._admit = admit
+        """Refuses an agent the runtime's policy does not let run as it is declared."""
 
     async def state(self, run_id: str) -> RunState:
         return await load_state(self.store, RunId(run_id))
@@ -87,6 +90,7 @@ class RunStarter:
         A workflow run records its graph. `started` (with `hold`): this runtime drives it
         next, and records so in the same commit.
         """
+        self._admit(agent)
         metadata = _keyed(metadata, agent, context)
         text = _input_text(agent, input)
         rid = RunId(run_id) if run_id else new_run_id()

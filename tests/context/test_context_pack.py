@@ -20,6 +20,7 @@ from contextos import (
 from contextos import events as ev
 from contextos.context.rendered import RenderedLog, rendered_calls
 from contextos.middleware import PathInstructions, Sanitizer, Skills
+from contextos.policy import Policy
 from contextos.testing import ScriptedModel, call_tool, reply
 
 SECRET = "jo.bloggs@example.com"
@@ -78,6 +79,29 @@ async def test_opting_out_of_a_default_layer_is_explicit_and_recorded(tmp_path: 
         Agent(name="a", opt_out={"compaction": "not a default"})
     with pytest.raises(ConfigError, match="both listed"):
         Agent(name="a", middleware=[Sanitizer()], opt_out={"sanitize": "contradiction"})
+
+
+async def test_under_a_policy_an_agent_leaves_out_only_the_guards_it_allows(
+    tmp_path: Path,
+) -> None:
+    agent = Agent(
+        name="a",
+        model=ScriptedModel([reply("done")]),
+        opt_out={"pii": "redaction happens in the upstream gateway"},
+    )
+    strict = Policy.from_dict({"name": "strict"})
+    async with Runtime(str(tmp_path / "strict.db"), policy=strict) as rt:
+        with pytest.raises(ConfigError, match="pii guard, which policy strict does not allow"):
+            await rt.run(agent, "hi")
+        assert await rt.runs() == []  # refused before anything was recorded
+
+    lenient = Policy.from_dict({"name": "lenient", "allow_opt_out": ["pii"]})
+    assert lenient.snapshot_hash != Policy.from_dict({"name": "lenient"}).snapshot_hash
+    async with Runtime(str(tmp_path / "lenient.db"), policy=lenient) as rt:
+        result = await rt.run(agent, "hi")
+        bound = [e for e in await rt.events(result.run_id) if isinstance(e, ev.ContextBound)]
+    assert result.status is RunStatus.COMPLETED
+    assert [b.snapshot_hash for b in bound] == [lenient.snapshot_hash]  # what allowed it
 
 
 async def test_the_model_is_shown_only_the_tools_the_run_may_call(tmp_path: Path) -> None:
