@@ -544,7 +544,7 @@ def compile_context(
                 id="history_summary",
                 type=ItemType.HISTORY_SUMMARY,
                 content=summary,
-                source=f"run:{run_id} events ..{cursor}",
+                source=f"history events ..{cursor}",  # no run id: one conversation, one prompt
                 version=f"cursor:{cursor}",
                 trust=TrustClass.DERIVED,
                 why="older turns were compacted into this summary",
