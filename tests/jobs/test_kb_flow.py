@@ -22,7 +22,7 @@ from kb_targets import flow, nonsense
 from kbsample import SAMPLE, key, planted, verifier_for
 
 from contextos import RunId, RunStatus, Runtime
-from contextos.jobs.kb import Fixture, Report, ScanRequest, scan_kb
+from contextos.jobs.kb import SCANNER, Fixture, Report, ScanRequest, scan_kb
 from contextos.state import RunState, fold
 from contextos.store import SqliteStore
 
@@ -38,7 +38,7 @@ writer's child run started and finished."""
 
 async def scan(db: Path, request: ScanRequest, which: Any = flow) -> Report:
     async with Runtime(str(db)) as rt:
-        result = await rt.run(which, request)
+        result = await rt.run(which, request, principal=SCANNER)
         assert result.status is RunStatus.COMPLETED, result.failure_message
         return Report.model_validate(result.structured_output)
 
@@ -127,7 +127,7 @@ def start(tmp: Path, port: int, kill_after: int) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [
             *(sys.executable, str(KILLER), str(tmp / "runs.db"), "run_k", str(kill_after)),
-            *(FLOW, request_text(tmp, port), "own"),
+            *(FLOW, request_text(tmp, port), "own", SCANNER.id),
         ],
         cwd=ROOT,
         env=env(tmp),
