@@ -34,7 +34,6 @@ from contextos.jobs.kb.tools import ReadOnlyDir
 from contextos.jobs.kb.verify import LinkStatus, LinkVerdict, LinkVerifier, Reason
 
 __all__ = [
-    "SCANNER",
     "Counts",
     "Delta",
     "Finding",
@@ -54,6 +53,7 @@ __all__ = [
     "Reason",
     "Report",
     "Rules",
+    "SCANNER",
     "Scan",
     "ScanRequest",
     "Scanner",
