@@ -34,7 +34,7 @@ from contextos.context.compiled import CompiledContext, Entry
 from contextos.context.memory import Subject
 from contextos.errors import ConfigError
 from contextos.messages import Usage
-from contextos.models.base import ModelAdapter, ModelRequest, ModelResponse
+from contextos.models.base import ModelAdapter, ModelRequest, ModelResponse, check_response
 from contextos.runs import Budget, FailureReason, RunStatus
 from contextos.tools.contract import Tool, ToolContext
 
@@ -485,7 +485,9 @@ class Chain:
         )
         manifest = context.manifest()
         started = time.perf_counter()
-        response = await self.model.complete(request)
+        # Checked before any layer reads it: a guard rewriting the answer must not be the
+        # first to trip over what no event could hold.
+        response = check_response(await self.model.complete(request), model=self.model.name)
         return ModelResult(
             call=call,
             request=request,
