@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from worker_helpers import AGENTS
 
-from contextos import Runtime, load_agent
+from contextos import Policy, Principal, RunContext, Runtime, load_agent
 from contextos import events as ev
 from contextos.errors import ConfigError
 from contextos.runs import RunId
@@ -177,6 +177,24 @@ async def test_catch_up_after_downtime(backend_url: str, catch_up: CatchUp) -> N
         (schedule,) = await queue(rt).list_schedules()
         assert schedule.next_tick_at == T + 4 * DAY
         assert await fire_schedules(rt, now=back) == []
+
+
+async def test_a_scheduled_run_acts_for_its_schedule_unless_a_policy_binds_it(
+    tmp_path: Path,
+) -> None:
+    """Where runs would be bound to no one, a schedule's run is bound to the schedule itself,
+    so that what keys on a principal (memory, daily caps) can run on a schedule."""
+    tick = T + timedelta(minutes=1)
+    bound: list[str] = []
+    for name, policy in (("ungoverned", None), ("governed", Policy(name="p"))):
+        async with Runtime(str(tmp_path / f"{name}.db"), policy=policy) as rt:
+            await add_schedule(queue(rt), "nightly", TICKER, "* * * * *", tenant="acme", now=T)
+            ((_, run_id),) = (await fire_schedules(rt, now=tick + timedelta(seconds=1)))[0].runs
+            context = (await rt.state(run_id)).context
+            assert context is not None
+            bound.append(RunContext.from_dict(context.context).principal.ref)
+    assert bound[0] == "automation:nightly@acme"
+    assert bound[1] == Principal.local().ref  # a policy binds it to the local operator
 
 
 # -- across worker processes and a restart ----------------------------------------------------
