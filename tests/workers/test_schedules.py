@@ -122,7 +122,11 @@ async def test_workers_firing_together_start_one_run_per_tick(backend_url: str) 
         assert [r.run_id for r in await runtimes[0].runs()] == [rid]
         created = (await runtimes[0].events(rid))[0]
         assert isinstance(created, ev.RunCreated)
-        assert created.metadata == {"schedule": "minutely", "tick": tick.isoformat()}
+        assert created.metadata == {
+            "schedule": "minutely",
+            "tick": tick.isoformat(),
+            "principal": "automation:minutely@default",  # the schedule it acts for
+        }
         assert created.input == "go" and created.agent_ref == TICKER
         entry = await queue(runtimes[0]).queue_entry(rid)
         assert entry is not None and entry.idempotency_key == tick_key("minutely", tick)
