@@ -26,6 +26,7 @@ from contextos.policy import (
     Policy,
     PolicyDecision,
     Principal,
+    PrincipalKind,
     Rule,
     RunContext,
 )
@@ -93,6 +94,7 @@ __all__ = [
     "Policy",
     "PolicyDecision",
     "Principal",
+    "PrincipalKind",
     "RenderedCall",
     "ReplayPacket",
     "ReplayReport",

@@ -14,6 +14,9 @@ old shape under tests/fixtures/events/):
   it read with none); no version bump, since no graph without routes writes one.
 - user_message_added moves the run to `queued` (a follow-up is answered by the next driver);
   no version bump: nothing recorded it before.
+- node_started: the optional `effect` (a code node's declared effect, recorded before its code
+  runs; rows written before it read with none); no version bump, since no graph without
+  effects writes one.
 """
 
 from __future__ import annotations

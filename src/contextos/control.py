@@ -1,4 +1,5 @@
-"""A person's hand on a run between its steps: pausing it, and sending it a follow-up.
+"""A person's hand on a run between its steps: pausing it, sending it a follow-up, finishing
+a conversation.
 
 Both are events appended under the fence. This module says whether a run can take them now,
 in one sentence a person can act on when it cannot; the runtime appends and drives.
@@ -66,6 +67,22 @@ def check_sendable(state: RunState) -> None:
     exhausted = budget_exceeded(s)
     if exhausted:
         _refuse(s, f"has no budget left for another answer: {exhausted}")
+
+
+def check_finishable(state: RunState) -> None:
+    """ControlRefused unless the run is a conversation waiting with an answer: finishing it
+    makes that answer the run's output."""
+    s = state
+    if s.is_terminal:
+        _refuse(s, f"has already {s.status.value}; there is nothing to finish")
+    if s.answered is None:
+        if s.status in (RunStatus.RUNNING, RunStatus.QUEUED):
+            _refuse(s, f"is {s.status} and has not answered yet: finish it once it answers")
+        _refuse(
+            s,
+            "is not a conversation waiting with an answer; only those are finished "
+            f"(`contextos cancel {s.run_id}` ends any run)",
+        )
 
 
 def _refuse(state: RunState, reason: str) -> NoReturn:

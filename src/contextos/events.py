@@ -3,49 +3,37 @@
 The log is append-only, keyed by `(run_id, seq)`. Each event is a frozen record with a `type`
 discriminator and its type's schema version; `contextos.codec` turns events into stored rows
 and back, and stops loudly on a version this code does not know.
+
+The graph's events (delegations, child runs, workflow nodes) live in `contextos.graph_events`
+and evidence's (forks, evaluations, artifacts) in `contextos.evidence_events`; this module
+gathers every type into the one `Event` union and re-exports them all, so an event is imported
+from here whichever module defines it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Annotated, Any, ClassVar, Literal
+from datetime import datetime
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from contextos.delegation import ChildStatus, DelegationContract
+from contextos.event_base import BaseEvent as _Event
+from contextos.event_base import utcnow
+from contextos.evidence_events import ArtifactRecorded, EvaluationRecorded, RunForked
+from contextos.graph_events import (
+    ChildRunFinished,
+    ChildRunStarted,
+    DelegationBound,
+    NodeCompleted,
+    NodeFailed,
+    NodeRoundCompleted,
+    NodeStarted,
+    WorkflowBound,
+)
 from contextos.ledger import EffectState
 from contextos.messages import FinishReason, Message, Usage
-from contextos.runs import Budget, FailureReason, RunId, RunStatus
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class _Event:
-    """Fields every event has."""
-
-    SCHEMA_VERSION: ClassVar[int] = 1
-    SETS_STATUS: ClassVar[RunStatus | None] = None
-    """The status a run has after this event, for events that change it."""
-
-    run_id: RunId
-    """The run this event belongs to."""
-    seq: int
-    """Position in the run's log, from 1, without gaps."""
-    occurred_at: datetime = field(default_factory=utcnow)
-    """When it happened (UTC)."""
-    actor: str = "runtime"
-    """Who caused it: `runtime`, `worker:<id>`, `user:<id>`, `model`, `tool:<name>`."""
-    causation_id: int | None = None
-    """Seq of the event that caused this one, when there is one (set by the runtime before
-    every append, see `contextos.causality`)."""
-    correlation_id: str | None = None
-    """The run tree it belongs to: the id of the tree's root run (the run itself, unless a
-    trigger or a parent run started it)."""
-
+from contextos.runs import Budget, FailureReason, RunStatus
 
 # --- lifecycle ------------------------------------------------------------------------------
 
@@ -556,202 +544,6 @@ class ContextCompacted(_Event):
     """Estimated tokens of what was summarized."""
 
 
-# --- runs that start runs: delegation contracts, child runs, workflow nodes -----------------
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class DelegationBound(_Event):
-    """The contract a child run works under, bound at its start (in the child's log)."""
-
-    type: Literal["delegation_bound"] = "delegation_bound"
-    contract: DelegationContract
-    """What the parent handed it: objective, inputs, tools, budget, expected output."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ChildRunStarted(_Event):
-    """The run started a child run under a contract (in the parent's log, before the child
-    exists: a parent resumed after a crash finds the same child instead of starting one)."""
-
-    type: Literal["child_run_started"] = "child_run_started"
-    contract: DelegationContract
-    """The contract, budget already carved out of this run's."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ChildRunFinished(_Event):
-    """A child run ended and the parent took in what it gave back: a validated result and an
-    evidence summary, never its transcript. What it did not spend returns to the parent."""
-
-    type: Literal["child_run_finished"] = "child_run_finished"
-    delegation_id: str
-    """The delegation."""
-    child_run_id: RunId
-    """The child run."""
-    status: ChildStatus
-    """completed, failed, rejected (its result failed validation), cancelled or expired."""
-    result: Any = None
-    """The result, validated against the contract's expected output (JSON data)."""
-    evidence: dict[str, Any] = field(default_factory=dict)
-    """What the child did, derived from its log: tools called, effects, denials, spend."""
-    usage: Usage = field(default_factory=Usage)
-    """What it spent, its own children included."""
-    turns: int = 0
-    """Model calls it made, its own children's included."""
-    reason: str | None = None
-    """Why it did not complete: its failure reason, or `output_invalid`."""
-    message: str = ""
-    """Human-readable detail."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class WorkflowBound(_Event):
-    """The run is a workflow: its graph as declared, bound at start."""
-
-    type: Literal["workflow_bound"] = "workflow_bound"
-    workflow: str
-    """The workflow's name."""
-    nodes: tuple[dict[str, Any], ...]
-    """Each node: `name`, `kind`, `after` (the nodes it reads), `output` (its type's name)."""
-    output_node: str
-    """The node whose output is the workflow's."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class NodeStarted(_Event):
-    """A workflow node began; a fan-out or a gate records the items it runs over."""
-
-    type: Literal["node_started"] = "node_started"
-    node: str
-    """The node."""
-    kind: str
-    """agent, code, map, reduce, gate or loop."""
-    items: list[Any] | None = None
-    """For a fan-out or a gate: its items (JSON data), fixed here for every later resume."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class NodeRoundCompleted(_Event):
-    """One round of a convergence loop finished; the next round starts from `output`."""
-
-    type: Literal["node_round_completed"] = "node_round_completed"
-    node: str
-    """The loop node."""
-    round: int
-    """Which round, from 1."""
-    output: Any = None
-    """The state after the round, validated (JSON data)."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class NodeCompleted(_Event):
-    """A workflow node finished; its output passed its declared type before anything read it."""
-
-    type: Literal["node_completed"] = "node_completed"
-    node: str
-    """The node."""
-    output: Any = None
-    """The validated output (JSON data): what the nodes after it receive."""
-    converged: bool | None = None
-    """For a loop: whether its stop condition held (False: it stopped at its round limit)."""
-    route: str | None = None
-    """For a node with conditional edges: the node its output chose to run next."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class NodeFailed(_Event):
-    """A workflow node failed; the workflow fails with the same reason."""
-
-    type: Literal["node_failed"] = "node_failed"
-    node: str
-    """The node."""
-    reason: FailureReason
-    """output_invalid, node_failed, child_failed, not_converged, budget_exhausted, …"""
-    message: str
-    """Human-readable detail."""
-    errors: tuple[str, ...] = ()
-    """For output_invalid: each problem with the output, by field."""
-
-
-# --- evidence -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class RunForked(_Event):
-    """This run's history up to here is a copy of another run's first `at_seq` events; it goes
-    on from there (with the agent named here). Effects the source run dispatched for calls in
-    that history follow this event as the source recorded them, so none is sent again."""
-
-    SETS_STATUS = RunStatus.QUEUED
-    type: Literal["run_forked"] = "run_forked"
-    source_run_id: str
-    """The run forked."""
-    at_seq: int
-    """The last event of the source's history this run copies."""
-    agent_name: str
-    """The agent that goes on (the source's, or another)."""
-    agent_version: str
-    """Its version."""
-    agent_hash: str
-    """Its identity hash."""
-    agent_ref: str | None = None
-    """Where to import it from."""
-    tool_manifest_hash: str = ""
-    """Hash of its tools."""
-    inherited_effects: tuple[str, ...] = ()
-    """Effects whose later history in the source run follows this event."""
-    inherited_actions: tuple[tuple[str, str, str], ...] = ()
-    """(effect id, action key, contract hash) of each effect the source sent for a call made
-    after `at_seq`: a call of this run asking the same of the same tool takes that effect's
-    outcome instead of being sent (see `contextos.ledger.action_key`)."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class EvaluationRecorded(_Event):
-    """An evaluator judged the run's answer (a pass as well as a failure)."""
-
-    type: Literal["evaluation_recorded"] = "evaluation_recorded"
-    evaluator: str
-    """The evaluator's name (a verifier's `name`)."""
-    evaluator_kind: str = ""
-    """What it is: `function`, `output_type`, or the class of a custom verifier."""
-    evaluator_version: str = ""
-    """Which version judged: its declared `version`, or a hash of its code."""
-    subject_seq: int
-    """Seq of the answer it judged."""
-    passed: bool
-    """Its verdict."""
-    gaps: tuple[str, ...] = ()
-    """What it found missing or wrong."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ArtifactRecorded(_Event):
-    """The run produced an artifact; its content is a blob in the artifact store, by hash."""
-
-    type: Literal["artifact_recorded"] = "artifact_recorded"
-    artifact_id: str
-    """Stable id of the artifact."""
-    artifact_type: str
-    """What it is: `run_output`, `child_result`, `report`, …"""
-    schema_version: str = "1"
-    """Version of its content's shape."""
-    content_hash: str
-    """sha256 of its content (hex)."""
-    media_type: str
-    """Media type of the content."""
-    size: int
-    """Bytes of content."""
-    source_events: tuple[int, ...] = ()
-    """Seqs of this run's events it was made from."""
-    input_artifacts: tuple[str, ...] = ()
-    """Artifacts it was made from."""
-    policy_snapshot: str = ""
-    """The policy snapshot the run was bound to."""
-    classification: str = "internal"
-    """Most sensitive data classification of what went into it."""
-
-
 Event = Annotated[
     RunCreated
     | RunStarted
@@ -852,4 +644,5 @@ __all__ = [
     "VerificationFailed",
     "WorkflowBound",
     "status_after",
+    "utcnow",
 ]

@@ -546,6 +546,27 @@ class Driver:
             )
             await self.commit(*events)
 
+    async def finish_conversation(self, actor: str) -> None:
+        """Complete a conversation that answered: its last answer becomes the run's output
+        (and its output artifact), as if the run had been an ordinary one ending there."""
+        answered = self.state.answered
+        assert answered is not None, "check_finishable first"
+        structured, seq = answered.structured_output, answered.answer_seq
+        events: list[ev.Event] = []
+        output = await self.output_artifact(self.state.output or "", structured, seq)
+        if output is not None:
+            events.append(self.event(ev.ArtifactRecorded, actor=actor, **output))
+        events.append(
+            self.event(
+                ev.RunCompleted,
+                offset=len(events) + 1,
+                actor=actor,
+                answer_seq=seq,
+                structured_output=structured,
+            )
+        )
+        await self.commit(*events)
+
     async def output_artifact(
         self, answer: str, structured: Any, answer_seq: int
     ) -> dict[str, Any] | None:

@@ -103,6 +103,9 @@ class FailureReason(StrEnum):
     """A child run the workflow needed ended without a result (failed, cancelled, expired)."""
     NOT_CONVERGED = "not_converged"
     """A convergence loop reached its round limit without its stop condition holding."""
+    OUTCOME_UNKNOWN = "outcome_unknown"
+    """A workflow's code node that declares an effect was stopped while it ran: whether its
+    effect happened is unknown, so it is not run again."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

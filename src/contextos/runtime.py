@@ -12,7 +12,7 @@ import logging
 import os
 import socket
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -22,7 +22,7 @@ from contextos import events as ev
 from contextos.agents import Agent, load_agent, load_ref
 from contextos.causality import stamp
 from contextos.context.rendered import RenderedCall, rendered_calls
-from contextos.control import check_pausable, check_sendable
+from contextos.control import check_finishable, check_pausable, check_sendable
 from contextos.errors import (
     AgentChanged,
     ConcurrencyConflict,
@@ -59,7 +59,7 @@ from contextos.starting import RunStarter
 from contextos.state import RunState, apply, fold
 from contextos.store import EventStore, RunSummary, open_store, wakeup
 from contextos.store.artifacts import Artifact, artifacts_of
-from contextos.store.base import load_state
+from contextos.store.base import DEFAULT_TENANT, load_state
 from contextos.store.queue import (
     Lease,
     QueueEntry,
@@ -235,7 +235,7 @@ class Runtime:
         parent, which does the same.
         """
         check_priority(priority)
-        bound = await self._context_for(principal, context)
+        bound = await self._context_for(principal, context, tenant=tenant)
         rid, _ = await self._starter.create(
             agent,
             input,
@@ -377,7 +377,17 @@ class Runtime:
                 clock=self.governance.clock,
             )
             return await self._supervise(flow, state, lease)
-        driver = Driver(
+        driver = self._driver(state, agent)
+        if agent.subagents:
+            driver.delegations = SubagentCalls(
+                agent,
+                self._children.host(take_over=take_over, clock=self.governance.clock),
+                parent_ref=state.agent_ref,
+            )
+        return await self._supervise(driver, state, lease)
+
+    def _driver(self, state: RunState, agent: Agent) -> Driver:
+        return Driver(
             store=self.store,
             agent=agent,
             model=self.model_for(agent),
@@ -386,13 +396,6 @@ class Runtime:
             authority=self.governance,
             hook=self.policy,
         )
-        if agent.subagents:
-            driver.delegations = SubagentCalls(
-                agent,
-                self._children.host(take_over=take_over, clock=self.governance.clock),
-                parent_ref=state.agent_ref,
-            )
-        return await self._supervise(driver, state, lease)
 
     async def _supervise(
         self, driver: Driver | WorkflowDriver, state: RunState, lease: Lease | None
@@ -574,6 +577,32 @@ class Runtime:
                 return RunResult.from_state(apply(state, event))
         return await self.resume(rid, agent, lease=lease)
 
+    async def finish(
+        self, run_id: str, *, actor: str = "user", agent: Agent | None = None
+    ) -> RunResult:
+        """Close a conversation that answered as completed: its last answer is the run's
+        output and output artifact. ControlRefused, with nothing recorded, for any other run
+        (one that ended, runs, waits on a question or is not a conversation)."""
+        rid = RunId(run_id)
+        state = await self.state(rid)
+        check_finishable(state)
+        if agent is None:
+            if not state.agent_ref:
+                raise ConfigError(
+                    f"run {run_id} was started without an agent reference; pass the agent",
+                    run_id=run_id,
+                )
+            agent = load_ref(state.agent_ref)
+        if not isinstance(agent, Agent):
+            raise ConfigError(f"run {run_id} is not an agent run", run_id=run_id)
+        driver = self._driver(state, agent)
+        await driver.finish_conversation(actor)
+        if self._traces is not None:
+            done = await self.store.read(rid, after_seq=state.seq)
+            await self._traces.committed(self.store, rid, done)
+        await self._materialise(driver.state)
+        return RunResult.from_state(driver.state)
+
     # -- authority: contexts, the policy gate, people answering interrupts ---------------
 
     @property
@@ -586,13 +615,22 @@ class Runtime:
         return self._allow_all
 
     async def _context_for(
-        self, principal: Principal | None, context: RunContext | None
+        self, principal: Principal | None, context: RunContext | None, *, tenant: str | None = None
     ) -> RunContext | None:
         """The context to bind at start: given, derived from a principal, or (when a policy is
-        configured) the local operator's. None leaves an ungoverned run unbound."""
-        if principal is None and context is None and self.authority is None:
-            return None
+        configured, or the run is another tenant's) the local operator's, in `tenant`. None
+        leaves an ungoverned run of the default tenant unbound."""
+        if principal is None and context is None:
+            if tenant and tenant != DEFAULT_TENANT:  # the run is listed and read as that tenant's
+                principal = replace(Principal.local(), tenant=tenant)
+            elif self.authority is None:
+                return None
         bound = self.governance.context_for(principal, context)
+        if tenant and bound.tenant != tenant:
+            raise ConfigError(
+                f"the run is started in tenant {tenant!r} as {bound.principal.ref}, of tenant "
+                f"{bound.tenant!r}: start it as a principal of {tenant!r}"
+            )
         await self.governance.check_child(self.store, bound)
         return bound
 
@@ -604,9 +642,10 @@ class Runtime:
     def _bind(self, run_id: RunId, context: RunContext | None) -> list[ev.Event]:
         return [] if context is None else [self.governance.bound(run_id, 2, context)]
 
-    async def inbox(self, *, limit: int = 200) -> list[Interrupt]:
-        """Interrupts waiting for a person, across runs, oldest first (with previews)."""
-        return await self.governance.inbox(self.store, limit=limit)
+    async def inbox(self, *, limit: int = 200, tenant: str | None = None) -> list[Interrupt]:
+        """Interrupts waiting for a person, across runs (only one tenant's when named), oldest
+        first (with previews)."""
+        return await self.governance.inbox(self.store, limit=limit, tenant=tenant)
 
     async def interrupt(self, interrupt_id: str) -> Interrupt:
         """One interrupt, pending or resolved."""

@@ -83,6 +83,8 @@ class RunState:
     """Set when the run will fail or be cancelled once its effects are settled."""
     pause_requested: ev.RunPauseRequested | None = None
     """Set when a person asked the running run to pause and it has not paused yet."""
+    answered: ev.RunAnswered | None = None
+    """The answer a conversation waits with for the person's next message."""
     tool_errors: int = 0
     """Tool calls that ended in an error the model had to handle, over the whole run."""
     last_tool_error: str | None = None
@@ -266,11 +268,13 @@ def apply(state: RunState, event: ev.Event) -> RunState:
         case ev.UserMessageAdded():
             state.messages.append(Message(role="user", content=event.content))
             state.output = state.structured_output = None  # the answer to come is a new one
+            state.answered = None
         case ev.RunPauseRequested():
             state.pause_requested = event
         case ev.RunPaused():
             state.pause_requested = None
         case ev.RunAnswered():
+            state.answered = event
             state.output = _answer(state, event)
             state.structured_output = event.structured_output
         case ev.RunCompleted():

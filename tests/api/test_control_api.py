@@ -84,6 +84,17 @@ async def test_a_message_continues_a_conversation_followed_on_the_stream(tmp_pat
                 )
             assert (await http.get(f"/v1/runs/{run_id}")).json()["last_seq"] == now["last_seq"]
 
+            # Another tenant cannot finish it; its own user closes it with the last answer.
+            error_of(
+                await http.post(f"/v1/runs/{run_id}/finish", headers=carol), 404, "run_not_found"
+            )
+            finished = await http.post(f"/v1/runs/{run_id}/finish")
+            assert finished.status_code == 200, finished.text
+            assert finished.json()["status"] == "completed"
+            assert finished.json()["output"] == now["output"]
+            again = error_of(await http.post(f"/v1/runs/{run_id}/finish"), 409, "control_refused")
+            assert "already completed" in str(again["message"])
+
 
 async def test_a_paused_run_waits_until_it_is_sent_a_message(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path}/runs.db"

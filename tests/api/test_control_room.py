@@ -180,3 +180,25 @@ def test_a_wrong_token_is_refused_at_sign_in(browser: Any, server: tuple[str, st
     page.get_by_role("button", name="Sign in").click()
     expect(page.get_by_role("alert")).to_contain_text("not one this server issued")
     expect(page.get_by_label("API token")).to_be_visible()
+
+
+def test_the_interactive_schema_renders_with_no_network_but_the_server(
+    browser: Any, server: tuple[str, str]
+) -> None:
+    base, _ = server
+    elsewhere: list[str] = []
+
+    def only_the_server(route: Any) -> None:
+        if route.request.url.startswith(base):
+            route.continue_()
+        else:  # a CDN, or anything not this server: as on a machine offline
+            elsewhere.append(route.request.url)
+            route.abort()
+
+    page = browser.new_page()
+    page.route("**/*", only_the_server)
+    page.goto(base + "/v1/docs")
+    expect(page.locator(".opblock-summary-path").first).to_be_visible()
+    paths = page.locator(".opblock-summary-path").all_inner_texts()
+    assert any("/v1/runs/{run_id}/events" in p for p in paths), paths
+    assert elsewhere == []

@@ -189,3 +189,19 @@ async def test_a_token_starts_runs_only_in_its_own_tenant(setup: tuple[str, ApiC
             assert (first.status_code, second.status_code) == (201, 201)
             assert first.json()["run_id"] != second.json()["run_id"]
             await asyncio.sleep(0)
+
+
+async def test_an_inbox_limit_counts_the_tenants_own_interrupts(
+    setup: tuple[str, ApiConfig],
+) -> None:
+    """Another tenant's newer waiting runs do not crowd a tenant's own out of its inbox."""
+    url, config = setup
+    bob = await token_for(url, tenant="acme", user="bob")
+    carol = await token_for(url, tenant="globex", user="carol")
+    with serving(config) as base:
+        async with httpx.AsyncClient(base_url=base, timeout=60) as http:
+            mine = await waiting_payment(http, bob)
+            for _ in range(2):
+                await waiting_payment(http, carol)
+            inbox = await http.get("/v1/interrupts", params={"limit": 1}, headers=bob)
+            assert [i["interrupt_id"] for i in inbox.json()["interrupts"]] == mine["waiting_on"]

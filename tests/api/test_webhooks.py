@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from api_server import GREETER, error_of, serving
+from api_server import GREETER, error_of, serving, token_for
 
 from contextos import Runtime
 from contextos.api import ApiConfig
@@ -215,3 +215,28 @@ async def test_a_delivery_signed_outside_the_window_is_refused(
 
     async with Runtime(url) as rt:
         assert [r.run_id for r in await rt.runs()] == [accepted.json()["run_id"]]
+
+
+async def test_a_tenants_webhook_starts_a_run_that_tenant_sees_and_no_other(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path}/runs.db"
+    async with Runtime(url) as rt:
+        q = queue_of(rt.store)
+        assert q is not None
+        await add_trigger(q, "acme-orders", GREETER, webhook=True, tenant="acme")
+    acme = await token_for(url, tenant="acme", user="bob")
+    other = await token_for(url, tenant="default", user="carol")
+    body = b'{"order": "A-1"}'
+    with serving(ApiConfig(store=url, agents=(GREETER,))) as base:
+        async with httpx.AsyncClient(base_url=base, timeout=60) as http:
+            hook = "/v1/hooks/acme-orders"
+            started = await http.post(hook, content=body, headers={DELIVERY_HEADER: "d-1"})
+            assert started.status_code == 202, started.text
+            run_id = started.json()["run_id"]
+            listed = (await http.get("/v1/runs", headers=acme)).json()["runs"]
+            assert [r["run_id"] for r in listed] == [run_id]
+            mine = await http.get(f"/v1/runs/{run_id}", headers=acme)
+            assert mine.status_code == 200, mine.text
+            error_of(await http.get(f"/v1/runs/{run_id}", headers=other), 404, "run_not_found")
+            assert (await http.get("/v1/runs", headers=other)).json()["runs"] == []

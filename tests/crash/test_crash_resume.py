@@ -4,7 +4,6 @@ fresh process, and check nothing recorded was requested or executed again."""
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
 import sqlite3
@@ -19,9 +18,10 @@ import pytest
 from contextos.events import RunStarted, RuntimeCrashDetected
 from contextos.state import RunState, fold
 from contextos.store import SqliteStore
+from support.crashes import crash_env, kill_after, lines, resume
+from support.processes import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
-CHILD = ROOT / "tests" / "crash" / "child.py"
+AGENT = "tests/crash/crash_agent.py:agent"
 APPENDS_IN_A_CLEAN_RUN = 10
 """The two reads of turn 2 run together: their results are recorded in one append."""
 EVENTS_IN_A_CLEAN_RUN = 14
@@ -31,32 +31,10 @@ verdicts (evaluations, in the appends of the answers' verification) and the outp
 EXPECTED_TOOL_CALLS = Counter({("lookup", "A-1"): 1, ("stock", "SKU-9"): 1, ("lookup", "B-2"): 1})
 
 
-def env(log_dir: Path, **extra: str) -> dict[str, str]:
-    return {**os.environ, "CRASH_LOG_DIR": str(log_dir), "NO_COLOR": "1", **extra}
-
-
 def child(
-    db: Path, run_id: str, kill_after: int, log_dir: Path
+    db: Path, run_id: str, kill_after_n: int, log_dir: Path
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(CHILD), str(db), run_id, str(kill_after)],
-        cwd=ROOT,
-        env=env(log_dir),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
-def resume(db: Path, run_id: str, log_dir: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "contextos", "resume", run_id, "--store", str(db), "--json"],
-        cwd=ROOT,
-        env=env(log_dir),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return kill_after(db, run_id, kill_after_n, AGENT, "Where are A-1 and B-2?", log_dir)
 
 
 def run_exists(db: Path) -> bool:
@@ -70,12 +48,6 @@ def run_exists(db: Path) -> bool:
         return conn.execute("SELECT 1 FROM runs WHERE run_id = 'run_r'").fetchone() is not None
     finally:
         conn.close()
-
-
-def read_log(path: Path) -> list[dict[str, object]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line]
 
 
 def load(db: Path, run_id: str) -> tuple[RunState, list[object]]:
@@ -128,10 +100,10 @@ def test_kill_after_each_append_then_resume(
     assert state.usage == clean_run.usage
 
     # Every model turn was requested exactly once across both processes.
-    turns = Counter(r["turn"] for r in read_log(tmp_path / "model.jsonl"))
+    turns = Counter(r["turn"] for r in lines(tmp_path / "model.jsonl"))
     assert turns == Counter({1: 1, 2: 1, 3: 1, 4: 1})
     # Every tool call ran exactly once.
-    calls = Counter((r["tool"], r["arg"]) for r in read_log(tmp_path / "tools.jsonl"))
+    calls = Counter((r["tool"], r["arg"]) for r in lines(tmp_path / "tools.jsonl"))
     assert calls == EXPECTED_TOOL_CALLS
 
     crash_noticed = any(isinstance(e, RuntimeCrashDetected) for e in events)
@@ -178,7 +150,7 @@ def test_random_sigkills_from_outside(tmp_path: Path, clean_run: RunState) -> No
             proc = subprocess.Popen(
                 resume_cmd if run_exists(db) else cmd,
                 cwd=ROOT,
-                env=env(log_dir, **slow),
+                env=crash_env(log_dir, **slow),
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
             )
@@ -190,7 +162,7 @@ def test_random_sigkills_from_outside(tmp_path: Path, clean_run: RunState) -> No
         final = subprocess.run(
             resume_cmd if run_exists(db) else cmd,
             cwd=ROOT,
-            env=env(log_dir),
+            env=crash_env(log_dir),
             capture_output=True,
             text=True,
             timeout=60,
@@ -200,7 +172,7 @@ def test_random_sigkills_from_outside(tmp_path: Path, clean_run: RunState) -> No
         assert transcript(state) == transcript(clean_run)
         # A request is repeated only when its process died before the answer was recorded:
         # never more than once per kill, and never for a turn answered in a live process.
-        turns = Counter(r["turn"] for r in read_log(log_dir / "model.jsonl"))
+        turns = Counter(r["turn"] for r in lines(log_dir / "model.jsonl"))
         assert set(turns) == {1, 2, 3, 4}
         assert sum(turns.values()) - 4 <= kills
         total_kills += kills

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import pty
+import select
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from typer.testing import CliRunner, Result
@@ -78,3 +81,43 @@ def test_serve_without_a_worker_says_runs_will_wait(tmp_path: Path) -> None:
         serving.terminate()
         serving.wait(timeout=30)
     assert first.startswith("no worker in this process:") and "--worker" in first
+
+
+def test_a_run_driven_on_a_terminal_shows_where_it_stands_live(tmp_path: Path) -> None:
+    """On a terminal, `contextos run` keeps a live line on stderr while the run is driven
+    (status, turns, time); piped, as in every other test here, it prints no such line."""
+    controller, terminal = pty.openpty()
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT / "src"),
+        "CONTEXTOS_TEST_DIR": str(tmp_path),
+        "TERM": "xterm-256color",
+        "COLUMNS": "80",
+    }
+    env.pop("NO_COLOR", None)
+    argv = ["run", "tests/drivers/slow_agent.py:agent", "x", "--run-id", "r1"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "contextos", *argv, "--store", str(tmp_path / "runs.db")],
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=terminal,
+    )
+    os.close(terminal)
+    seen = b""
+    try:
+        deadline = time.monotonic() + 60
+        while b"run r1: running, 1 turn" not in seen:  # the model asked for step 1's tool
+            assert time.monotonic() < deadline and proc.poll() is None, seen
+            ready, _, _ = select.select([controller], [], [], 0.5)
+            if ready:
+                seen += os.read(controller, 4096)
+        (tmp_path / "go").touch()
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(controller)
+    assert proc.returncode == 0
+    assert b"completed" in out and b"run r1:" not in out  # stdout carries only the result

@@ -9,6 +9,7 @@ and nothing recorded.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from test_ownership import AGENT, calls, cli, events_of, procs, start_cli, work  # noqa: F401
@@ -134,3 +135,32 @@ async def test_pause_of_a_run_whose_driver_died_pauses_it_at_once(
     (work / "go").touch()
     resumed = cli("resume", "run_k", "--store", str(db))
     assert resumed.returncode == 0 and "completed" in resumed.stdout, resumed.stderr
+
+
+async def test_finish_closes_an_answered_conversation_with_its_last_answer(
+    work: Path,  # noqa: F811
+) -> None:
+    db = work / "runs.db"
+    assert cli("run", CHAT, "hello", "--run-id", "run_f", "--store", str(db)).returncode == 0
+    assert cli("send", "run_f", "and in euros?", "--store", str(db)).returncode == 0
+
+    finished = cli("finish", "run_f", "--store", str(db), "--json")
+    assert finished.returncode == 0, finished.stderr
+    result = json.loads(finished.stdout)
+    assert result["status"] == "completed"
+    assert result["output"] == "user: hello | assistant: user: hello | user: and in euros?"
+
+    events = await events_of(db, "run_f")
+    completed = events[-1]
+    assert isinstance(completed, ev.RunCompleted) and completed.actor == "user:cli"
+    answers = [e for e in events if isinstance(e, ev.RunAnswered)]
+    assert completed.answer_seq == answers[-1].answer_seq  # the last answer, not stored again
+    (artifact,) = [e for e in events if isinstance(e, ev.ArtifactRecorded)]
+    assert artifact.artifact_type == "run_output"
+
+    # A finished run, a run that is no conversation: one line each, nothing recorded.
+    one_line_error(cli("finish", "run_f", "--store", str(db)), "has already completed")
+    (work / "go").touch()
+    assert cli("run", AGENT, "two steps", "--run-id", "run_g", "--store", str(db)).returncode == 0
+    one_line_error(cli("finish", "run_g", "--store", str(db)), "has already completed")
+    assert len(await events_of(db, "run_f")) == len(events)

@@ -67,6 +67,7 @@ def test_the_send_shell_sample_continues_the_conversation() -> None:
     assert ran.returncode == 0, ran.stderr
     assert "user: Hello | assistant: user: Hello | user: And in euros?" in ran.stdout
     assert "user_message_added" in ran.stdout
+    assert "run c1 completed" in " ".join(ran.stdout.split())
 
 
 async def test_the_http_samples_send_follow_and_pause_a_live_run(

@@ -1,45 +1,21 @@
 """An agent that delegates, and a workflow, whose models and tools log every call to files.
 
 Imported by reference in processes that get killed (`tests/graph/crash_targets.py:planner`,
-`…:scan`); CRASH_LOG_DIR says where the logs go, so a test can count calls across processes.
+`…:scan`); they log through `support.crashes`, so a test can count calls across processes.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-from collections import Counter
-from pathlib import Path
 
 from pydantic import BaseModel
 
 from contextos import Agent, Budget
 from contextos.agents import Subagent
 from contextos.testing import ScriptedModel, call_tool, reply
+from support.crashes import kill_once, log, log_dir
 
-LOG_DIR = Path(os.environ.get("CRASH_LOG_DIR", "."))
-
-
-def log(name: str, **fields: object) -> None:
-    with (LOG_DIR / name).open("a") as f:
-        f.write(json.dumps({**fields, "pid": os.getpid()}) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-
-
-_calls: Counter[str] = Counter()
-
-
-def kill_once(step: str) -> None:
-    """With CRASH_KILL_AT=`step`:N, SIGKILL this process at its Nth call of `step`, in the first
-    process only (a marker file in CRASH_LOG_DIR remembers the kill)."""
-    at, _, n = os.environ.get("CRASH_KILL_AT", "").partition(":")
-    _calls[step] += 1
-    marker = LOG_DIR / "killed"
-    if at == step and _calls[step] == int(n) and not marker.exists():
-        marker.write_text(str(os.getpid()))
-        os.kill(os.getpid(), signal.SIGKILL)
+LOG_DIR = log_dir()
 
 
 def lookup(order_id: str) -> str:
@@ -216,3 +192,64 @@ reviewed = orders.agent("review", scripted("reviewer", review, Decision), after=
 approved = orders.code("approve", auto_approve, after=summed)
 orders.route(summed, (is_big, reviewed), otherwise=approved)
 orders.join("decision", after=[reviewed, approved])
+
+
+# -- a code node that acts on the world: at most once -----------------------------------------
+
+
+class Payment(BaseModel):
+    order: str
+    amount: float
+
+
+class Receipt(BaseModel):
+    charged: str
+
+
+def charge(p: Payment) -> Receipt:
+    log("code.jsonl", node="charge")
+    kill_once("charge")
+    return Receipt(charged=f"{p.order}: {p.amount:.2f}")
+
+
+def file_receipt(r: Receipt) -> Receipt:
+    log("code.jsonl", node="file")
+    return r
+
+
+payments = Workflow("payments", input=Payment)
+payments.code("charge", charge, effect="write")
+payments.code("file", file_receipt)
+
+careless = Workflow("payments-careless", input=Payment)
+careless.code("charge", charge)  # no effect declared: run again when its output was not recorded
+careless.code("file", file_receipt)
+
+
+# -- a fallback chain: a map that takes the first item giving a result ------------------------
+
+
+class Mirrors(BaseModel):
+    names: list[str]
+
+
+class Fetched(BaseModel):
+    mirror: str
+
+
+def fetch_from(request: ModelRequest) -> ModelResponse:
+    mirror = str(given(request))
+    if mirror == "down":
+        raise RuntimeError(f"mirror {mirror} does not answer")
+    return reply(json.dumps({"mirror": mirror}))
+
+
+fallback = Workflow("fallback", input=Mirrors)
+fallback.map(
+    "fetch",
+    scripted("fetcher", fetch_from, Fetched),
+    over="names",
+    item=str,
+    concurrency=1,
+    merge="first",
+)

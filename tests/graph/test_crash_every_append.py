@@ -11,10 +11,8 @@ dies: each kill point falls between a recorded step and the next one.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -22,10 +20,9 @@ import pytest
 
 from contextos.runs import RunStatus
 from contextos.state import RunState
-from support.crashes import lines, states
+from support import crashes
+from support.crashes import lines, resume, states
 
-ROOT = Path(__file__).resolve().parents[2]
-KILLER = ROOT / "tests" / "graph" / "kill_after.py"
 FLOW = "tests/graph/crash_targets.py:orders"
 INPUT = '{"items": ["chair", "desk"]}'
 APPENDS_IN_A_CLEAN_RUN = 26
@@ -33,23 +30,8 @@ APPENDS_IN_A_CLEAN_RUN = 26
 CHILDREN = ["run_w.price.0", "run_w.price.1", "run_w.review"]
 
 
-def run(args: list[str], log_dir: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, *args],
-        cwd=ROOT,
-        env={**os.environ, "CRASH_LOG_DIR": str(log_dir), "NO_COLOR": "1"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 def kill_after(db: Path, n: int, log_dir: Path) -> subprocess.CompletedProcess[str]:
-    return run([str(KILLER), str(db), "run_w", str(n), FLOW, INPUT, "all"], log_dir)
-
-
-def resume(db: Path, log_dir: Path) -> subprocess.CompletedProcess[str]:
-    return run(["-m", "contextos", "resume", "run_w", "--store", str(db), "--json"], log_dir)
+    return crashes.kill_after(db, "run_w", n, FLOW, INPUT, log_dir)
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +54,7 @@ def test_a_routed_workflow_killed_after_any_append_runs_every_step_once(
     killed = kill_after(db, n, tmp_path)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
 
-    resumed = resume(db, tmp_path)
+    resumed = resume(db, "run_w", tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(resumed.stdout)["status"] == "completed"
 

@@ -6,10 +6,8 @@ the output equals a clean run's."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -17,10 +15,9 @@ import pytest
 
 from contextos.runs import RunStatus
 from contextos.state import RunState
-from support.crashes import lines, states
+from support import crashes
+from support.crashes import lines, resume, states
 
-ROOT = Path(__file__).resolve().parents[2]
-KILLER = ROOT / "tests" / "graph" / "kill_after.py"
 FLOW = "tests/graph/crash_targets.py:scan"
 INPUT = '{"folders": ["docs", "blog", "wiki"]}'
 APPENDS_IN_A_CLEAN_RUN = 21
@@ -33,30 +30,8 @@ CHILDREN = [
 ]
 
 
-def env(log_dir: Path) -> dict[str, str]:
-    return {**os.environ, "CRASH_LOG_DIR": str(log_dir), "NO_COLOR": "1"}
-
-
 def kill_after(db: Path, n: int, log_dir: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(KILLER), str(db), "run_w", str(n), FLOW, INPUT, "own"],
-        cwd=ROOT,
-        env=env(log_dir),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
-def resume(db: Path, log_dir: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "contextos", "resume", "run_w", "--store", str(db), "--json"],
-        cwd=ROOT,
-        env=env(log_dir),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return crashes.kill_after(db, "run_w", n, FLOW, INPUT, log_dir, count="own")
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +59,7 @@ def test_a_workflow_killed_after_any_node_level_append_resumes_without_rerunning
     }
     first_pid = {r["pid"] for r in lines(tmp_path / "model.jsonl")}
 
-    resumed = resume(db, tmp_path)
+    resumed = resume(db, "run_w", tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(resumed.stdout)["status"] == "completed"
 

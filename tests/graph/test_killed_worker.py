@@ -5,7 +5,6 @@ again, and the output is the one a clean run gives."""
 
 from __future__ import annotations
 
-import json
 import signal
 from collections import Counter
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 
 from contextos import RunStatus, Runtime
 from contextos.graph import load_runnable
+from support.crashes import crash_env, lines
 from support.processes import ended, spawn_worker, stop_all, wait_until
 
 pytestmark = pytest.mark.slow
@@ -27,13 +27,9 @@ CHILDREN = [
 DEAD = ["blog/page-1", "blog/page-2", "docs/page-1", "docs/page-2", "wiki/page-1", "wiki/page-2"]
 
 
-def lines(path: Path) -> list[dict[str, object]]:
-    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
-
-
 async def test_a_workflow_outlives_its_killed_worker(tmp_path: Path) -> None:
     db = str(tmp_path / "runs.db")
-    env = {"CRASH_LOG_DIR": str(tmp_path), "CRASH_KILL_AT": "disprove:6"}
+    env = crash_env(tmp_path, CRASH_KILL_AT="disprove:6")
     first = spawn_worker(db, tmp_path / "first.log", env=env, lease_s=2.0)
     procs = [first]
     try:

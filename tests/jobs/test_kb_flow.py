@@ -25,9 +25,9 @@ from contextos import RunId, RunStatus, Runtime
 from contextos.jobs.kb import SCANNER, Fixture, Report, ScanRequest, scan_kb
 from contextos.state import RunState, fold
 from contextos.store import SqliteStore
+from support.crashes import crash_env, kill_after_command
 
 ROOT = Path(__file__).resolve().parents[2]
-KILLER = ROOT / "tests" / "graph" / "kill_after.py"
 FLOW = "tests/jobs/kb_targets.py:flow"
 APPENDS_IN_A_CLEAN_RUN = 21
 """To the workflow's own log: 8 nodes started and completed, the writer's child run."""
@@ -125,12 +125,11 @@ def request_text(tmp: Path, port: int) -> str:
 
 def start(tmp: Path, port: int, kill_after: int) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [
-            *(sys.executable, str(KILLER), str(tmp / "runs.db"), "run_k", str(kill_after)),
-            *(FLOW, request_text(tmp, port), "own", SCANNER.id),
-        ],
+        kill_after_command(
+            tmp / "runs.db", "run_k", kill_after, FLOW, request_text(tmp, port), "own", SCANNER.id
+        ),
         cwd=ROOT,
-        env=env(tmp),
+        env=crash_env(tmp),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -5,11 +5,13 @@ from __future__ import annotations
 import dataclasses
 import sqlite3
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
-from contextos import EventDecodeError, RunStatus, Runtime, codec
+from contextos import EventDecodeError, RunStatus, Runtime, codec, evidence_events, graph_events
 from contextos import events as ev
+from contextos.event_base import BaseEvent
 from contextos.messages import FinishReason, Message, ToolCall, Usage
 from contextos.runs import Budget, FailureReason, RunId
 from contextos.state import fold
@@ -90,6 +92,26 @@ def test_every_event_type_is_a_frozen_kw_only_dataclass_with_a_version() -> None
         assert cls.__dataclass_params__.frozen, name  # type: ignore[attr-defined]
         assert all(f.kw_only for f in dataclasses.fields(cls)), name
         assert cls.SCHEMA_VERSION >= 1
+
+
+def test_every_event_type_wherever_defined_is_in_the_union_and_exported_by_events() -> None:
+    """The graph's and evidence's events live beside events.py: each must still be a member of
+    the union the codec decodes with, known by its type, and importable from contextos.events."""
+    defined = {
+        cls
+        for module in (ev, graph_events, evidence_events)
+        for cls in vars(module).values()
+        if isinstance(cls, type) and issubclass(cls, BaseEvent) and cls is not BaseEvent
+    }
+    assert set(get_args(get_args(ev.Event)[0])) == defined == set(ev.EVENT_TYPES.values())
+    assert {cls.__name__ for cls in defined} <= set(ev.__all__)
+    node = graph_events.NodeCompleted(run_id=RID, seq=3, node="n", output={"a": 1})
+    payload = codec.encode(node)
+    assert codec.decode(RID, 3, "node_completed", 1, payload) == node
+    with pytest.raises(EventDecodeError, match="schema version 2"):
+        codec.decode(RID, 3, "node_completed", 2, payload)
+    with pytest.raises(EventDecodeError, match="corrupt node_completed"):
+        codec.decode(RID, 3, "node_completed", 1, payload[:-5])
 
 
 def test_fold_builds_the_state() -> None:

@@ -31,7 +31,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("store",),
     ("state", "causality"),
     ("records",),
-    ("events", "codec"),
+    ("events", "codec", "graph_events", "evidence_events", "event_base"),
     ("errors", "runs", "messages", "ledger", "delegation", "numbers"),
 )
 """The rooms from the top down: the faces; the public API (`contextos` and the face of

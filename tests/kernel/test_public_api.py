@@ -126,6 +126,7 @@ def test_the_public_surface_is_pinned() -> None:
         "Policy",
         "PolicyDecision",
         "Principal",
+        "PrincipalKind",
         "RenderedCall",
         "ReplayPacket",
         "ReplayReport",

@@ -198,7 +198,8 @@ async def test_a_scheduled_run_acts_for_its_schedule_unless_a_policy_binds_it(
             assert context is not None
             bound.append(RunContext.from_dict(context.context).principal.ref)
     assert bound[0] == "automation:nightly@acme"
-    assert bound[1] == Principal.local().ref  # a policy binds it to the local operator
+    operator = Principal.local().id  # a policy binds it to the local operator, in its tenant
+    assert bound[1] == f"user:{operator}@acme"
 
 
 # -- across worker processes and a restart ----------------------------------------------------

@@ -4,5 +4,6 @@ Needs the `api` extra: `pip install 'contextos[api]'`.
 """
 
 from contextos.api.app import API_VERSION, ApiConfig, create_app, serve, token_from_env
+from contextos.api.oidc import OidcConfig
 
-__all__ = ["API_VERSION", "ApiConfig", "create_app", "serve", "token_from_env"]
+__all__ = ["API_VERSION", "ApiConfig", "OidcConfig", "create_app", "serve", "token_from_env"]

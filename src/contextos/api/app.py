@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import Body, Depends, FastAPI, Header, Query, Request
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
+from swagger_ui_bundle import swagger_ui_path
 
 from contextos import (
     ConfigError,
@@ -106,7 +108,7 @@ def create_app(config: ApiConfig | None = None) -> FastAPI:
         title="ContextOS",
         version=API_VERSION,
         lifespan=lifespan,
-        docs_url=f"/{API_VERSION}/docs",
+        docs_url=None,  # served below from the installed Swagger UI, not from a CDN
         openapi_url=f"/{API_VERSION}/openapi.json",
         redoc_url=None,
     )
@@ -132,6 +134,20 @@ def create_app(config: ApiConfig | None = None) -> FastAPI:
         return FileResponse(STATIC / "index.html")
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
+
+    # The interactive schema works offline: its scripts come from this server.
+    assets = f"/{API_VERSION}/docs-assets"
+    app.mount(assets, StaticFiles(directory=swagger_ui_path), name="docs-assets")
+
+    @app.get(f"/{API_VERSION}/docs", include_in_schema=False)
+    async def interactive_schema() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url=f"/{API_VERSION}/openapi.json",
+            title="ContextOS API",
+            swagger_js_url=f"{assets}/swagger-ui-bundle.js",
+            swagger_css_url=f"{assets}/swagger-ui.css",
+            swagger_favicon_url=f"{assets}/favicon-32x32.png",
+        )
 
     @app.post("/v1/runs", status_code=201)
     async def start_run(
@@ -263,7 +279,8 @@ def create_app(config: ApiConfig | None = None) -> FastAPI:
     async def inbox(
         api: ApiDep, principal: PrincipalDep, limit: Annotated[int, Query(ge=1, le=1000)] = 200
     ) -> dict[str, Any]:
-        pending = await visible(api, principal, await api.runtime.inbox(limit=limit))
+        waiting = await api.runtime.inbox(limit=limit, tenant=principal.tenant)
+        pending = await visible(api, principal, waiting)
         return {"interrupts": [i.to_dict() for i in pending]}
 
     @app.post("/v1/interrupts/{interrupt_id}/approve")

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from contextos import Agent, ConfigError, Principal, Runtime, load_agent
 from contextos.api.errors import ApiError
+from contextos.api.oidc import OidcConfig, OidcVerifier
 from contextos.workers import SIGNATURE_TOLERANCE_S
 
 MAX_SEQ = 2**63 - 1
@@ -27,6 +28,8 @@ class ApiConfig:
     its own token from `contextos token create`)."""
     open_access: bool = False
     """Requests without a token act as the local operator (a server only you can reach)."""
+    oidc: OidcConfig | None = None
+    """Also accept tokens this OpenID Connect provider signed, as the users they name."""
     worker: bool = False
     """Also drive queued runs inside the server process."""
     worker_concurrency: int = 4
@@ -51,6 +54,8 @@ class Api:
         """Loaded agents by reference (also the webhook triggers' cache)."""
         self.operator = Principal.local()
         """Who a request acts as under the shared token or open access."""
+        self.oidc = OidcVerifier(config.oidc) if config.oidc is not None else None
+        """The verifier of single sign-on tokens, if the server accepts them."""
         self.allowed: dict[str, str] = {}
         """Allowed agent reference or name -> reference."""
         for ref, agent in agents.items():

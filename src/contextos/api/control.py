@@ -1,4 +1,4 @@
-"""`POST /v1/runs/{id}/pause` and `POST /v1/runs/{id}/messages`: a person's hand on a run.
+"""`POST /v1/runs/{id}/pause`, `…/messages` and `…/finish`: a person's hand on a run.
 
 Pausing stops the run at its next step boundary (its driver, wherever it runs, takes the
 request in there); a message continues a paused run or a conversation that answered, as the
@@ -43,6 +43,17 @@ async def send_message(
     api: Api = request.app.state.api
     state = await run_of(api, principal, run_id)
     await api.runtime.send(state.run_id, body.message, actor=principal.ref, drive=False)
+    return run_view(await api.runtime.state(state.run_id))
+
+
+@router.post("/v1/runs/{run_id}/finish")
+async def finish_run(request: Request, principal: PrincipalDep, run_id: str) -> dict[str, Any]:
+    """Close a conversation that answered as completed: its last answer becomes the run's
+    output. 409 `control_refused` for any other run."""
+    api: Api = request.app.state.api
+    state = await run_of(api, principal, run_id)
+    agent = api.agents.get(state.agent_ref or "")
+    await api.runtime.finish(state.run_id, actor=principal.ref, agent=agent)
     return run_view(await api.runtime.state(state.run_id))
 
 

@@ -102,3 +102,32 @@ def send(
         )
 
     drive(store, work, as_json)
+
+
+@app.command(
+    short_help="Finish an answered conversation: its last answer is the output.",
+    epilog=examples("contextos finish run_3f2a9c", "contextos finish run_3f --json"),
+)
+def finish(
+    run_id: Annotated[str, typer.Argument(help="The conversation to finish.")],
+    store: StoreOption = None,
+    agent_ref: Annotated[
+        str | None,
+        typer.Option("--agent", help="Agent reference, if not the one recorded at start."),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Close a conversation that answered as completed: its last answer becomes the run's
+    output (and output artifact), as for a run that is not a conversation.
+    """
+    run_id = resolve_run(store, run_id)
+
+    async def work(rt: Runtime) -> RunResult:
+        agent = load_agent(agent_ref) if agent_ref else None
+        return await rt.finish(run_id, actor="user:cli", agent=agent)
+
+    result = call(store, work)
+    if as_json:
+        print_json(result)
+    else:
+        print_result(result, False)

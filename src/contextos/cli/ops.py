@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from contextos import ContextOSError, Runtime, open_store
+from contextos import ConfigError, ContextOSError, Runtime, open_store
 from contextos.cli.common import (
     JsonOption,
     StoreOption,
@@ -395,6 +395,7 @@ def trigger_remove(
     epilog=examples(
         "contextos serve --agent examples/quickstart.py:agent --worker",
         "contextos serve --token-env CONTEXTOS_API_TOKEN --host 0.0.0.0",
+        "contextos serve --oidc-issuer https://id.example --oidc-audience api",
     ),
 )
 def serve(
@@ -418,6 +419,22 @@ def serve(
             "--open", help="Requests without a token act as the local operator (only you)."
         ),
     ] = False,
+    oidc_issuer: Annotated[
+        str | None,
+        typer.Option(help="Also accept tokens this OpenID Connect issuer signed (its URL)."),
+    ] = None,
+    oidc_audience: Annotated[
+        str | None, typer.Option(help="The audience those tokens must carry (a client id).")
+    ] = None,
+    oidc_jwks: Annotated[
+        str | None, typer.Option(help="The issuer's key URL (default: from its discovery).")
+    ] = None,
+    oidc_tenant_claim: Annotated[
+        str, typer.Option(help="The token claim that names the user's tenant.")
+    ] = "tenant",
+    oidc_roles_claim: Annotated[
+        str, typer.Option(help="The token claim that lists the user's roles.")
+    ] = "roles",
     worker: Annotated[bool, typer.Option(help="Also drive queued runs in this process.")] = False,
     concurrency: Annotated[int, typer.Option(help="Runs that worker drives at once.")] = 4,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
@@ -442,13 +459,25 @@ def serve(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
-        from contextos.api import ApiConfig, token_from_env
+        from contextos.api import ApiConfig, OidcConfig, token_from_env
         from contextos.api import serve as run_server
     except ImportError as exc:
         fail(ContextOSError(f"the HTTP API needs {exc.name}: pip install 'contextos[api]'"))
     try:
+        oidc = None
+        if oidc_issuer is not None or oidc_audience is not None:
+            if oidc_issuer is None:
+                raise ConfigError("--oidc-audience needs --oidc-issuer URL too")
+            oidc = OidcConfig(
+                issuer=oidc_issuer,
+                audience=oidc_audience or "",
+                jwks_url=oidc_jwks,
+                tenant_claim=oidc_tenant_claim,
+                roles_claim=oidc_roles_claim,
+            )
         config = ApiConfig(
             store=store,
+            oidc=oidc,
             agents=tuple(agent or ()),
             any_agent=any_agent,
             token=token_from_env(token_env),

@@ -6,6 +6,7 @@ import asyncio
 import json
 import sys
 import textwrap
+import time
 import uuid
 from collections.abc import Awaitable
 from contextlib import nullcontext, suppress
@@ -21,6 +22,7 @@ from rich.tree import Tree
 from contextos import (
     ContextOSError,
     RenderedCall,
+    RunId,
     RunNotFound,
     RunOwner,
     RunResult,
@@ -99,9 +101,18 @@ async def following(
     after_seq: int = 0,
 ) -> RunResult:
     """Drive (`driving`), printing the run's events after `after_seq` as they commit when `on`
-    (on stderr under --json, which keeps stdout one JSON document)."""
+    (on stderr under --json, which keeps stdout one JSON document); otherwise, on a terminal,
+    a spinner says where the run stands and for how long it has been driven."""
     if not on:
-        return await driving
+        if as_json or not err.is_terminal:
+            return await driving
+        done = asyncio.Event()
+        spinner = asyncio.create_task(progress(rt, run_id, until=done))
+        try:
+            return await driving
+        finally:
+            done.set()
+            await spinner
     stopped = asyncio.Event()
     out = err if as_json else console
     printer = asyncio.create_task(follow(rt, run_id, after_seq=after_seq, until=stopped, out=out))
@@ -110,6 +121,26 @@ async def following(
     finally:
         stopped.set()
         await printer
+
+
+async def progress(rt: Runtime, run_id: str, *, until: asyncio.Event) -> None:
+    """A live line on stderr until `until`: the run's status, its turns and the time so far."""
+    started = time.monotonic()
+    with err.status(f"run {run_id}: starting", spinner="dots") as status:
+        while not until.is_set():
+            with suppress(ContextOSError):  # not created yet: it is starting
+                summary = await rt.store.get_run(RunId(run_id))
+                turns = f"{summary.turns} turn{'s' if summary.turns != 1 else ''}"
+                status.update(
+                    f"run {run_id}: {summary.status.value}, {turns}, "
+                    f"{time.monotonic() - started:.0f}s"
+                )
+            with suppress(TimeoutError):
+                await asyncio.wait_for(until.wait(), PROGRESS_S)
+
+
+PROGRESS_S = 0.5
+"""How often the live line on a terminal reads where the run stands."""
 
 
 @app.command(

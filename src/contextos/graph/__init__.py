@@ -10,11 +10,23 @@ run as child runs under recorded delegation contracts (`contextos.graph.children
 from contextos.graph.tree import RunTree
 from contextos.graph.workflow import (
     ClaimCheck,
+    Collected,
     Gated,
+    ItemFailure,
     Node,
     Rejected,
     Workflow,
     load_runnable,
 )
 
-__all__ = ["ClaimCheck", "Gated", "Node", "Rejected", "RunTree", "Workflow", "load_runnable"]
+__all__ = [
+    "ClaimCheck",
+    "Collected",
+    "Gated",
+    "ItemFailure",
+    "Node",
+    "Rejected",
+    "RunTree",
+    "Workflow",
+    "load_runnable",
+]

@@ -56,6 +56,9 @@ class _Skipped:
 
 SKIPPED = _Skipped()
 
+NOT_RUN = _Skipped()
+"""An item of a `first` map not started: an item before it gave a result already."""
+
 
 class WorkflowDriver:
     """Drives one workflow run until it ends, or waits on a child run."""
@@ -233,6 +236,8 @@ class WorkflowDriver:
             return node.adapter.validate_python(done.output)
         args = [values[a] for a in node.after]
         match node.kind:
+            case "code" if node.effect is not None:
+                return await self._at_most_once(node, args)
             case "code" | "reduce":
                 await self._started(node)
                 return await self._complete(node, await self._call(node, node.fn, *args))
@@ -257,6 +262,20 @@ class WorkflowDriver:
             # Nothing outside waits on it, so it need not wait for the disk (the next commit
             # flushes it).
             await self.record(ev.NodeStarted, False, node=node.name, kind=node.kind, items=items)
+
+    async def _at_most_once(self, node: Node[Any], args: list[Any]) -> Any:
+        """Run a code node that declares an effect at most once: its intent is on disk before
+        its code runs; an intent found without an outcome means it may have acted."""
+        if node.name in self.state.nodes:
+            raise _Failed(
+                node.name,
+                FailureReason.OUTCOME_UNKNOWN,
+                f"node {node.name} ({node.effect}) was stopped after it started and before its "
+                "output was recorded: whether its effect happened is unknown, so it is not run "
+                "again; check what it did, then start the workflow again",
+            )
+        await self.record(ev.NodeStarted, node=node.name, kind=node.kind, effect=node.effect)
+        return await self._complete(node, await self._call(node, node.fn, *args))
 
     async def _complete(self, node: Node[Any], value: Any, **extra: Any) -> Any:
         """Validate the output against the node's type, then record it."""
@@ -386,13 +405,31 @@ class WorkflowDriver:
         items = await self._items(node, upstream)
         ref = f"{self.state.run_id}#{self.state.nodes[node.name].started_seq}"
         slots = asyncio.Semaphore(node.concurrency)
+        # `first` starts no item once one has given a result (a child started before that,
+        # found in the log on resume, is still seen to its end).
+        found = node.merge == "first" and any(
+            c.contract.node == node.name and c.status is ChildStatus.COMPLETED
+            for c in self.state.children.values()
+        )
 
         async def one(i: int, item: Any) -> Any:
+            nonlocal found
             async with slots:
-                if node.spec is None:
-                    return await self._call(node, node.fn, item)
-                child = await self._child(node, f"{node.name}.{i}", i, item, ref)
-                return WAITING if child is None else _result(node, child, each=True)
+                key = f"{node.name}.{i}"
+                if found and (node.spec is None or key not in self.state.children):
+                    return NOT_RUN
+                try:
+                    if node.spec is None:
+                        output = await self._call(node, node.fn, item)
+                    else:
+                        child = await self._child(node, key, i, item, ref)
+                        output = WAITING if child is None else _result(node, child, each=True)
+                except _Failed as failure:
+                    if node.merge == "all":
+                        raise
+                    return failure
+                found = found or (node.merge == "first" and not isinstance(output, _Waiting))
+                return output
 
         try:
             async with asyncio.TaskGroup() as group:
@@ -403,7 +440,7 @@ class WorkflowDriver:
         if any(isinstance(o, _Waiting) for o in outputs):
             return WAITING
         if node.kind == "map":
-            return await self._complete(node, outputs)
+            return await self._complete(node, _merged(node, items, outputs))
         return await self._complete(node, _gated(items, outputs))
 
     async def _items(self, node: Node[Any], upstream: Any) -> list[Any]:
@@ -484,6 +521,29 @@ def _result(node: Node[Any], child: ChildRun, *, each: bool = False) -> Any:
         reason,
         f"child run {child.contract.child_run_id}{which} of node {node.name} ended "
         f"{child.status.value}" + (f" ({child.reason}): {child.message}" if child.reason else ""),
+    )
+
+
+def _merged(node: Node[Any], items: list[Any], outputs: list[Any]) -> Any:
+    """A map's output from its items' outputs (and failures), by its merge policy."""
+    if node.merge == "all":
+        return outputs
+    failed = [(item, o) for item, o in zip(items, outputs, strict=True) if isinstance(o, _Failed)]
+    results = [o for o in outputs if not isinstance(o, _Failed | _Skipped)]
+    if node.merge == "collect":
+        return {
+            "results": results,
+            "failed": [
+                {"item": item, "reason": f.reason.value, "message": f.message} for item, f in failed
+            ],
+        }
+    if results:
+        return results[0]
+    raise _Failed(
+        node.name,
+        failed[0][1].reason if failed else FailureReason.NODE_FAILED,
+        f"no item of node {node.name} gave a result: "
+        + ("; ".join(f.message for _, f in failed) or "it has no items"),
     )
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from contextos.delegation import ChildRun, NodeRun
+from contextos.delegation import ChildRun, NodeRun, NodeStatus
 from contextos.errors import RunNotFound
 from contextos.runs import RunId
 from contextos.state import RunState
@@ -131,7 +131,7 @@ def _node(
             label=name, kind=str(spec["kind"]), status="skipped" if skipped else "pending"
         )
     below = tuple(children[k] for k in node.children if k in children)
-    detail = _node_detail(node)
+    detail = _node_detail(node, spec)
     if node.reason:
         detail = f"{detail} · {node.reason}: {node.message or ''}".strip(" ·")
     return RunTree(
@@ -148,10 +148,17 @@ def _node(
     )
 
 
-def _node_detail(node: NodeRun) -> str:
+def _node_detail(node: NodeRun, spec: dict[str, Any]) -> str:
     parts: list[str] = []
+    if "effect" in spec:
+        parts.append(f"effect {spec['effect']}")
     if node.items is not None:
         parts.append(f"{len(node.items)} items")
+    if spec.get("merge") == "collect" and isinstance(node.output, dict):
+        results, failed = node.output.get("results", []), node.output.get("failed", [])
+        parts.append(f"{len(results)} results, {len(failed)} failed")
+    elif spec.get("merge") == "first" and node.status is NodeStatus.COMPLETED:
+        parts.append("took the first result")
     if node.kind == "gate" and isinstance(node.output, dict):
         passed, rejected = node.output.get("passed", []), node.output.get("rejected", [])
         parts.append(f"{len(passed)} passed, {len(rejected)} rejected")

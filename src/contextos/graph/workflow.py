@@ -35,40 +35,23 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from contextos.agents import Agent, Subagent, load_ref
 from contextos.errors import ConfigError
+from contextos.graph.outputs import ClaimCheck, Collected, Gated, ItemFailure, Rejected
 from contextos.runs import Budget
+from contextos.tools.contract import EffectKind
 
 T = TypeVar("T")
 
 NodeKind = Literal["agent", "code", "map", "reduce", "gate", "loop", "join"]
 OnLimit = Literal["fail", "accept"]
+Merge = Literal["all", "collect", "first"]
+"""How a map takes in its items' results: `all` must give one (a failed item fails the node),
+`collect` keeps the results there are and the failures beside them, `first` takes the result
+of the first item (in item order) that gives one and starts no item after that."""
 
 DEFAULT_BUDGET = Budget(max_turns=1000)
 """A workflow's budget when it declares none: what all its child runs together may spend."""
 
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,47}")
-
-
-class ClaimCheck(BaseModel):
-    """A verifier's verdict on one claim, after trying to disprove it."""
-
-    holds: bool
-    """True when the claim survived every attempt to disprove it."""
-    reason: str = ""
-    """Why: the evidence that disproves it, or what was checked."""
-
-
-class Rejected(BaseModel, Generic[T]):
-    """An item a gate rejected, and why."""
-
-    item: T
-    reason: str = ""
-
-
-class Gated(BaseModel, Generic[T]):
-    """What a gate gives: the items whose claim held, and those it rejected."""
-
-    passed: list[T] = []
-    rejected: list[Rejected[T]] = []
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -100,6 +83,11 @@ class Node(Generic[T]):
     the last round's state)."""
     concurrency: int = 1
     """Map and gate: items worked on at once."""
+    merge: Merge = "all"
+    """Map: how it takes in its items' results."""
+    effect: EffectKind | None = None
+    """Code: what its function does to the world, when it does anything (then it runs at most
+    once: an intent is recorded first, and a resume that finds no outcome does not run it)."""
 
     @cached_property
     def adapter(self) -> TypeAdapter[Any]:
@@ -111,7 +99,7 @@ class Node(Generic[T]):
 
     def identity(self) -> dict[str, Any]:
         """Everything about the node that changes what a run does, as JSON data."""
-        return {
+        identity: dict[str, Any] = {
             "name": self.name,
             "kind": self.kind,
             "after": list(self.after),
@@ -126,6 +114,11 @@ class Node(Generic[T]):
             "max_rounds": self.max_rounds,
             "on_limit": self.on_limit,
         }
+        if self.merge != "all":  # absent otherwise: a node keeps the hash it had
+            identity["merge"] = self.merge
+        if self.effect is not None:
+            identity["effect"] = self.effect.value
+        return identity
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -193,9 +186,24 @@ class Workflow:
         *,
         after: Node[Any] | Sequence[Node[Any]] | None = None,
         output: Any = None,
+        effect: EffectKind | str | None = None,
     ) -> Node[Any]:
-        """A node that runs `fn` (sync or async) on the outputs of the nodes it reads."""
-        return self._code("code", name, fn, after, output)
+        """A node that runs `fn` (sync or async) on the outputs of the nodes it reads.
+
+        A function that acts on the world declares it (`effect="write"`, `"reversible_write"`
+        or `"irreversible"`) and runs at most once: its intent is recorded before it runs,
+        and a workflow stopped after that and before its output was recorded fails with
+        `outcome_unknown` on resume instead of running it again."""
+        try:
+            kind = EffectKind(effect) if effect is not None else None
+        except ValueError:
+            raise ConfigError(
+                f"node {name!r}: effect is one of {', '.join(e.value for e in EffectKind)}",
+                node=name,
+            ) from None
+        return self._code(
+            "code", name, fn, after, output, None if kind is EffectKind.READ else kind
+        )
 
     def reduce(
         self,
@@ -251,9 +259,14 @@ class Workflow:
         output: Any = None,
         objective: str | Callable[[Any], str] | None = None,
         concurrency: int = 4,
+        merge: Merge = "all",
     ) -> Node[Any]:
         """Fan out: run `worker` (an agent, as one child run per item, or a function) on each
-        item, `concurrency` at a time; the node gives the list of outputs, in item order."""
+        item, `concurrency` at a time. With `merge="all"` the node gives the list of outputs,
+        in item order, and an item that fails fails the node; `"collect"` gives
+        `Collected[item, output]`; `"first"` gives the output of the first item that has one."""
+        if merge not in ("all", "collect", "first"):
+            raise ConfigError(f"node {name!r}: merge is 'all', 'collect' or 'first'", node=name)
         upstream = self._after(name, after, 1)
         item_type = self._item_type(name, upstream[0], over, item)
         spec = fn = None
@@ -264,11 +277,16 @@ class Workflow:
             fn = worker
             each = output or _returns(name, worker)
             _check_params(name, worker, [item_type])
+        merged: Any = each  # first
+        if merge == "all":
+            merged = list[each]  # type: ignore[valid-type]
+        elif merge == "collect":
+            merged = Collected[item_type, each]  # type: ignore[valid-type]
         return self._add(
             Node(
                 name=name,
                 kind="map",
-                output=list[each],  # type: ignore[valid-type]
+                output=merged,
                 after=upstream,
                 fn=fn,
                 spec=spec,
@@ -276,6 +294,7 @@ class Workflow:
                 item=item_type,
                 objective=objective,
                 concurrency=_positive(name, concurrency),
+                merge=merge,
             )
         )
 
@@ -497,6 +516,10 @@ class Workflow:
             route = self.route_of(n.name)
             if route is not None:
                 shape["routes"] = list(route.targets)
+            if n.merge != "all":
+                shape["merge"] = n.merge
+            if n.effect is not None:
+                shape["effect"] = n.effect.value
             nodes.append(shape)
         return tuple(nodes)
 
@@ -524,6 +547,7 @@ class Workflow:
         fn: Callable[..., Any],
         after: Node[Any] | Sequence[Node[Any]] | None,
         output: Any,
+        effect: EffectKind | None = None,
     ) -> Node[Any]:
         upstream = self._after(name, after, None)
         given = [(self._build.nodes.get(a) or self.start).output for a in upstream]
@@ -535,6 +559,7 @@ class Workflow:
                 output=output or _returns(name, fn),
                 after=upstream,
                 fn=fn,
+                effect=effect,
             )
         )
 
@@ -723,11 +748,22 @@ def _code(fn: Any) -> str | None:
     if fn is None:
         return None
     name = str(getattr(fn, "__qualname__", repr(fn)))
+    code = getattr(inspect.unwrap(fn), "__code__", fn)  # new closures share their code
     try:
-        source = inspect.getsource(fn)
+        digest = _source_digest(code)
+    except TypeError:  # an unhashable callable: not kept
+        digest = _source_digest.__wrapped__(code)
+    return name if digest is None else f"{name}:{digest}"
+
+
+@functools.lru_cache(maxsize=1024)
+def _source_digest(code: Any) -> str | None:
+    # reading a function's source is the rest of a workflow's identity hash: once per code
+    try:
+        source = inspect.getsource(code)
     except (OSError, TypeError):  # no source at hand (a builtin, an interactive session)
-        return name
-    return f"{name}:{hashlib.sha256(source.encode()).hexdigest()[:16]}"
+        return None
+    return hashlib.sha256(source.encode()).hexdigest()[:16]
 
 
 def _problems(exc: ValidationError) -> str:
@@ -740,7 +776,10 @@ def _problems(exc: ValidationError) -> str:
 __all__ = [
     "DEFAULT_BUDGET",
     "ClaimCheck",
+    "Collected",
     "Gated",
+    "ItemFailure",
+    "Merge",
     "Node",
     "NodeKind",
     "Rejected",

@@ -175,12 +175,16 @@ class Authority:
                     return state, state.interrupts[interrupt_id]
         raise InterruptNotFound(f"no interrupt with id {interrupt_id!r}", interrupt_id=interrupt_id)
 
-    async def inbox(self, store: EventStore, *, limit: int = 200) -> list[Interrupt]:
-        """Pending interrupts across runs waiting for a person, oldest first."""
+    async def inbox(
+        self, store: EventStore, *, limit: int = 200, tenant: str | None = None
+    ) -> list[Interrupt]:
+        """Pending interrupts across runs waiting for a person (of one tenant's runs when
+        named), at most `limit`, oldest first."""
         out: list[Interrupt] = []
-        for summary in await store.list_runs(status=RunStatus.INPUT_REQUIRED, limit=limit):
+        waiting = await store.list_runs(status=RunStatus.INPUT_REQUIRED, limit=limit, tenant=tenant)
+        for summary in waiting:
             out.extend((await load_state(store, summary.run_id)).pending_interrupts.values())
-        return sorted(out, key=lambda i: i.raised_at)
+        return sorted(out, key=lambda i: i.raised_at)[:limit]
 
     # -- people -------------------------------------------------------------------------------
 

@@ -375,12 +375,8 @@ class SqlQueue:
     async def take(
         self, run_id: RunId, worker_id: str, *, lease_s: float, reenter: bool = True
     ) -> Lease | None:
-        params = {
-            "run_id": run_id,
-            "worker": worker_id,
-            "lease_s": lease_s,
-            "reenter": int(reenter),
-        }
+        params = {"run_id": run_id, "worker": worker_id, "lease_s": lease_s}
+        params["reenter"] = int(reenter)
 
         def op() -> Op[Lease | None]:
             taken = yield _TAKE, params

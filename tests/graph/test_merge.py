@@ -1,0 +1,154 @@
+"""How a map takes in its items' results: `all` (every item must give one), `collect` (the
+results there are, and the failures beside them), `first` (the first item that gives one; no
+item after it starts)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+from contextos import Agent, ConfigError, FailureReason, RunStatus, Runtime, Workflow
+from contextos.graph.workflow import Collected
+from contextos.models.base import ModelRequest, ModelResponse
+from contextos.testing import ScriptedModel, reply
+
+
+class Numbers(BaseModel):
+    values: list[int]
+
+
+class Doubled(BaseModel):
+    value: int
+
+
+class Total(BaseModel):
+    total: int
+    failed: list[int]
+
+
+@pytest.fixture
+async def rt(tmp_path: Path) -> AsyncIterator[Runtime]:
+    async with Runtime(str(tmp_path / "runs.db")) as runtime:
+        yield runtime
+
+
+def failing_doubler(fails: set[int], asked: list[int]) -> Agent:
+    """Doubles the number it is given; its provider is down for the numbers in `fails`."""
+
+    def step(request: ModelRequest) -> ModelResponse:
+        n = int(request.messages[-1].content.rsplit("\n", 1)[-1])
+        asked.append(n)
+        if n in fails:
+            raise RuntimeError("the provider is down")
+        return reply(json.dumps({"value": 2 * n}))
+
+    return Agent(name="doubler", model=ScriptedModel([step], by_turn=True), output_type=Doubled)
+
+
+async def test_collect_keeps_the_results_there_are_and_the_failures_beside_them(
+    rt: Runtime,
+) -> None:
+    asked: list[int] = []
+    flow = Workflow("collect", input=Numbers)
+    doubled = flow.map(
+        "double", failing_doubler({2}, asked), over="values", concurrency=3, merge="collect"
+    )
+    assert doubled.output is Collected[int, Doubled]
+
+    def add_up(got: Collected[int, Doubled]) -> Total:
+        return Total(total=sum(d.value for d in got.results), failed=[f.item for f in got.failed])
+
+    flow.code("sum", add_up)
+    result = await rt.run(flow, Numbers(values=[1, 2, 3]))
+
+    assert result.status is RunStatus.COMPLETED, result.failure_message
+    assert result.structured_output == {"total": 8, "failed": [2]}
+    node = (await rt.state(result.run_id)).nodes["double"]
+    assert node.output["results"] == [{"value": 2}, {"value": 6}]
+    (failure,) = node.output["failed"]
+    assert failure["item"] == 2 and failure["reason"] == FailureReason.CHILD_FAILED.value
+    assert "item 1" in failure["message"] and "model_error" in failure["message"]
+    (drawn,) = [n for n in (await rt.tree(result.run_id)).children if n.label == "double"]
+    assert drawn.detail == "3 items, 2 results, 1 failed"  # what `contextos show` draws
+
+
+async def test_all_is_the_default_and_a_failed_item_fails_the_node(rt: Runtime) -> None:
+    flow = Workflow("all", input=Numbers)
+    doubled = flow.map("double", failing_doubler({2}, []), over="values", concurrency=1)
+    assert doubled.output == list[Doubled] and doubled.merge == "all"
+    result = await rt.run(flow, Numbers(values=[1, 2, 3]))
+    assert result.status is RunStatus.FAILED
+    assert result.failure_reason is FailureReason.CHILD_FAILED
+
+
+async def test_first_takes_the_first_result_and_starts_no_item_after_it(rt: Runtime) -> None:
+    asked: list[int] = []
+    flow = Workflow("fallback", input=Numbers)
+    first = flow.map(
+        "try", failing_doubler({1}, asked), over="values", concurrency=1, merge="first"
+    )
+    assert first.output is Doubled
+    result = await rt.run(flow, Numbers(values=[1, 5, 7, 9]))
+
+    assert result.status is RunStatus.COMPLETED, result.failure_message
+    assert result.structured_output == {"value": 10}
+    assert asked == [1, 5]  # 7 and 9 were never tried
+    state = await rt.state(result.run_id)
+    assert {k: c.status.value for k, c in state.children.items()} == {
+        "try.0": "failed",
+        "try.1": "completed",
+    }
+    (drawn,) = (await rt.tree(result.run_id)).children
+    assert drawn.detail == "4 items, took the first result"
+
+
+async def test_first_with_code_stops_at_the_first_item_that_does_not_raise(rt: Runtime) -> None:
+    tried: list[str] = []
+
+    def fetch(mirror: str) -> str:
+        tried.append(mirror)
+        if mirror != "b":
+            raise ConnectionError(f"{mirror} is down")
+        return f"payload from {mirror}"
+
+    class Mirrors(BaseModel):
+        names: list[str]
+
+    flow = Workflow("mirrors", input=Mirrors)
+    flow.map("fetch", fetch, over="names", concurrency=1, merge="first")
+    result = await rt.run(flow, Mirrors(names=["a", "b", "c"]))
+    assert result.status is RunStatus.COMPLETED, result.failure_message
+    assert result.output == '"payload from b"'
+    assert tried == ["a", "b"]
+
+
+async def test_first_with_no_item_giving_a_result_fails_the_node_with_every_reason(
+    rt: Runtime,
+) -> None:
+    flow = Workflow("nothing", input=Numbers)
+    flow.map("try", failing_doubler({1, 2}, []), over="values", concurrency=2, merge="first")
+    result = await rt.run(flow, Numbers(values=[1, 2]))
+    assert result.status is RunStatus.FAILED
+    assert result.failure_reason is FailureReason.CHILD_FAILED
+    message = result.failure_message or ""
+    assert message.startswith("no item of node try gave a result")
+    assert "item 0" in message and "item 1" in message
+
+
+def test_the_merge_policy_is_declared_and_part_of_the_identity() -> None:
+    def build(merge: str | None) -> Workflow:
+        flow = Workflow("same", input=Numbers)
+        extra = {"merge": merge} if merge else {}
+        flow.map("double", failing_doubler(set(), []), over="values", **extra)  # type: ignore[arg-type]
+        return flow
+
+    assert build(None).identity_hash() == build("all").identity_hash()
+    assert "merge" not in build(None).nodes[0].identity()  # older graphs keep their hash
+    assert build("collect").identity_hash() != build("all").identity_hash()
+    assert build("first").identity_hash() != build("collect").identity_hash()
+    with pytest.raises(ConfigError, match="merge is 'all', 'collect' or 'first'"):
+        build("some")
