@@ -22,7 +22,7 @@ from contextos.events import utcnow
 from contextos.graph import Workflow, load_runnable
 from contextos.policy.identity import Principal, PrincipalKind, RunContext
 from contextos.runs import RunId, check_priority
-from contextos.store.base import EventStore
+from contextos.store.base import DEFAULT_TENANT, EventStore
 from contextos.store.queue import CatchUp, Schedule, queue_of, require_queue, tick_key
 
 if TYPE_CHECKING:
@@ -202,7 +202,7 @@ def acting_for(schedule: Schedule) -> RunContext:
     principal = Principal(
         kind=PrincipalKind.AUTOMATION,
         id=schedule.name,
-        tenant=schedule.tenant or "default",
+        tenant=schedule.tenant or DEFAULT_TENANT,
         scopes=("*",),
     )
     return RunContext(principal=principal, clearance="restricted")
