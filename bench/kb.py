@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from contextos import Runtime
 from contextos.jobs.kb import (
+    SCANNER,
     Fixture,
     LinkVerifier,
     Report,
@@ -87,7 +88,7 @@ async def _flow(root: Path, index: Path, site: Fixture, *, full: bool, recheck: 
         **({"recheck_links_after_s": 0.0} if recheck else {}),
     )
     async with Runtime(str(index.with_suffix(".runs.db"))) as rt:
-        result = await rt.run(kb_scan_workflow(writer), request)
+        result = await rt.run(kb_scan_workflow(writer), request, principal=SCANNER)
     report = Report.model_validate(result.structured_output)
     return _Outcome(plan=_Plan(read=report.reread), report=report)
 

@@ -51,7 +51,8 @@ agent = Agent(
     model=os.environ.get("CONTEXTOS_MODEL", "local"),
     instructions=(
         "You are a support agent. To answer a question about an order, call lookup_order "
-        "with the order id, then tell the customer what it said, in one sentence."
+        "with the order id, then reply to the customer with the sentence it returned, "
+        "word for word."
     ),
     tools=[lookup_order],
     verifier=answers_from_the_lookup,

@@ -136,7 +136,7 @@ MUTANTS = (
         name="pii-skips-tool-call-arguments",
         breaks="tool-call arguments are redacted before the model sees them",
         path="middleware/pii.py",
-        old="replace(c, arguments=text(c.arguments))",
+        old="replace(c, arguments=text(c.arguments, counts))",
         new="c",
         tests=("tests/middleware/test_pii.py",),
     ),

@@ -1,6 +1,7 @@
 """ContextOS: a governed, durable agent runtime."""
 
 from contextos.agents import Agent, Subagent, load_agent
+from contextos.context.rendered import RenderedCall
 from contextos.delegation import DelegationContract
 from contextos.errors import (
     AgentChanged,
@@ -94,6 +95,7 @@ __all__ = [
     "PolicyDecision",
     "Principal",
     "PrincipalKind",
+    "RenderedCall",
     "ReplayPacket",
     "ReplayReport",
     "RetryPolicy",

@@ -9,7 +9,7 @@ import importlib.util
 import json
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from contextos.errors import ConfigError
 from contextos.middleware.base import Middleware, stack_identity, stack_tools, validate_stack
+from contextos.middleware.platform import check_opt_out, platform_stack
 from contextos.models.base import ModelAdapter
 from contextos.policy.containment import Containment
 from contextos.runs import Budget
@@ -55,7 +56,11 @@ class Agent:
     output_type: type[BaseModel] | None = None
     """Structured answer type; the final answer must parse into it."""
     middleware: Sequence[Middleware] = ()
-    """The context stack, outermost first: platform layers in their order, then domain ones."""
+    """The context stack, outermost first: platform layers in their order, then domain ones.
+    The budget gate, PII redaction and the sanitizer are added with their defaults when not
+    listed (see `stack`)."""
+    opt_out: Mapping[str, str] = field(default_factory=dict)
+    """Default platform layers left out, by name, each with the reason (recorded per call)."""
     subagents: Sequence[Subagent | Agent] = ()
     """Agents this one may delegate to: its model calls each as a tool, `delegate_to_<name>`,
     and each call runs as a child run under a contract derived from the declaration."""
@@ -63,6 +68,8 @@ class Agent:
     """Keep each run open for the person's next message: an answer that passes the verifier
     leaves the run waiting (`input_required`) instead of completing it, and
     `Runtime.send` continues it as the same run."""
+    stack: tuple[Middleware, ...] = field(init=False, repr=False, compare=False, default=())
+    """The stack the agent runs under: `middleware` plus the default layers not opted out."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tools", tuple(as_tool(t) for t in self.tools))
@@ -70,7 +77,10 @@ class Agent:
         object.__setattr__(self, "middleware", tuple(self.middleware))
         subs = tuple(s if isinstance(s, Subagent) else Subagent(agent=s) for s in self.subagents)
         object.__setattr__(self, "subagents", subs)
+        object.__setattr__(self, "opt_out", {k: str(v) for k, v in self.opt_out.items()})
         validate_stack(self.middleware)
+        check_opt_out(self.middleware, self.opt_out)
+        object.__setattr__(self, "stack", platform_stack(self.middleware, self.opt_out))
         names = [s.name for s in subs]
         if len(set(names)) != len(names):
             raise ConfigError(f"agent {self.name!r} declares two subagents with the same name")
@@ -80,7 +90,7 @@ class Agent:
         """The agent's tools, those its middleware adds (e.g. reading a skill), and one
         `delegate_to_<name>` tool per subagent."""
         delegates = tuple(s.tool for s in self.delegates)
-        return (*self.tools, *stack_tools(self.middleware), *delegates)  # type: ignore[arg-type]
+        return (*self.tools, *stack_tools(self.stack), *delegates)  # type: ignore[arg-type]
 
     @property
     def delegates(self) -> tuple[Subagent, ...]:
@@ -127,6 +137,7 @@ class Agent:
             # The stack's order is part of the behaviour; left out when empty so agents without
             # middleware keep the hash they had.
             **({"middleware": stack_identity(self.middleware)} if self.middleware else {}),
+            **({"opt_out": dict(sorted(self.opt_out.items()))} if self.opt_out else {}),
             **({"subagents": [s.identity() for s in self.delegates]} if self.subagents else {}),
             **({"conversation": True} if self.conversation else {}),
         }

@@ -28,6 +28,7 @@ from contextos import events as ev
 from contextos.agents import Agent
 from contextos.causality import stamp
 from contextos.context.compiled import HistoryIndex, compile_context
+from contextos.context.rendered import RenderedLog
 from contextos.errors import ConcurrencyConflict, ModelError, ToolManifestChanged
 from contextos.events import utcnow
 from contextos.messages import FinishReason, Message, ToolCall
@@ -101,13 +102,16 @@ class Driver:
         self.state = state
         self.gateway = gateway or ChainGateway(
             agent.tool_list,
-            chain_layers=agent.middleware,
+            chain_layers=agent.stack,
             model=model,
             services=Services(model=model, spend=daily_spend_of(store)),
             metadata=state.metadata,
+            bound=state.context.context if state.context is not None else None,
             shown=_shown(agent, state),
         )
         """Where tool calls go (a replay passes one that serves recorded results)."""
+        self.tool_specs = tuple(t.spec() for t in self.gateway.tools.values())
+        """Every tool's schema: the compiler shows those the run may call, and records the rest."""
         self.chain: Chain = self.gateway.chain
         """The agent's middleware stack bound to this run."""
         self.gateway.policy = self._gate(authority, hook)
@@ -118,6 +122,10 @@ class Driver:
         """When the current step began (the runtime watches long steps for cancellation)."""
         self.stop_requested = False
         """Set by a draining worker: finish the current step, then return with the run running."""
+        self.run_context = RunContext.from_dict(state.context.context) if state.context else None
+        """The authority bound to the run: the model is shown only the tools it allows."""
+        self.rendered = RenderedLog()
+        """The prompts this driver recorded, so each call records only what changed."""
         self.history: HistoryIndex | None = None
         """The run's conversation as context entries, extended call by call."""
         self.on_commit: Callable[[tuple[ev.Event, ...]], Awaitable[None]] | None = None
@@ -256,6 +264,7 @@ class Driver:
             budget=s.budget,
             metadata=dict(s.metadata),
             deadline_at=s.deadline_at,
+            bound=s.context.context if s.context is not None else None,
         )
 
     def build_call(self) -> ModelCall:
@@ -270,11 +279,12 @@ class Driver:
             instructions=self.agent.instructions,
             messages=s.messages,
             message_seqs=s.message_seqs,
-            tools=self.gateway.specs(),
+            tools=self.tool_specs,
             output_schema=output_type.model_json_schema() if output_type is not None else None,
             summary=s.context_summary,
             cursor=s.context_cursor,
             index=self.history,
+            may_call=self.run_context.allows_tool if self.run_context else None,
         )
         return ModelCall(run=self.run_view(), context=context)
 
@@ -353,6 +363,8 @@ class Driver:
                     "manifest": list(result.manifest),
                     "stack": list(chain.names),
                     "telemetry": dict(result.telemetry),
+                    **({"opted_out": dict(self.agent.opt_out)} if self.agent.opt_out else {}),
+                    **self.rendered_delta(result.request),
                 },
             )
         )
@@ -372,6 +384,13 @@ class Driver:
         # completion), and that commit flushes this one: a power loss in between only means
         # the model is asked again, as after any crash during the call.
         await self.commit(*events, synchronous=False)
+
+    def rendered_delta(self, request: ModelRequest | None) -> dict[str, Any]:
+        """The prompt the model received, as a delta on the previous call's (see `RenderedLog`)."""
+        if request is None:
+            return {}
+        tools = (t.name for t in request.tools)
+        return {"rendered": self.rendered.record(request.messages, tools)}
 
     async def after_run(self) -> None:
         """Let the stack act on a run that stopped being driven (e.g. write memory)."""
@@ -597,16 +616,18 @@ class ChainGateway(Gateway):
         model: ModelAdapter,
         services: Services | None = None,
         metadata: Mapping[str, Any] | None = None,
+        bound: Mapping[str, Any] | None = None,
         **gateway_options: Any,
     ) -> None:
         super().__init__(tools, **gateway_options)
         self.metadata = dict(metadata or {})
+        self.bound = bound
         self.chain = Chain(chain_layers, model=model, dispatch=self._dispatch, services=services)
 
     async def dispatch(
         self, tool: Tool, args: BaseModel, ctx: ToolContext, *, timeout_s: float | None = None
     ) -> Any:
-        view = RunView(run_id=ctx.run_id, turn=0, metadata=self.metadata)
+        view = RunView(run_id=ctx.run_id, turn=0, metadata=self.metadata, bound=self.bound)
         call = ToolCallInput(run=view, tool=tool, arguments=args, ctx=ctx, timeout_s=timeout_s)
         return await self.chain.tool_call(call)
 

@@ -90,6 +90,8 @@ class FailureReason(StrEnum):
     RUNTIME_CRASHED = "runtime_crashed"
     CONTENT_BLOCKED = "content_blocked"
     """The PII policy blocks what the run was given (e.g. a card number in the input)."""
+    MISSING_PRINCIPAL = "missing_principal"
+    """A layer keys on the run's bound principal (memory, a daily budget) and it has none."""
     TOOL_CRASHED = "tool_crashed"
     """A tool kept crashing: it raised SystemExit, KeyboardInterrupt or a stray cancellation
     on every call, or the process driving the run kept dying while it ran."""

@@ -21,6 +21,7 @@ from pydantic import BaseModel
 from contextos import events as ev
 from contextos.agents import Agent, load_agent, load_ref
 from contextos.causality import stamp
+from contextos.context.rendered import RenderedCall, rendered_calls
 from contextos.control import check_finishable, check_pausable, check_sendable
 from contextos.errors import (
     AgentChanged,
@@ -169,6 +170,7 @@ class Runtime:
             lease_s=lease_s,
             announce=self._own.announce,
             bind=self._bind,
+            admit=self._admit,
         )
         self._children = ChildRuns(
             self.store,
@@ -635,6 +637,11 @@ class Runtime:
         await self.governance.check_child(self.store, bound)
         return bound
 
+    def _admit(self, agent: Agent | Workflow) -> None:
+        """A default guard an agent leaves out must be one the configured policy lets it."""
+        if isinstance(agent, Agent):
+            self.governance.check_opt_out(agent.name, agent.opt_out)
+
     def _bind(self, run_id: RunId, context: RunContext | None) -> list[ev.Event]:
         return [] if context is None else [self.governance.bound(run_id, 2, context)]
 
@@ -701,6 +708,10 @@ class Runtime:
     async def timeline(self, run_id: str, *, after_seq: int = 0) -> list[TimelineEntry]:
         """The run's events after `after_seq`, each as stored and in one readable line."""
         return timeline(await self.store.read(RunId(run_id), after_seq=after_seq))
+
+    async def prompts(self, run_id: str) -> list[RenderedCall]:
+        """Every model call of the run as the model received it, with the lineage beside it."""
+        return rendered_calls(e.data for e in await self.timeline(run_id))
 
     async def trace(
         self,

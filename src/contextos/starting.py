@@ -23,6 +23,7 @@ from contextos.errors import ConcurrencyConflict, ConfigError, RunNotFound
 from contextos.events import utcnow
 from contextos.graph.children import carve
 from contextos.graph.workflow import Workflow
+from contextos.middleware.base import needs_principal
 from contextos.policy.identity import RunContext
 from contextos.releases import BOUND, route
 from contextos.runs import RunId
@@ -49,6 +50,7 @@ class RunStarter:
         lease_s: float,
         announce: Callable[[], Awaitable[None]],
         bind: Callable[[RunId, RunContext | None], list[ev.Event]],
+        admit: Callable[[Agent | Workflow], None],
     ) -> None:
         self.store = store
         self._queue = queue
@@ -58,6 +60,8 @@ class RunStarter:
         """Enters the runtime in the worker registry before it holds a lease."""
         self._bind = bind
         """The event binding a run's context (none for an unbound run)."""
+        self._admit = admit
+        """Refuses an agent the runtime's policy does not let run as it is declared."""
 
     async def state(self, run_id: str) -> RunState:
         return await load_state(self.store, RunId(run_id))
@@ -87,6 +91,8 @@ class RunStarter:
         A workflow run records its graph. `started` (with `hold`): this runtime drives it
         next, and records so in the same commit.
         """
+        self._admit(agent)
+        metadata = _keyed(metadata, agent, context)
         text = _input_text(agent, input)
         rid = RunId(run_id) if run_id else new_run_id()
         if isinstance(agent, Agent):  # its current release decides what the run runs
@@ -202,3 +208,28 @@ def _input_text(agent: Agent | Workflow, input: str | BaseModel | dict[str, Any]
             f"agent {agent.name} takes its input as text, not a {type(input).__name__}"
         )
     return input
+
+
+def _keyed(
+    metadata: dict[str, Any] | None, agent: object, context: RunContext | None
+) -> dict[str, Any]:
+    """The run's metadata with `principal` set from the bound context, the one key its usage is
+    counted under; a caller cannot name it, and a layer keyed on it needs a bound principal."""
+    out = dict(metadata or {})
+    if "principal" in out:
+        raise ConfigError(
+            "metadata 'principal' is set by the runtime from the run's bound principal: "
+            "pass principal= or context= instead",
+            principal=str(out["principal"]),
+        )
+    if context is None:
+        layer = needs_principal(getattr(agent, "stack", ()))  # a workflow has no stack
+        if layer is not None:
+            raise ConfigError(
+                f"the {layer!r} layer keys on the run's principal and tenant, and this run has "
+                "none bound: start it with principal= or context=",
+                layer=layer,
+            )
+        return out
+    out["principal"] = context.principal.ref
+    return out

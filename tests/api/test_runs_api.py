@@ -30,7 +30,10 @@ async def test_start_wait_read_and_page_through_a_run(backend_url: str) -> None:
                 None,
             )
             assert run["agent"] == {"name": "greeter", "version": "1", "ref": GREETER}
-            assert run["metadata"] == {"ticket": "T-1"} and run["input"] == "say hello"
+            # The request's labels, and the key the runtime charges the run to: its principal.
+            labels = dict(run["metadata"])
+            assert labels.pop("principal").startswith("user:") and labels == {"ticket": "T-1"}
+            assert run["input"] == "say hello"
 
             read = await http.get(f"/v1/runs/{run['run_id']}")
             assert read.status_code == 200 and read.json()["output"] == "hello from greeter"

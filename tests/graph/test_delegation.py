@@ -29,6 +29,7 @@ from contextos import events as ev
 from contextos.agents import Subagent
 from contextos.delegation import MAX_DEPTH, ChildStatus
 from contextos.graph.children import merge
+from contextos.middleware import Sanitizer
 from contextos.policy import Decision
 from contextos.runs import RunId
 from contextos.state import RunState, fold
@@ -259,7 +260,9 @@ async def test_the_child_sees_only_its_task_and_the_parent_only_a_typed_result(
     assert result.status is RunStatus.COMPLETED
 
     (system, task) = child_model.requests[0].messages
-    assert (system.role, system.content) == ("system", "Find fares.")
+    # its own instructions, then the notice of the sanitizer every agent has by default
+    assert system.role == "system" and system.content.startswith("Find fares.")
+    assert system.content.endswith(Sanitizer().notice().content) and "4111" not in system.content
     assert (task.role, task.content) == ("user", "cheapest LHR-JFK")
     # specialist tools live on the subagent only
     assert [t.name for t in planner_model.requests[0].tools] == ["search", "delegate_to_helper"]

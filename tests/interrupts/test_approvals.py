@@ -286,9 +286,9 @@ async def test_deny_ends_the_action_not_the_run(rt: Runtime, refunds_db: Path) -
     done = next(e for e in events if isinstance(e, ev.ToolCompleted))
     assert done.is_error and done.error_code == "policy_denied"
     assert "alice denied this action: over the goodwill budget" in done.output
-    # the model was told
-    model = agent.model
-    assert model.requests[-1].messages[-1].content == done.output  # type: ignore[union-attr]
+    # the model was told, inside the untrusted-data block (the reason is a person's free text)
+    told = agent.model.requests[-1].messages[-1].content  # type: ignore[union-attr]
+    assert told.startswith("<<untrusted-data") and f"\n{done.output}\n<<end" in told
     assert ledger(refunds_db) == ([], 0)
     assert sum(isinstance(e, ev.ApprovalDenied) for e in events) == 1
 

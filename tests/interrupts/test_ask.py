@@ -61,7 +61,10 @@ async def test_missing_information(tmp_path: Path) -> None:
     step = call_tool("ask_human", {"question": "What is the customer's IBAN?"})
     kind, events = await ask_and_answer(tmp_path, step, "DE89370400440532013000")
     assert kind == "missing_information"
-    assert result_of(events).output == '{"value": "DE89370400440532013000"}'
+    # The answer is recorded like any tool result: through the default PII redaction.
+    assert result_of(events).output == '{"value": "[REDACTED:IBAN]"}'
+    raw = "DE89370400440532013000"
+    assert all(raw not in getattr(e, "output", "") for e in events)
 
 
 async def test_a_review(tmp_path: Path) -> None:

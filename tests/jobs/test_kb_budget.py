@@ -9,8 +9,8 @@ from pathlib import Path
 
 from kbsample import SAMPLE
 
-from contextos import FailureReason, RunStatus, Runtime
-from contextos.jobs.kb import Fixture, ScanRequest, kb_scan_workflow
+from contextos import FailureReason, Principal, RunStatus, Runtime
+from contextos.jobs.kb import SCANNER, Fixture, ScanRequest, kb_scan_workflow
 from contextos.testing import ScriptedModel, reply
 
 
@@ -28,15 +28,15 @@ async def test_a_scan_past_the_days_tokens_stops_with_the_reason_recorded(
         return ScanRequest(root=str(SAMPLE), index=index, sample_site=site.port)
 
     async with Runtime(str(tmp_path / "runs.db")) as rt:
-        first = await rt.run(flow, request("a"), metadata={"principal": "kb-scan"})
-        second = await rt.run(flow, request("b"), metadata={"principal": "kb-scan"})
-        other = await rt.run(flow, request("c"), metadata={"principal": "docs-team"})
+        first = await rt.run(flow, request("a"), principal=SCANNER)
+        second = await rt.run(flow, request("b"), principal=SCANNER)
+        other = await rt.run(flow, request("c"), principal=Principal.service("docs-team"))
         kept = (await rt.state(second.run_id)).failure_message
 
     assert first.status is RunStatus.COMPLETED
     assert second.status is RunStatus.FAILED
     assert second.failure_reason is FailureReason.CHILD_FAILED
     assert kept is not None and "budget_exhausted" in kept
-    assert "would take kb-scan past the daily cap of 6000 tokens" in kept
+    assert "would take service:kb-scan@default past the daily cap of 6000 tokens" in kept
     assert other.status is RunStatus.COMPLETED  # its own day's budget
     assert len(model.requests) == 2  # the refused call never reached the model

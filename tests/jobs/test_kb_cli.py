@@ -136,4 +136,5 @@ def test_the_commands_scans_share_one_daily_budget_and_say_when_it_is_spent(
     assert kb_scan(kb, tmp_path, *capped).returncode == 0
     spent = kb_scan(kb, tmp_path, *capped, "--full")
     assert spent.returncode == 1
-    assert "would take kb-scan past the daily cap of 6000 tokens" in spent.stdout + spent.stderr
+    said = " ".join((spent.stdout + spent.stderr).split())  # as printed, wrapped to the terminal
+    assert "would take service:kb-scan@default past the daily cap of 6000 tokens" in said

@@ -22,7 +22,7 @@ from kb_targets import flow, nonsense
 from kbsample import SAMPLE, key, planted, verifier_for
 
 from contextos import RunId, RunStatus, Runtime
-from contextos.jobs.kb import Fixture, Report, ScanRequest, scan_kb
+from contextos.jobs.kb import SCANNER, Fixture, Report, ScanRequest, scan_kb
 from contextos.state import RunState, fold
 from contextos.store import SqliteStore
 from support.crashes import crash_env, kill_after_command
@@ -38,7 +38,7 @@ writer's child run started and finished."""
 
 async def scan(db: Path, request: ScanRequest, which: Any = flow) -> Report:
     async with Runtime(str(db)) as rt:
-        result = await rt.run(which, request)
+        result = await rt.run(which, request, principal=SCANNER)
         assert result.status is RunStatus.COMPLETED, result.failure_message
         return Report.model_validate(result.structured_output)
 
@@ -126,7 +126,7 @@ def request_text(tmp: Path, port: int) -> str:
 def start(tmp: Path, port: int, kill_after: int) -> subprocess.Popen[str]:
     return subprocess.Popen(
         kill_after_command(
-            tmp / "runs.db", "run_k", kill_after, FLOW, request_text(tmp, port), "own"
+            tmp / "runs.db", "run_k", kill_after, FLOW, request_text(tmp, port), "own", SCANNER.id
         ),
         cwd=ROOT,
         env=crash_env(tmp),

@@ -11,12 +11,12 @@ from kb_targets import flow
 from kbsample import SAMPLE
 
 from contextos import RunStatus, Runtime
-from contextos.jobs.kb import Fixture, LinkStatus, Report, ScanRequest
+from contextos.jobs.kb import SCANNER, Fixture, LinkStatus, Report, ScanRequest
 
 
 async def scan(db: Path, request: ScanRequest) -> Report:
     async with Runtime(str(db)) as rt:
-        result = await rt.run(flow, request)
+        result = await rt.run(flow, request, principal=SCANNER)
         assert result.status is RunStatus.COMPLETED, result.failure_message
         return Report.model_validate(result.structured_output)
 

@@ -56,8 +56,11 @@ async def test_tool_call_then_answer_is_recorded_in_order(runtime: Runtime) -> N
     assert isinstance(tool_event, ev.ToolCompleted) and tool_event.output == "5"
     # The model saw the instructions first and the tool result on its second call.
     second = model.requests[1]
-    assert second.messages[0] == Message(role="system", content="Add numbers.")
-    assert second.messages[-1].role == "tool" and second.messages[-1].content == "5"
+    # The platform layers are on by default: the tool's output arrives marked as data.
+    system, tool_result = second.messages[0], second.messages[-1]
+    assert system.role == "system" and system.content.startswith("Add numbers.\n\n")
+    assert tool_result.role == "tool" and tool_result.content.startswith("<<untrusted-data")
+    assert "\n5\n" in tool_result.content
     assert [t.name for t in second.tools] == ["add"]
     model.assert_complete()
 

@@ -127,6 +127,7 @@ def test_the_public_surface_is_pinned() -> None:
         "PolicyDecision",
         "Principal",
         "PrincipalKind",
+        "RenderedCall",
         "ReplayPacket",
         "ReplayReport",
         "RetryPolicy",

@@ -58,6 +58,17 @@ def test_run_list_and_show(tmp_path: Path) -> None:
     assert "turn 2 (event #5) context" in with_context.stdout
     assert "tool:greet" in with_context.stdout and "3 messages of the run" in with_context.stdout
 
+    # The prompt of each call exactly as sent, with its lineage, in 80 columns.
+    as_text = cli("show", run_id, "--context", "--text", store=db)
+    assert as_text.returncode == 0, as_text.stderr
+    lines = as_text.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    second = as_text.stdout[as_text.stdout.index("turn 2 · event #5") :]
+    assert "middleware: budget, pii, sanitize" in second and "tools shown: greet" in second
+    assert "·· tool greet [call_1_0] " in second
+    assert '<<untrusted-data source="tool:greet"' in second and "  Hello, Ada!" in second
+    assert "+ history (history · mixed · " in second
+
     as_json = json.loads(cli("show", run_id, "--json", store=db).stdout)
     assert [e["type"] for e in as_json["events"]][-1] == "run_completed"
     assert [e["seq"] for e in as_json["events"]] == list(range(1, 8))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from contextos import Agent, ConfigError, FailureReason, RunStatus, Runtime
+from contextos import Agent, ConfigError, FailureReason, Principal, RunStatus, Runtime
 from contextos import events as ev
 from contextos.messages import FinishReason, Message, Usage
 from contextos.middleware import BudgetGate, StoreDailySpend, daily_spend_of, stack_identity
@@ -52,13 +52,13 @@ async def test_the_daily_cap_per_principal_spans_runs_and_is_kept_in_the_store(
     )
     gate = BudgetGate(daily_tokens=500, reserve_output_tokens=10)
     agent = Agent(name="a", model=model, middleware=[gate])
-    alice = {"tenant_id": "acme", "user_id": "alice"}
+    alice = Principal.user("alice", tenant="acme")
     async with Runtime(backend_url) as rt:
-        first = await rt.run(agent, "hi", metadata=alice)
-        second = await rt.run(agent, "x" * 400, metadata=alice)  # 400 spent + ~110 > 500
-        bob = await rt.run(agent, "hi", metadata={"tenant_id": "acme", "user_id": "bob"})
+        first = await rt.run(agent, "hi", principal=alice)
+        second = await rt.run(agent, "x" * 400, principal=alice)  # 400 spent + ~110 > 500
+        bob = await rt.run(agent, "hi", principal=Principal.user("bob", tenant="acme"))
         today = datetime.now(UTC).date()
-        spent = await StoreDailySpend(rt.store).spent("acme/alice", today)  # type: ignore[arg-type]
+        spent = await StoreDailySpend(rt.store).spent(alice.ref, today)  # type: ignore[arg-type]
     assert first.status is RunStatus.COMPLETED
     assert second.failure_reason is FailureReason.BUDGET_EXHAUSTED
     assert bob.status is RunStatus.COMPLETED  # another principal has its own budget
@@ -86,12 +86,33 @@ async def test_only_a_store_that_counts_daily_usage_lends_the_gate_its_spend(
         assert isinstance(daily_spend_of(rt.store), StoreDailySpend)
 
 
+async def test_the_daily_cap_is_charged_to_the_bound_principal_never_to_labels(
+    tmp_path: Path,
+) -> None:
+    model = ScriptedModel([reply("one", input_tokens=300, output_tokens=100)])
+    gate = BudgetGate(daily_tokens=500, reserve_output_tokens=10)
+    agent = Agent(name="a", model=model, middleware=[gate])
+    alice = Principal.user("alice", tenant="acme")
+    async with Runtime(str(tmp_path / "r.db")) as rt:
+        # A caller cannot name whom a run is charged to, nor run capped work bound to no one.
+        with pytest.raises(ConfigError, match="set by the runtime"):
+            await rt.run(agent, "hi", principal=alice, metadata={"principal": "someone-else"})
+        with pytest.raises(ConfigError, match="none bound"):
+            await rt.run(agent, "hi", metadata={"tenant_id": "acme", "user_id": "alice"})
+        first = await rt.run(agent, "hi", principal=alice)
+        today = datetime.now(UTC).date()
+        charged = await StoreDailySpend(rt.store).spent(alice.ref, today)  # type: ignore[arg-type]
+        labelled = await StoreDailySpend(rt.store).spent("acme/alice", today)  # type: ignore[arg-type]
+    assert first.status is RunStatus.COMPLETED
+    assert (charged.tokens, labelled.tokens) == (400, 0)
+
+
 async def test_the_daily_call_cap_allows_exactly_that_many_calls(tmp_path: Path) -> None:
     model = ScriptedModel([reply("one"), reply("two"), reply("never")])
     agent = Agent(name="a", model=model, middleware=[BudgetGate(daily_calls=2)])
-    alice = {"tenant_id": "acme", "user_id": "alice"}
+    alice = Principal.user("alice", tenant="acme")
     async with Runtime(str(tmp_path / "r.db")) as rt:
-        results = [await rt.run(agent, "hi", metadata=alice) for _ in range(3)]
+        results = [await rt.run(agent, "hi", principal=alice) for _ in range(3)]
     assert [r.status for r in results] == [RunStatus.COMPLETED] * 2 + [RunStatus.FAILED]
     assert results[2].failure_reason is FailureReason.BUDGET_EXHAUSTED
     assert len(model.requests) == 2

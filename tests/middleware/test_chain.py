@@ -193,7 +193,7 @@ async def test_each_call_records_its_manifest_with_the_answer(tmp_path: Path) ->
     assert len(responded) == 1
     lineage = responded[0].context
     assert len(responded[0].context_hash or "") == 64
-    assert lineage["stack"] == ["sanitize"]
+    assert lineage["stack"] == ["budget", "pii", "sanitize"]  # the defaults join the listed one
     rows = {r["id"]: r for r in lineage["manifest"]}
     assert rows["instructions"]["trust"] == "developer"
     assert rows["instructions"]["source"] == "agent:a@1"

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from contextos import Agent, RunStatus, Runtime
+import pytest
+
+from contextos import Agent, ConfigError, FailureReason, Principal, RunStatus, Runtime
 from contextos import events as ev
 from contextos.context import NewFact, SqliteMemory, Subject
 from contextos.middleware import Compaction, PiiRedaction, Profile, Sanitizer, Skills
@@ -66,7 +68,9 @@ async def test_the_summary_is_folded_into_state_and_not_redone_each_turn(tmp_pat
         state = await rt.state(result.run_id)
     assert state.context_summary == "S1" and state.context_cursor > 0
     assert len(summarizer.requests) == 1  # compacted at turn 4, reused at turn 5
-    assert "S1" in model.requests[4].messages[0].content
+    summary = model.requests[4].messages[1]  # after the system prefix, marked as data
+    assert summary.role == "user" and "S1" in summary.content
+    assert summary.content.index("<<untrusted-data") < summary.content.index("S1")
 
 
 def write_skill(root: Path, name: str, description: str, body: str) -> None:
@@ -110,7 +114,7 @@ async def test_memory_never_crosses_users_or_tenants(tmp_path: Path) -> None:
             ("globex", "alice"),
             ("acme", "carol"),
         ]:
-            await rt.run(agent, "hello", metadata={"tenant_id": tenant, "user_id": user})
+            await rt.run(agent, "hello", principal=Principal.user(user, tenant=tenant))
     seen = ["\n".join(m.content for m in r.messages) for r in model.requests]
     assert "ALICE-FACT" in seen[0] and "BOB-FACT" not in seen[0] and "OTHER-ALICE" not in seen[0]
     assert "BOB-FACT" in seen[1] and "ALICE-FACT" not in seen[1]
@@ -123,7 +127,7 @@ async def test_memory_never_crosses_users_or_tenants(tmp_path: Path) -> None:
 async def test_memory_writes_happen_after_the_turn_behind_the_flag(tmp_path: Path) -> None:
     memory = SqliteMemory(tmp_path / "memory.db")
     alice = Subject(tenant_id="acme", user_id="alice")
-    meta = {"tenant_id": "acme", "user_id": "alice"}
+    jo = Principal.user("alice", tenant="acme")
 
     def script() -> ScriptedModel:
         return ScriptedModel(
@@ -133,13 +137,13 @@ async def test_memory_writes_happen_after_the_turn_behind_the_flag(tmp_path: Pat
     async with Runtime(str(tmp_path / "r.db")) as rt:
         # Flag off: no remember tool, nothing written.
         off = Agent(name="a", model=ScriptedModel([reply("ok")]), middleware=[Profile(memory)])
-        await rt.run(off, "hi", metadata=meta)
+        await rt.run(off, "hi", principal=jo)
         assert "remember" not in {t.name for t in off.tool_list}
         assert await memory.recall(alice) == []
         on = Agent(
             name="a", model=script(), middleware=[PiiRedaction(), Profile(memory, writes=True)]
         )
-        result = await rt.run(on, "remember my contact preference", metadata=meta)
+        result = await rt.run(on, "remember my contact preference", principal=jo)
     facts = await memory.recall(alice)
     assert [f.text for f in facts] == ["Prefers email to [REDACTED:EMAIL]"]
     assert facts[0].source.startswith(f"run:{result.run_id}#")
@@ -164,7 +168,7 @@ async def test_profile_fails_open_with_counts_only_telemetry(tmp_path: Path) -> 
     model = ScriptedModel([reply("generic but working")])
     agent = Agent(name="a", model=model, middleware=[Profile(BrokenMemory())])  # type: ignore[arg-type]
     async with Runtime(str(tmp_path / "r.db")) as rt:
-        result = await rt.run(agent, "hi", metadata={"tenant_id": "t", "user_id": "u"})
+        result = await rt.run(agent, "hi", principal=Principal.user("u", tenant="t"))
         events = await rt.events(result.run_id)
     assert result.status is RunStatus.COMPLETED
     responded = next(e for e in events if isinstance(e, ev.ModelResponded))
@@ -180,6 +184,42 @@ async def test_profile_is_cached_per_subject(tmp_path: Path) -> None:
     agent = Agent(name="a", model=model, middleware=[profile])
     async with Runtime(str(tmp_path / "r.db")) as rt:
         for _ in range(2):
-            await rt.run(agent, "hi", metadata={"tenant_id": "acme", "user_id": "alice"})
+            await rt.run(agent, "hi", principal=Principal.user("alice", tenant="acme"))
     assert profile.stats["reads"] == 1 and profile.stats["cache_hits"] == 1
+    await memory.close()
+
+
+async def test_memory_is_keyed_on_the_bound_principal_and_fails_closed_without_one(
+    tmp_path: Path,
+) -> None:
+    memory = SqliteMemory(tmp_path / "memory.db")
+    await memory.remember(Subject(tenant_id="acme", user_id="alice"), [NewFact(text="ALICE-FACT")])
+    model = ScriptedModel([reply("hi")])
+    agent = Agent(name="a", model=model, middleware=[Profile(memory)])
+    async with Runtime(str(tmp_path / "r.db")) as rt:
+        # Labels a caller passes are not who the run is: no bound principal, no run.
+        with pytest.raises(ConfigError, match="none bound"):
+            await rt.run(agent, "hello", metadata={"tenant_id": "acme", "user_id": "alice"})
+        assert await rt.runs() == []
+        # Bound to bob, labelled as alice: memory is bob's (none), never alice's.
+        labelled = {"tenant_id": "acme", "user_id": "alice"}
+        bob = Principal.user("bob", tenant="acme")
+        result = await rt.run(agent, "hello", principal=bob, metadata=labelled)
+    assert result.status is RunStatus.COMPLETED
+    assert "ALICE-FACT" not in "\n".join(m.content for m in model.requests[0].messages)
+    await memory.close()
+
+
+async def test_a_run_recorded_without_a_principal_fails_closed_at_the_memory_layer(
+    tmp_path: Path,
+) -> None:
+    memory = SqliteMemory(tmp_path / "memory.db")
+    model = ScriptedModel([reply("never")])
+    async with Runtime(str(tmp_path / "r.db")) as rt:
+        # Started before the agent had memory: resuming under memory must not skip it silently.
+        run_id = await rt.start(Agent(name="a", model=ScriptedModel([])), "hello")
+        agent = Agent(name="a", model=model, middleware=[Profile(memory)])
+        result = await rt.resume(run_id, agent, allow_changed_agent=True)
+    assert result.failure_reason is FailureReason.MISSING_PRINCIPAL
+    assert model.requests == []
     await memory.close()

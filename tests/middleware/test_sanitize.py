@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from guard_corpora import Corpus, agentdojo, benign, garak_latent
 
-from contextos import Agent, Runtime, ToolCall
+from contextos import Agent, Principal, Runtime, ToolCall
 from contextos.context import CompiledContext, NewFact, SqliteMemory, Subject, compile_context
 from contextos.context import Corpus as KnowledgeCorpus
 from contextos.messages import Message
@@ -227,6 +227,14 @@ def test_the_guard_is_applied_once() -> None:
     assert s.guard(once) == once
 
 
+async def test_the_same_conversation_is_the_same_prompt_in_every_run(tmp_path: Path) -> None:
+    """Block ids do not depend on the run: a model that answers a prompt deterministically
+    answers the same question with the same tool result the same way in every run."""
+    seen = [await tool_output_seen("Order 7 shipped.", tmp_path / str(i)) for i in range(2)]
+    assert seen[0] == seen[1]
+    only_block(seen[0])
+
+
 # -- everything the author did not write ------------------------------------------------------
 
 
@@ -279,7 +287,7 @@ async def test_no_untrusted_text_reaches_the_model_outside_a_block_or_in_a_syste
     )
     async with Runtime(str(tmp_path / "r.db")) as rt:
         await rt.run(
-            agent, "How long do refunds take?", metadata={"tenant_id": "acme", "user_id": "jo"}
+            agent, "How long do refunds take?", principal=Principal.user("jo", tenant="acme")
         )
     await corpus.close()
     await memory.close()

@@ -14,11 +14,13 @@ from model_servers import Handler, LoopbackServer, Reply, Seen
 from contextos import Agent, Budget, FailureReason, RunStatus, Runtime
 from contextos.errors import ModelError
 from contextos.messages import FinishReason, Message, ToolCall, ToolSpec
+from contextos.middleware import Sanitizer
 from contextos.models import resolve_model
 from contextos.models._http import HTTPOptions
 from contextos.models.anthropic import AnthropicModel
 from contextos.models.base import ModelRequest, ModelResponse
 from contextos.models.pricing import DEFAULT_PRICES, Price
+from support.blocks import block_body
 
 Start = Callable[[list[Reply] | Handler], LoopbackServer]
 
@@ -108,7 +110,7 @@ def weather_server(seen: Seen) -> Reply:
             cache_read_input_tokens=1000,
             cache_creation_input_tokens=50,
         )
-    weather = json.loads(results[0]["content"])
+    weather = json.loads(block_body(results[0]["content"]))  # shown inside its data block
     return message(
         [{"type": "text", "text": f"It is {weather['temp_c']} degrees in Paris."}], "end_turn"
     )
@@ -131,7 +133,8 @@ async def test_tool_use_round_trip_through_the_runtime(loopback: Start, tmp_path
     assert result.status is RunStatus.COMPLETED, result.failure_message
     assert result.output == "It is 18 degrees in Paris."
     first, second = (s.body for s in server.seen)
-    assert first["system"] == "Be brief."
+    # the system messages (the instructions, the default sanitizer's notice) in one field
+    assert first["system"] == f"Be brief.\n\n{Sanitizer().notice().content}"
     assert first["tools"][0]["input_schema"]["properties"]["city"]["type"] == "string"
     assert first["tool_choice"] == {"type": "auto"}
     assert [m["role"] for m in second["messages"]] == ["user", "assistant", "user"]

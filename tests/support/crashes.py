@@ -112,11 +112,21 @@ def crash_env(log_dir: Path, **extra: str) -> dict[str, str]:
 
 
 def kill_after_command(
-    db: Path, run_id: str, n: int, ref: str, text: str, count: Literal["all", "own"] = "all"
+    db: Path,
+    run_id: str,
+    n: int,
+    ref: str,
+    text: str,
+    count: Literal["all", "own"] = "all",
+    service: str = "",
 ) -> list[str]:
-    """The command that runs `ref` on `text` as run `run_id` and SIGKILLs itself right after
-    its Nth append (see `support/kill_after.py`)."""
-    return [sys.executable, "-m", "support.kill_after", str(db), run_id, str(n), ref, text, count]
+    """The command that runs `ref` on `text` as run `run_id` (bound to the service principal
+    `service`, if given) and SIGKILLs itself right after its Nth append (see
+    `support/kill_after.py`)."""
+    return [
+        *(sys.executable, "-m", "support.kill_after", str(db), run_id, str(n), ref, text),
+        *(count, service),
+    ]
 
 
 def kill_after(

@@ -42,8 +42,9 @@ def guarded(pii: bool = True) -> tuple[Agent, ScriptedModel]:
     model = ScriptedModel(
         [call_tool("customer", {"email": EMAIL}), reply("Order A-1 has shipped.")]
     )
-    layers = [PiiRedaction()] if pii else []
-    agent = Agent(name="support", model=model, tools=[customer], middleware=layers)
+    # PII redaction is a default guard: a run without it is one whose agent opts out of it
+    opt_out = {} if pii else {"pii": "shows what a trace holds when no PII layer guarded it"}
+    agent = Agent(name="support", model=model, tools=[customer], opt_out=opt_out)
     return agent, model
 
 

@@ -4,7 +4,6 @@ resumed in another process, and never as a requirement of importing contextos.""
 from __future__ import annotations
 
 import gzip
-import os
 import subprocess
 import sys
 import threading
@@ -22,9 +21,10 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from contextos.events import ModelResponded, RuntimeCrashDetected
 from contextos.store import SqliteStore
 from contextos.telemetry import spans_for, trace_id_for
+from support.crashes import crash_env, kill_after_command
 
 ROOT = Path(__file__).resolve().parents[2]
-CHILD = ROOT / "tests" / "crash" / "child.py"
+CRASH_AGENT = "tests/crash/crash_agent.py:agent"
 
 
 class Collector:
@@ -85,8 +85,8 @@ def contextos(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[st
 
 
 def clean_env(tmp_path: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "CONTEXTOS_OTEL"))}
-    return {**env, "CRASH_LOG_DIR": str(tmp_path), "NO_COLOR": "1"}
+    env = crash_env(tmp_path)
+    return {k: v for k, v in env.items() if not k.startswith(("OTEL_", "CONTEXTOS_OTEL"))}
 
 
 async def recorded(db: Path, run_id: str) -> list[object]:
@@ -103,7 +103,7 @@ async def test_a_run_killed_midway_and_resumed_elsewhere_is_one_trace(
     db, run_id = tmp_path / "c.db", "run_r"
     env = clean_env(tmp_path)
     killed = subprocess.run(
-        [sys.executable, str(CHILD), str(db), run_id, "6"],
+        kill_after_command(db, run_id, 6, CRASH_AGENT, "Where are A-1 and B-2?"),
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -14,6 +14,7 @@ from contextos import events as ev
 from contextos.policy import Decision, PolicyDecision, ProposedCall
 from contextos.testing import ScriptedModel, call_tool, reply
 from contextos.tools import BaseTool, EffectKind, Gateway, ToolContext, as_tool, tool
+from support.blocks import block_body
 
 calls: list[tuple[str, object]] = []
 
@@ -120,8 +121,8 @@ async def test_invalid_arguments_are_corrected_on_the_next_turn(runtime: Runtime
     )
     assert second.error_code == "invalid_arguments" and "not valid JSON" in second.output
     # what the model saw on the turn after each error is that error
-    assert model.requests[1].messages[-1].content == first.output
-    assert model.requests[2].messages[-1].content == second.output
+    assert block_body(model.requests[1].messages[-1].content) == first.output
+    assert block_body(model.requests[2].messages[-1].content) == second.output
 
 
 async def test_unknown_tool_is_an_error_the_model_can_read(runtime: Runtime) -> None:
@@ -276,7 +277,7 @@ async def test_deny_goes_back_to_the_model_and_nothing_runs(tmp_path: Path) -> N
     assert states == ["validated", "denied"]
     done = next(e for e in events if isinstance(e, ev.ToolCompleted))
     assert done.error_code == "policy_denied" and "daily limit" in done.output
-    assert model.requests[1].messages[-1].content == done.output
+    assert block_body(model.requests[1].messages[-1].content) == done.output
 
 
 async def test_require_approval_makes_the_run_wait_on_an_interrupt(tmp_path: Path) -> None:

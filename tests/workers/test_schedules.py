@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from worker_helpers import AGENTS
 
-from contextos import Agent, Runtime, Workflow, load_agent
+from contextos import Agent, Policy, Principal, RunContext, Runtime, Workflow, load_agent
 from contextos import events as ev
 from contextos.errors import ConfigError
 from contextos.runs import RunId
@@ -200,7 +200,11 @@ async def test_workers_firing_together_start_one_run_per_tick(backend_url: str) 
         assert [r.run_id for r in await runtimes[0].runs()] == [rid]
         created = (await runtimes[0].events(rid))[0]
         assert isinstance(created, ev.RunCreated)
-        assert created.metadata == {"schedule": "minutely", "tick": tick.isoformat()}
+        assert created.metadata == {
+            "schedule": "minutely",
+            "tick": tick.isoformat(),
+            "principal": "automation:minutely@default",  # the schedule it acts for
+        }
         assert created.input == "go" and created.agent_ref == TICKER
         entry = await queue(runtimes[0]).queue_entry(rid)
         assert entry is not None and entry.idempotency_key == tick_key("minutely", tick)
@@ -255,6 +259,25 @@ async def test_catch_up_after_downtime(backend_url: str, catch_up: CatchUp) -> N
         (schedule,) = await queue(rt).list_schedules()
         assert schedule.next_tick_at == T + 4 * DAY
         assert await fire_schedules(rt, now=back) == []
+
+
+async def test_a_scheduled_run_acts_for_its_schedule_unless_a_policy_binds_it(
+    tmp_path: Path,
+) -> None:
+    """Where runs would be bound to no one, a schedule's run is bound to the schedule itself,
+    so that what keys on a principal (memory, daily caps) can run on a schedule."""
+    tick = T + timedelta(minutes=1)
+    bound: list[str] = []
+    for name, policy in (("ungoverned", None), ("governed", Policy(name="p"))):
+        async with Runtime(str(tmp_path / f"{name}.db"), policy=policy) as rt:
+            await add_schedule(queue(rt), "nightly", TICKER, "* * * * *", tenant="acme", now=T)
+            ((_, run_id),) = (await fire_schedules(rt, now=tick + timedelta(seconds=1)))[0].runs
+            context = (await rt.state(run_id)).context
+            assert context is not None
+            bound.append(RunContext.from_dict(context.context).principal.ref)
+    assert bound[0] == "automation:nightly@acme"
+    operator = Principal.local().id  # a policy binds it to the local operator, in its tenant
+    assert bound[1] == f"user:{operator}@acme"
 
 
 # -- across worker processes and a restart ----------------------------------------------------

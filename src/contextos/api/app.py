@@ -204,7 +204,9 @@ def create_app(config: ApiConfig | None = None) -> FastAPI:
             )
         assert run_id is not None
         state = await run_of(api, principal, run_id)
-        if not created and (state.input, state.agent_ref, state.metadata) != (
+        # `principal` is the runtime's own key (the bound principal), not part of the request.
+        asked = {k: v for k, v in state.metadata.items() if k != "principal"}
+        if not created and (state.input, state.agent_ref, asked) != (
             body.input,
             ref,
             body.metadata,

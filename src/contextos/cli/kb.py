@@ -34,6 +34,7 @@ from contextos.cli.common import (
     resolve_interrupt,
 )
 from contextos.jobs.kb import (
+    SCANNER,
     FixOutcome,
     Report,
     ScanRequest,
@@ -58,9 +59,6 @@ kb_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(kb_app, name="kb", short_help="Scan a knowledge base: links, frontmatter, structure.")
-
-PRINCIPAL = "kb-scan"
-"""Who the command's scans run as: the scan's daily token budget counts their tokens alone."""
 
 
 @kb_app.command(
@@ -138,7 +136,7 @@ def scan(
                 request,
                 run_id=run_id,
                 agent_ref=workflow,
-                metadata={"principal": PRINCIPAL},
+                principal=SCANNER,
             )
         )
         if as_json:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import textwrap
 import time
 import uuid
 from collections.abc import Awaitable
@@ -20,6 +21,7 @@ from rich.tree import Tree
 
 from contextos import (
     ContextOSError,
+    RenderedCall,
     RunId,
     RunNotFound,
     RunOwner,
@@ -333,6 +335,12 @@ def show(
     context: Annotated[
         bool, typer.Option("--context", help="Also show what each model call's context held.")
     ] = False,
+    text: Annotated[
+        bool,
+        typer.Option(
+            "--text", help="Print each model call's prompt exactly as sent, with its lineage."
+        ),
+    ] = False,
     follow_events: Annotated[
         bool,
         typer.Option(
@@ -343,6 +351,9 @@ def show(
 ) -> None:
     """Show a run's timeline: every recorded event, in order."""
     run_id = resolve_run(store, run_id)
+    if text:  # the compiled context as text: --context is implied
+        sys.stdout.write(prompts_text(call(store, lambda rt: rt.prompts(run_id))))
+        return
 
     async def work(
         rt: Runtime,
@@ -455,6 +466,57 @@ def _print_contexts(entries: list[TimelineEntry]) -> None:
         telemetry = context.get("telemetry")
         if telemetry:
             console.print(Text(f"  telemetry: {json.dumps(telemetry, sort_keys=True)}"))
+
+
+WIDTH = 80
+"""Columns of `show --context --text`: it reads in any terminal and diffs line by line."""
+
+
+def prompts_text(calls: list[RenderedCall]) -> str:
+    """Each model call's prompt as sent, message by message, then the lineage of its blocks."""
+    if not calls:
+        return "no model call of this run recorded its prompt\n"
+    out: list[str] = []
+    for c in calls:
+        out.append(_rule(f"turn {c.turn} · event #{c.seq} · context {c.context_hash[:12]}"))
+        out += _wrapped(f"middleware: {', '.join(c.stack) or 'none'}")
+        for layer, reason in sorted(c.opted_out.items()):
+            out += _wrapped(f"opted out of {layer}: {reason}")
+        out += _wrapped(f"tools shown: {', '.join(c.tools) or 'none'}")
+        for m in c.messages:
+            head = m.role + (f" {m.name} [{m.tool_call_id}]" if m.role == "tool" else "")
+            out.append(_rule(head, "·"))
+            out += _wrapped(m.content, keep_lines=True)
+            for tc in m.tool_calls:
+                out += _wrapped(f"→ {tc.name}({tc.arguments})")
+        out.append(_rule("lineage", "·"))
+        for row in c.manifest:
+            mark = "-" if row.get("dropped") else "+"
+            detail = " · ".join(str(row[k]) for k in ("type", "trust", "tokens") if k in row)
+            out += _wrapped(f"{mark} {row.get('id', '')} ({detail})")
+            out += _wrapped(f"{row.get('source', '')}: {row.get('why', '')}", indent="    ")
+    return "\n".join(out) + "\n"
+
+
+def _rule(title: str, fill: str = "─") -> str:
+    head = f"{fill * 2} {title} "
+    return head[:WIDTH] + fill * max(WIDTH - len(head), 0)
+
+
+def _wrapped(text: str, *, keep_lines: bool = False, indent: str = "  ") -> list[str]:
+    """Lines of at most WIDTH columns; with `keep_lines`, the text's own breaks are kept."""
+    lines = text.split("\n") if keep_lines else [" ".join(text.split())]
+    out: list[str] = []
+    for line in lines:
+        out += textwrap.wrap(
+            line,
+            WIDTH,
+            initial_indent=indent,
+            subsequent_indent=indent,
+            replace_whitespace=False,
+            drop_whitespace=True,
+        ) or [indent.rstrip()]
+    return out
 
 
 @app.command(

@@ -15,7 +15,7 @@ from contextos.context.compiled import (
 from contextos.context.corpus import IngestReport, Passage
 from contextos.context.corpus_postgres import PostgresCorpus
 from contextos.context.corpus_sqlite import Corpus
-from contextos.context.memory import Fact, MemoryStore, NewFact, SqliteMemory, Subject, subject_from
+from contextos.context.memory import Fact, MemoryStore, NewFact, SqliteMemory, Subject
 
 
 def open_corpus(location: str | Path, *, writable: bool = False) -> Corpus | PostgresCorpus:
@@ -43,5 +43,4 @@ __all__ = [
     "estimate_tokens",
     "manifest_table",
     "open_corpus",
-    "subject_from",
 ]

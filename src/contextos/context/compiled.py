@@ -37,6 +37,7 @@ def sha(text: str) -> str:
 
 class ItemType(StrEnum):
     INSTRUCTION = "instruction"
+    PATH_INSTRUCTION = "path_instruction"
     SKILL_CATALOG = "skill_catalog"
     MEMORY_FACT = "memory_fact"
     RETRIEVED_PASSAGE = "retrieved_passage"
@@ -117,6 +118,7 @@ class Entry:
     """Content guards already applied."""
     # Derived from `message` on first use; `replace()` starts a copy without them.
     _tokens: int = field(default=-1, init=False, repr=False, compare=False)
+    _canonical: bytes = field(default=b"", init=False, repr=False, compare=False)
 
     @property
     def tokens(self) -> int:
@@ -131,11 +133,14 @@ class Entry:
     @property
     def canonical(self) -> bytes:
         """The message as the model sees it, as unambiguous bytes: each field length-prefixed."""
-        m = self.message
-        fields = [m.role, m.content, m.tool_call_id or ""]
-        for c in m.tool_calls:
-            fields += (c.id, c.name, c.arguments)
-        return "".join([f"{len(f)}:{f}" for f in fields]).encode()
+        if not self._canonical:
+            m = self.message
+            fields = [m.role, m.content, m.tool_call_id or ""]
+            for c in m.tool_calls:
+                fields += (c.id, c.name, c.arguments)
+            canonical = "".join([f"{len(f)}:{f}" for f in fields]).encode()
+            object.__setattr__(self, "_canonical", canonical)
+        return self._canonical
 
     def with_content(self, content: str, guard: str | None = None) -> Entry:
         guards = self.guards | {guard} if guard else self.guards
@@ -321,6 +326,8 @@ class CompiledContext:
     """Seq of the last event folded into the history summary (0: nothing compacted)."""
     source: str = ""
     """Where the history comes from: `run:<id>`."""
+    dropped: tuple[dict[str, Any], ...] = ()
+    """Lineage of what was considered and left out (`id`, `type`, `source`, `why`)."""
 
     # -- building ---------------------------------------------------------------------------
 
@@ -332,6 +339,10 @@ class CompiledContext:
 
     def without(self, predicate: Callable[[ContextItem], bool]) -> CompiledContext:
         return replace(self, items=tuple(i for i in self.items if not predicate(i)))
+
+    def drop(self, *rows: dict[str, Any]) -> CompiledContext:
+        """A copy that records blocks left out, each row naming it and saying why."""
+        return replace(self, dropped=self.dropped + tuple({**r, "dropped": True} for r in rows))
 
     def map_items(self, fn: Callable[[ContextItem], ContextItem]) -> CompiledContext:
         return replace(self, items=tuple(fn(i) for i in self.items))
@@ -391,6 +402,7 @@ class CompiledContext:
         """
         rows = [_row(i) for i in self.items]
         rows.extend(dict(_tool_row(t)[0]) for t in self.tools)  # callers may add to rows
+        rows.extend(dict(r) for r in self.dropped)
         if self.history:
             # One hash commits to every message; the index keeps it running, so a call does not
             # re-serialise the whole history.
@@ -502,6 +514,7 @@ def compile_context(
     cursor: int = 0,
     trusted_tools: frozenset[str] = frozenset(),
     index: HistoryIndex | None = None,
+    may_call: Callable[[str], bool] | None = None,
 ) -> CompiledContext:
     """The context a run's state gives before any middleware: instructions, tools, history.
 
@@ -509,6 +522,8 @@ def compile_context(
     message (its task) is always kept verbatim so compaction never loses what was asked.
     A driver passes the same `index` to every call of a run, so each call only adds what is new;
     the index then decides which tools are trusted, and `trusted_tools` serves calls without one.
+    `may_call` is the run's authority over tool names: a tool it refuses is not shown to the
+    model at all, and the manifest says so.
     """
     items: list[ContextItem] = []
     if instructions:
@@ -529,17 +544,30 @@ def compile_context(
                 id="history_summary",
                 type=ItemType.HISTORY_SUMMARY,
                 content=summary,
-                source=f"run:{run_id} events ..{cursor}",
+                source=f"history events ..{cursor}",  # no run id: one conversation, one prompt
                 version=f"cursor:{cursor}",
                 trust=TrustClass.DERIVED,
                 why="older turns were compacted into this summary",
             )
         )
     history = (index or HistoryIndex(trusted_tools)).view(messages, message_seqs, cursor)
+    shown = [t for t in tools if may_call is None or may_call(t.name)]
+    dropped = tuple(
+        {
+            "id": f"tool:{t.name}",
+            "type": ItemType.TOOL_SCHEMA.value,
+            "source": "agent tools",
+            "why": "the run's authority does not allow this tool",
+            "dropped": True,
+        }
+        for t in tools
+        if t not in shown
+    )
     return CompiledContext(
         items=tuple(items),
         history=history,
-        tools=tuple(tools),
+        tools=tuple(shown),
+        dropped=dropped,
         output_schema=output_schema,
         cursor=cursor if summary is not None else 0,
         source=f"run:{run_id}",

@@ -41,14 +41,6 @@ class Subject:
         return f"{self.tenant_id}/{self.user_id}"
 
 
-def subject_from(metadata: dict[str, Any]) -> Subject | None:
-    """The run's subject from its start metadata (`tenant_id` and `user_id`), if both are set."""
-    tenant, user = metadata.get("tenant_id"), metadata.get("user_id")
-    if not tenant or not user:
-        return None
-    return Subject(tenant_id=str(tenant), user_id=str(user))
-
-
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Fact:
     """One remembered fact about a user."""

@@ -32,8 +32,9 @@ from contextos.state import RunState
 from contextos.store.base import EventStore, load_state
 from contextos.tools.contract import Tool
 
-INHERITED_METADATA = ("principal", "tenant_id", "user_id")
-"""Labels a child run takes from its parent: who pays for it (daily budgets)."""
+INHERITED_METADATA = ("tenant_id", "user_id")
+"""Labels a child run takes from its parent. Who pays for it is not one of them: the runtime
+keys a run's usage on its bound principal, which a child takes from its parent's context."""
 
 WAIT_S = 5.0
 """While a child waits for a person, its parent is handed back and looks again this often."""

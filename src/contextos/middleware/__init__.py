@@ -1,7 +1,9 @@
 """Middleware: the ordered stack every model call and tool call goes through.
 
 Platform layers, outermost first: budget gate → PII redaction → untrusted-output sanitizer →
-compaction → skills → profile; domain layers only after them.
+compaction → skills → profile; domain layers only after them. Every agent runs under the
+budget gate, PII redaction and the sanitizer unless it opts out of one by name, with a reason
+(`platform.py`).
 """
 
 from contextos.middleware.base import (
@@ -28,6 +30,7 @@ from contextos.middleware.base import (
 )
 from contextos.middleware.budget import BudgetGate, StoreDailySpend, daily_spend_of
 from contextos.middleware.compaction import Compaction
+from contextos.middleware.paths import PathInstructions
 from contextos.middleware.pii import Detection, Detector, PiiRedaction, Strategy, custom, detect
 from contextos.middleware.profile import Profile
 from contextos.middleware.retrieval import Retrieval
@@ -49,6 +52,7 @@ __all__ = [
     "ModelCall",
     "ModelHandler",
     "ModelResult",
+    "PathInstructions",
     "PiiRedaction",
     "Profile",
     "Retrieval",

@@ -19,7 +19,9 @@ model for anything an inner layer added, so nothing inside can step outside them
 
 from __future__ import annotations
 
+import copy
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime
@@ -28,20 +30,22 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 from pydantic import BaseModel
 
 from contextos import events as ev
-from contextos.context.compiled import CompiledContext
-from contextos.context.memory import Subject, subject_from
+from contextos.context.compiled import CompiledContext, Entry
+from contextos.context.memory import Subject
 from contextos.errors import ConfigError
 from contextos.messages import Usage
-from contextos.models.base import ModelAdapter, ModelRequest, ModelResponse
+from contextos.models.base import ModelAdapter, ModelRequest, ModelResponse, check_response
 from contextos.runs import Budget, FailureReason, RunStatus
 from contextos.tools.contract import Tool, ToolContext
 
 
 def principal_of(metadata: Mapping[str, Any]) -> str:
-    """Who pays for a run: `metadata["principal"]`, else `<tenant_id>/<user_id>` (`-` if unset).
+    """The key a run's usage is counted under: `metadata["principal"]`, else
+    `<tenant_id>/<user_id>` (`-` if unset).
 
     The store's daily usage counters derive the same key in SQL (see the usage migration); the
-    two must stay identical.
+    two must stay identical. The runtime writes `principal` itself, from the bound principal
+    (`kind:id@tenant`), so only a bound run's usage lands under a principal's key.
     """
     principal = metadata.get("principal")
     if principal:
@@ -67,14 +71,29 @@ class RunView:
     """Labels given at start (`tenant_id`, `user_id`, `principal`, …)."""
     deadline_at: datetime | None = None
     """The run's deadline (UTC), when it has one."""
+    bound: Mapping[str, Any] | None = None
+    """The RunContext bound at start, as recorded; None for a run bound to no one."""
 
     @property
-    def principal(self) -> str:
-        return principal_of(self.metadata)
+    def principal(self) -> str | None:
+        """Who the run acts for and pays as (`kind:id@tenant`), from the bound context only."""
+        if self.bound is None:
+            return None
+        p = self.bound["principal"]
+        return f"{p['kind']}:{p['id']}@{p['tenant']}"
 
     @property
     def subject(self) -> Subject | None:
-        return subject_from(dict(self.metadata))
+        """Whose memory: the bound principal's tenant and id, never labels a caller passed."""
+        if self.bound is None:
+            return None
+        p = self.bound["principal"]
+        return Subject(tenant_id=str(p["tenant"]), user_id=str(p["id"]))
+
+
+def needs_principal(layers: Sequence[Middleware]) -> str | None:
+    """The first layer that keys on the run's principal (memory, daily caps), if any."""
+    return next((m.name for m in layers if getattr(m, "needs_principal", False)), None)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -290,11 +309,50 @@ class ContentGuard(BaseMiddleware):
     whatever an inner layer added passes through it too.
     """
 
+    _seen: dict[int, tuple[Entry, Entry, Counter[str]]] | None = None
+
+    def bind(self, services: Services) -> Middleware:
+        bound = copy.copy(self)
+        bound._seen = {}  # per run: what this guard made of each history entry
+        return bound
+
     def guard(self, context: CompiledContext) -> CompiledContext:
         return context
 
     def redact_text(self, text: str) -> str:
         return text
+
+    def guard_history(
+        self,
+        context: CompiledContext,
+        counts: Counter[str],
+        fn: Callable[[Entry, Counter[str]], Entry],
+        *,
+        remember: bool = True,
+    ) -> CompiledContext:
+        """`context.map_history(fn)`, with each entry rewritten once per run rather than once
+        per call: a run's history entries are the same objects call after call, so a long run
+        costs what a short one does per turn. `fn` counts what it found into its counter, and
+        those counts are replayed for an entry seen before. The final seal before the model passes
+        `remember=False`: it sees this guard's own output, which is not what the next call
+        starts from."""
+        seen = self._seen
+        current: dict[int, tuple[Entry, Entry, Counter[str]]] = {}
+
+        def once(e: Entry) -> Entry:
+            hit = seen.get(id(e)) if seen is not None else None
+            if hit is None or hit[0] is not e:
+                found: Counter[str] = Counter()
+                hit = (e, fn(e, found), found)
+            if hit[2]:
+                counts.update(hit[2])
+            current[id(e)] = hit
+            return hit[1]
+
+        context = context.map_history(once)
+        if seen is not None and remember:
+            self._seen = current  # only what the latest call held: memory stays bounded
+        return context
 
 
 PLATFORM_LAYERS: tuple[str, ...] = (
@@ -427,7 +485,9 @@ class Chain:
         )
         manifest = context.manifest()
         started = time.perf_counter()
-        response = await self.model.complete(request)
+        # Checked before any layer reads it: a guard rewriting the answer must not be the
+        # first to trip over what no event could hold.
+        response = check_response(await self.model.complete(request), model=self.model.name)
         return ModelResult(
             call=call,
             request=request,

@@ -62,6 +62,11 @@ class BudgetGate(BaseMiddleware):
             c is not None for c in (self.daily_tokens, self.daily_calls, self.daily_cost_usd)
         )
 
+    @property
+    def needs_principal(self) -> bool:
+        """Daily caps are per principal: a run bound to no one cannot be charged to one."""
+        return self.needs_daily_spend
+
     def fingerprint(self) -> dict[str, Any]:
         return {
             "run_tokens": self.run_tokens,
@@ -84,6 +89,16 @@ class BudgetGate(BaseMiddleware):
 
     async def wrap_model_call(self, call: ModelCall, call_next: ModelHandler) -> ModelResult:
         estimate = call.context.tokens + (call.max_output_tokens or self.reserve_output_tokens)
+        if self.needs_principal and call.run.principal is None:
+            return ModelResult(
+                call=call,
+                stop=Stop(
+                    reason=FailureReason.MISSING_PRINCIPAL,
+                    message="the daily caps are kept per principal and this run has none bound: "
+                    "start it with principal= or context=",
+                    layer=self.name,
+                ),
+            )
         reason = await self.refusal(call, estimate)
         if reason is not None:
             return ModelResult(
@@ -107,6 +122,7 @@ class BudgetGate(BaseMiddleware):
             return None
         assert self.spend is not None  # bind() guarantees it
         principal = run.principal
+        assert principal is not None  # checked before
         day = self.clock().date()
         today = await self.spend.spent(principal, day)
         if self.daily_tokens is not None and today.tokens + estimate > self.daily_tokens:

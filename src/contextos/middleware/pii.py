@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from contextos.context.compiled import GUARD_PII, CompiledContext, Entry, TrustClass
+from contextos.context.compiled import GUARD_PII, CompiledContext, ContextItem, Entry, TrustClass
 from contextos.errors import ContentBlocked
 from contextos.middleware.base import (
     Compacted,
@@ -416,6 +416,7 @@ class PiiRedaction(ContentGuard):
         self.hash_key = hash_key
         self.tool_results = tool_results
         self.model_output = model_output
+        self._items: dict[str, tuple[str, Counter[str]]] = {}
 
     def fingerprint(self) -> dict[str, Any]:
         return {
@@ -466,30 +467,46 @@ class PiiRedaction(ContentGuard):
     # -- context ----------------------------------------------------------------------------
 
     def guard(self, context: CompiledContext) -> CompiledContext:
-        return self._guard(context, Counter())
+        return self._guard(context, Counter(), remember=False)
 
-    def _guard(self, context: CompiledContext, counts: Counter[str]) -> CompiledContext:
-        def text(content: str) -> str:
+    def _guard(
+        self, context: CompiledContext, counts: Counter[str], *, remember: bool = True
+    ) -> CompiledContext:
+        def text(content: str, counts: Counter[str]) -> str:
             new, found = self.apply(content, allow_block=False)
             counts.update(d.type for d in found)
             return new
 
-        def entry(e: Entry) -> Entry:
+        def entry(e: Entry, counts: Counter[str]) -> Entry:
             if GUARD_PII in e.guards:
                 return e
             m = e.message
             # The model's tool-call arguments are context too: they may quote what it was told.
-            calls = tuple(replace(c, arguments=text(c.arguments)) for c in m.tool_calls)
-            message = replace(m, content=text(m.content), tool_calls=calls)
+            calls = tuple(replace(c, arguments=text(c.arguments, counts)) for c in m.tool_calls)
+            message = replace(m, content=text(m.content, counts), tool_calls=calls)
             return replace(e, message=message, guards=e.guards | {GUARD_PII})
 
-        context = context.map_history(entry)
-        return context.map_items(
-            lambda i: i if GUARD_PII in i.guards else i.with_content(text(i.content), GUARD_PII)
-        )
+        def item(i: ContextItem) -> ContextItem:
+            if GUARD_PII in i.guards:
+                return i
+            # Items are rebuilt every call with the same text (instructions, notices): each
+            # text is scanned once, and what it held is counted on every call.
+            hit = self._items.get(i.content)
+            if hit is None:
+                found: Counter[str] = Counter()
+                hit = self._items[i.content] = (text(i.content, found), found)
+            counts.update(hit[1])
+            return i.with_content(hit[0], GUARD_PII)
+
+        if len(self._items) > 256:
+            self._items.clear()
+        context = self.guard_history(context, counts, entry, remember=remember)
+        return context.map_items(item)
 
     def blocked_input(self, context: CompiledContext) -> list[str]:
         """Types with the `block` strategy found in what the user wrote."""
+        if Strategy.BLOCK not in (self.strategy, *self.strategies.values()):
+            return []
         kinds: set[str] = set()
         for e in context.history:
             if e.trust is TrustClass.USER and GUARD_PII not in e.guards:

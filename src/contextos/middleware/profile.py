@@ -1,9 +1,10 @@
 """Profile injection: a bounded block of what long-term memory knows about the current user.
 
-Facts are read for the run's subject (tenant + user) only, cached per subject, and go at the
-volatile tail of the context. Any failure to read them leaves the turn generic but working
-(fail-open). Telemetry is counts only: how many facts, how many tokens, cache hits, errors,
-never the facts themselves.
+Facts are read for the run's subject only: the tenant and id of the principal bound to the run,
+never labels the caller passed, and a run bound to no one fails closed. They are cached per
+subject and go at the volatile tail of the context. Any failure to read them leaves the turn
+generic but working (fail-open). Telemetry is counts only: how many facts, how many tokens,
+cache hits, errors, never the facts themselves.
 
 Writes are off unless `writes=True`: the model may then call `remember(fact)` during a run, and
 when the run completes those facts (redacted by the PII layer) are written to the subject's
@@ -27,8 +28,9 @@ from contextos.middleware.base import (
     ModelHandler,
     ModelResult,
     RunEnd,
+    Stop,
 )
-from contextos.runs import RunStatus
+from contextos.runs import FailureReason, RunStatus
 from contextos.tools.contract import Tool, tool
 
 HEADER = "About the current user, from long-term memory (may be out of date):"
@@ -39,6 +41,8 @@ class Profile(BaseMiddleware):
 
     name = "profile"
     platform_slot = 6
+    needs_principal = True
+    """Memory belongs to the run's bound principal; a run bound to no one fails closed."""
 
     def __init__(
         self,
@@ -123,8 +127,15 @@ class Profile(BaseMiddleware):
     async def wrap_model_call(self, call: ModelCall, call_next: ModelHandler) -> ModelResult:
         subject = call.run.subject
         if subject is None:
-            result = await call_next(call)
-            return result.with_telemetry(**{"profile.no_subject": 1})
+            return ModelResult(
+                call=call,
+                stop=Stop(
+                    reason=FailureReason.MISSING_PRINCIPAL,
+                    message="memory belongs to a tenant's user and this run has no principal "
+                    "bound: start it with principal= or context=",
+                    layer=self.name,
+                ),
+            )
         try:
             facts, hit = await self.facts(subject)
             items, dropped = self.block(facts)

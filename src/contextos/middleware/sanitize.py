@@ -2,14 +2,19 @@
 
 Every untrusted block (tool output, retrieved passage, memory fact, history summary, a child
 run's result) is spotlighted: wrapped in delimiters that name where it came from, with an id
-derived from the run, the event and the content. Before marking, the text is normalised (NFKC,
-invisible and bidirectional controls removed, every line break a `\\n`, every other space a
-space), so a marker split by a zero-width space or written in full-width look-alikes is seen for
-what it is. Then anything that could pass for our delimiters, or for a turn or role marker of a
-chat template (`CHAT_TEMPLATE_MARKERS`), is defanged: its brackets become look-alikes and a
-role line is quoted, so a block can neither close itself early nor open a fake turn. Phrases of
-known prompt-injection patterns are flagged in place; optional datamarking interleaves a marker
-between words. The stable system prefix explains the convention once.
+derived from the source, the event and the content. Not from the run: the same conversation
+must reach the model as the same prompt in every run, or a model that answers a given prompt
+deterministically (the embedded one, greedy) would answer differently from run to run.
+
+Before marking, the text is normalised (NFKC, invisible and bidirectional controls removed,
+every line break a `\\n`, every other space a space), so a marker split by a zero-width space
+or written in full-width look-alikes is seen for what it is. Then anything that could pass for
+our delimiters, or for a turn or role marker of a chat template (`CHAT_TEMPLATE_MARKERS`), is
+defanged: its brackets become look-alikes and a role line is quoted, so a block can neither
+close itself early nor open a fake turn (which is what keeps a block closed: its id, a hash of
+its own text, only names it). Phrases of known prompt-injection patterns are flagged in place;
+optional datamarking interleaves a marker between words. The stable system prefix explains the
+convention once.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from contextos.context.compiled import (
     TRUSTED,
     CompiledContext,
     ContextItem,
+    Entry,
     ItemType,
     TrustClass,
 )
@@ -403,17 +409,16 @@ class Sanitizer(ContentGuard):
         )
 
     def guard(self, context: CompiledContext) -> CompiledContext:
-        return self._guard(context, Counter())
+        return self._guard(context, Counter(), remember=False)
 
-    def _guard(self, context: CompiledContext, counts: Counter[str]) -> CompiledContext:
-        salt = context.source
-
-        def block(content: str, source: str, ref: str) -> str:
+    def _guard(
+        self, context: CompiledContext, counts: Counter[str], *, remember: bool = True
+    ) -> CompiledContext:
+        def block(content: str, source: str, ref: str, counts: Counter[str] = counts) -> str:
             s = spotlight(
                 content,
                 source=source,
                 ref=ref,
-                salt=salt,
                 datamark_with=self.datamark,
                 flag=self.flag_injections,
             )
@@ -423,16 +428,13 @@ class Sanitizer(ContentGuard):
             counts["sanitize.hidden"] += s.hidden
             return s.text
 
-        context = context.map_history(
-            lambda e: (
-                e
-                if e.trust is not TrustClass.UNTRUSTED or GUARD_SPOTLIGHT in e.guards
-                else e.with_content(
-                    block(e.message.content, e.source, f"{e.message.tool_call_id or ''}@{e.seq}"),
-                    GUARD_SPOTLIGHT,
-                )
-            )
-        )
+        def entry(e: Entry, found: Counter[str]) -> Entry:
+            if e.trust is not TrustClass.UNTRUSTED or GUARD_SPOTLIGHT in e.guards:
+                return e
+            ref = f"{e.message.tool_call_id or ''}@{e.seq}"
+            return e.with_content(block(e.message.content, e.source, ref, found), GUARD_SPOTLIGHT)
+
+        context = self.guard_history(context, counts, entry, remember=remember)
         context = context.map_items(
             lambda i: (
                 i

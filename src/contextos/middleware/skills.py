@@ -121,16 +121,42 @@ class Skills(BaseMiddleware):
     name = "skills"
     platform_slot = 5
 
-    def __init__(self, *roots: str | Path, tool_name: str = "read_skill") -> None:
+    def __init__(
+        self, *roots: str | Path, tool_name: str = "read_skill", select: int | None = None
+    ) -> None:
+        """`select`: list only the skills (at most that many) whose name or description shares
+        words with the run's task, each with the words that chose it; None lists them all."""
         self.skills = {s.name: s for s in discover(roots)}
         self.tool_name = tool_name
+        self.select = select
         self._tool = self._make_tool()
 
     def fingerprint(self) -> dict[str, Any]:
         return {
             "tool": self.tool_name,
             "skills": [[s.name, s.version] for s in self.skills.values()],
+            **({"select": self.select} if self.select is not None else {}),
         }
+
+    def chosen(self, task: str) -> tuple[list[tuple[Skill, str]], list[tuple[Skill, str]]]:
+        """(skill, why) for the skills listed for this task, and for those left out."""
+        if self.select is None:
+            return [(s, "") for s in self.skills.values()], []
+        wanted = _words(task)
+        scored = []
+        for skill in self.skills.values():
+            shared = sorted(w for w in wanted if _matches(w, _words(skill.name, skill.description)))
+            scored.append((len(shared), skill, shared))
+        scored.sort(key=lambda t: (-t[0], t[1].name))
+        keep, drop = [], []
+        for rank, (score, skill, shared) in enumerate(scored):
+            if score and rank < self.select:
+                keep.append((skill, "the task says " + ", ".join(shared)))
+            elif score:
+                drop.append((skill, f"ranked below the {self.select} chosen for the task"))
+            else:
+                drop.append((skill, "no word of the task matches its name or description"))
+        return keep, drop
 
     def tools(self) -> tuple[Tool, ...]:
         return (self._tool,) if self.skills else ()
@@ -140,34 +166,48 @@ class Skills(BaseMiddleware):
         """Tool results written by the agent's author, not by the outside world."""
         return frozenset({self.tool_name}) if self.skills else frozenset()
 
-    def catalog(self) -> ContextItem | None:
-        if not self.skills:
+    def catalog(self, listed: Sequence[tuple[Skill, str]] | None = None) -> ContextItem | None:
+        shown = [s for s, _ in listed] if listed is not None else list(self.skills.values())
+        if not shown:
             return None
         lines = [
             f"Skills you can use. Before following one, read its full text with the "
             f"`{self.tool_name}` tool:"
         ]
-        lines += [
-            f"- {s.name}: {s.description} ({s.path.parent.name}/{s.path.name})"
-            for s in self.skills.values()
-        ]
+        lines += [f"- {s.name}: {s.description} ({s.path.parent.name}/SKILL.md)" for s in shown]
         content = "\n".join(lines)
+        reasons = "; ".join(f"{s.name}: {why}" for s, why in listed or () if why)
         return ContextItem(
             id="skill_catalog",
             type=ItemType.SKILL_CATALOG,
             content=content,
-            source="skills:" + ",".join(self.skills),
-            version=sha("".join(s.version for s in self.skills.values()))[:12],
+            source="skills:" + ",".join(s.name for s in shown),
+            version=sha("".join(s.version for s in shown))[:12],
             trust=TrustClass.DEVELOPER,
-            why=f"{len(self.skills)} skills; bodies are read on demand",
+            why=f"{len(shown)} skills; bodies are read on demand"
+            + (f"; chosen for the task ({reasons})" if reasons else ""),
         )
 
     async def wrap_model_call(self, call: ModelCall, call_next: ModelHandler) -> ModelResult:
-        item = self.catalog()
-        if item is None:
-            return await call_next(call)
-        result = await call_next(call.with_context(call.context.add(item)))
-        return result.with_telemetry(**{"skills.catalog": len(self.skills)})
+        history = call.context.history
+        task = history[0].message.content if history else ""
+        listed, left_out = self.chosen(task)
+        item = self.catalog(listed)
+        context = call.context.drop(
+            *(
+                {
+                    "id": f"skill:{s.name}",
+                    "type": ItemType.SKILL_CATALOG.value,
+                    "source": f"{s.path.parent.name}/SKILL.md",
+                    "why": why,
+                }
+                for s, why in left_out
+            )
+        )
+        if item is not None:
+            context = context.add(item)
+        result = await call_next(call.with_context(context))
+        return result.with_telemetry(**{"skills.catalog": len(listed)})
 
     def _make_tool(self) -> Tool:
         skills = self.skills
@@ -183,3 +223,22 @@ class Skills(BaseMiddleware):
             name=self.tool_name,
             description="Read the full instructions of one skill from the catalog, by name.",
         )(read_skill)
+
+
+_WORD = re.compile(r"[a-z0-9]+")
+_FILLER = (
+    "the and for with that this from into your you are was were what when how can use not "
+    "please about have has its our their them then than any all"
+)
+_COMMON = frozenset(_FILLER.split())  # words too common to say which skill a task needs
+
+
+def _words(*texts: str) -> set[str]:
+    return {w for t in texts for w in _WORD.findall(t.lower()) if len(w) > 2 and w not in _COMMON}
+
+
+def _matches(word: str, words: set[str]) -> bool:
+    """A task word matches a skill word when one begins the other (refund, refunds, refunding)."""
+    return any(
+        w.startswith(word) or word.startswith(w) for w in words if min(len(w), len(word)) > 3
+    )

@@ -358,6 +358,12 @@ class LocalModel:
     caps the rounds of tool calls per user message, after which only a final answer is allowed
     (None lifts the cap); and a call identical to one already answered since the last user
     message is never proposed: the model is asked again with only the answer allowed.
+
+    At temperature 0 (the default) a given prompt always gets the same answer: sampling is
+    greedy, the seed fixed, and llama.cpp's logits come out bit-identical whether a prompt is
+    evaluated whole or after a cached prefix of the previous call, on one thread or two (as
+    measured on x86-64). So what varies an answer is the prompt alone, which is why nothing
+    run-specific (a run id, a timestamp) belongs in it.
     """
 
     def __init__(

@@ -22,6 +22,7 @@ from contextos.errors import (
     AnswerTooLate,
     ApprovalRefused,
     ConcurrencyConflict,
+    ConfigError,
     InterruptNotFound,
     RunIsTerminal,
     RunNotFound,
@@ -137,6 +138,20 @@ class Authority:
             policy_version=self.policy.version,
             snapshot_hash=self.policy.snapshot_hash,
         )
+
+    def check_opt_out(self, agent_name: str, opt_out: Mapping[str, str]) -> None:
+        """An agent leaves a default guard out only where the policy says it may
+        (`allow_opt_out`); the allow-all stand-in of a runtime with no policy lets the
+        agent's own, recorded opt-outs stand."""
+        refused = sorted(set(opt_out) - set(self.policy.allow_opt_out))
+        if refused and not self.implicit:
+            raise ConfigError(
+                f"agent {agent_name} leaves out the {', '.join(refused)} guard, which policy "
+                f"{self.policy.name} does not allow: add it to the policy's allow_opt_out, "
+                "or drop the opt-out",
+                agent=agent_name,
+                policy=self.policy.name,
+            )
 
     async def check_child(self, store: EventStore, context: RunContext) -> None:
         """A child run's context must be within its parent's (AuthorityWidened otherwise)."""

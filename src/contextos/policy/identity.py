@@ -86,6 +86,13 @@ class Principal:
         return cls(kind=PrincipalKind.USER, id=id, tenant=tenant, scopes=scopes)
 
     @classmethod
+    def service(
+        cls, id: str, *, tenant: str = "default", scopes: tuple[str, ...] = ()
+    ) -> Principal:
+        """A service account: a job or a system that runs on its own behalf."""
+        return cls(kind=PrincipalKind.SERVICE, id=id, tenant=tenant, scopes=scopes)
+
+    @classmethod
     def local(cls) -> Principal:
         """The person at this terminal: every scope, for local development."""
         try:

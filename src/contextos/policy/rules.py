@@ -384,6 +384,10 @@ class Policy:
     arguments) before each further one needs a person's approval; 0 turns the guard off."""
     repeat_approver_role: str | None = None
     """Role that may approve a repeated write (None: any approver but the run's principal)."""
+    allow_opt_out: tuple[str, ...] = ()
+    """The default guards (`budget`, `pii`, `sanitize`) an agent may leave out under this
+    policy with `Agent(opt_out=...)`; a run of an agent leaving out any other is refused at
+    start. Part of the snapshot every run binds."""
 
     def __post_init__(self) -> None:
         on_expiry(self.on_expiry, where=f"policy {self.name}", allow_default=False)
@@ -407,6 +411,7 @@ class Policy:
         object.__setattr__(
             self, "roles", {role: tuple(ids_) for role, ids_ in dict(self.roles).items()}
         )
+        object.__setattr__(self, "allow_opt_out", tuple(sorted(set(self.allow_opt_out))))
 
     def fingerprint(self) -> dict[str, Any]:
         return {
@@ -433,6 +438,7 @@ class Policy:
                 if self.repeat_approver_role is not None
                 else {}
             ),
+            **({"allow_opt_out": list(self.allow_opt_out)} if self.allow_opt_out else {}),
         }
 
     @cached_property
@@ -572,6 +578,7 @@ class _PolicySpec(_Spec):
     on_expiry: str = "deny"
     repeat_writes: int = REPEAT_WRITES
     repeat_approver_role: str | None = None
+    allow_opt_out: list[str] = []
     roles: dict[str, list[str]] = {}
     rules: list[_RuleSpec] = []
     limits: list[_LimitSpec] = []
@@ -607,6 +614,7 @@ class _PolicySpec(_Spec):
             on_expiry=self.on_expiry,
             repeat_writes=self.repeat_writes,
             repeat_approver_role=self.repeat_approver_role,
+            allow_opt_out=tuple(self.allow_opt_out),
         )
 
 

@@ -20,8 +20,9 @@ from contextos.agents import Agent
 from contextos.errors import ConfigError, ContextOSError
 from contextos.events import utcnow
 from contextos.graph import Workflow, load_runnable
+from contextos.policy.identity import Principal, PrincipalKind, RunContext
 from contextos.runs import RunId, check_priority
-from contextos.store.base import EventStore
+from contextos.store.base import DEFAULT_TENANT, EventStore
 from contextos.store.queue import CatchUp, Schedule, queue_of, require_queue, tick_key
 
 if TYPE_CHECKING:
@@ -194,6 +195,19 @@ class ScheduleFired:
     """False when another worker moved the schedule on first."""
 
 
+def acting_for(schedule: Schedule) -> RunContext:
+    """Who a schedule's runs act for where no policy binds them to the local operator: the
+    schedule itself (`automation:NAME@TENANT`), with every scope as an unbound run has, so that
+    what keys on the bound principal (memory, daily caps) keys on the schedule."""
+    principal = Principal(
+        kind=PrincipalKind.AUTOMATION,
+        id=schedule.name,
+        tenant=schedule.tenant or DEFAULT_TENANT,
+        scopes=("*",),
+    )
+    return RunContext(principal=principal, clearance="restricted")
+
+
 async def fire_schedules(
     runtime: Runtime,
     *,
@@ -228,6 +242,7 @@ async def fire_schedules(
                     priority=schedule.priority,
                     tenant=schedule.tenant or None,
                     metadata={"schedule": schedule.name, "tick": tick.isoformat()},
+                    context=None if runtime.authority is not None else acting_for(schedule),
                 )
                 runs.append((tick, run_id))
         except ContextOSError as exc:

@@ -16,7 +16,14 @@ from contextos.jobs.kb.fix import (
     propose_frontmatter,
 )
 from contextos.jobs.kb.fixture import Fixture
-from contextos.jobs.kb.flow import ScanRequest, Summary, default_index, kb_scan, kb_scan_workflow
+from contextos.jobs.kb.flow import (
+    SCANNER,
+    ScanRequest,
+    Summary,
+    default_index,
+    kb_scan,
+    kb_scan_workflow,
+)
 from contextos.jobs.kb.gate import Gated, gate
 from contextos.jobs.kb.index import Index, Occurrence
 from contextos.jobs.kb.job import Outcome, scan_kb
@@ -46,6 +53,7 @@ __all__ = [
     "Reason",
     "Report",
     "Rules",
+    "SCANNER",
     "Scan",
     "ScanRequest",
     "Scanner",

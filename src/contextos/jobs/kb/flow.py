@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from contextos import Agent, Budget, ModelAdapter, NetworkPolicy, Subagent, Workflow
+from contextos import Agent, Budget, ModelAdapter, NetworkPolicy, Principal, Subagent, Workflow
 from contextos.graph import ClaimCheck
 from contextos.graph import Gated as Checked
 from contextos.jobs.kb.checks import Rules
@@ -348,6 +348,11 @@ WRITER_INSTRUCTIONS = (
 )
 
 
+SCANNER = Principal.service("kb-scan")
+"""Who the command's scans run as (`service:kb-scan@default`), bound to each scan at its start:
+the scan's daily token budget counts their tokens alone."""
+
+
 DAILY_TOKENS = 250_000
 """The model tokens a principal's scans may spend in a UTC day by default: tens of scans of a
 knowledge base, and a scheduled scan gone wrong cannot spend more."""
@@ -361,9 +366,10 @@ def kb_scan_workflow(
 ) -> Workflow:
     """The scan as a workflow; `model` writes the summary only.
 
-    `budget` caps one scan; `daily_tokens` caps what the run's principal (its `principal`
-    metadata, `kb-scan` from the command line) spends in a UTC day, counted by the store: a
-    model call that would pass it is refused, and the scan stops with that reason recorded.
+    `budget` caps one scan; `daily_tokens` caps what the run's bound principal (`SCANNER`
+    from the command line) spends in a UTC day, counted by the store: a model call that would
+    pass it is refused, and the scan stops with that reason recorded. A scan bound to no
+    principal stops the same way (`missing_principal`): start it with `principal=`.
     """
     daily = [BudgetGate(daily_tokens=daily_tokens)] if daily_tokens is not None else []
     writer = Agent(

@@ -1,0 +1,150 @@
+"""The rendered prompt of every model call, kept in the run's own log and content-addressed.
+
+Each model call records its messages as a delta on the run's previous call: how many leading
+messages of that call it kept, the keys (sha256) of the ones it added, and the body of every
+message whose key the run has not recorded yet. Consecutive calls share their system prefix and
+history, so a turn records only what is new and storage per turn stays flat; `rendered_calls`
+replays the deltas to give back exactly the messages each call sent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from contextos.errors import EventDecodeError
+from contextos.messages import Message, ToolCall
+
+
+def _blob(m: Message) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": m.role, "content": m.content}
+    if m.name:
+        out["name"] = m.name
+    if m.tool_call_id:
+        out["tool_call_id"] = m.tool_call_id
+    if m.tool_calls:
+        out["tool_calls"] = [[c.id, c.name, c.arguments] for c in m.tool_calls]
+    return out
+
+
+def _key(blob: Mapping[str, Any]) -> str:
+    text = json.dumps(blob, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _message(blob: Mapping[str, Any]) -> Message:
+    return Message(
+        role=blob["role"],
+        content=blob.get("content", ""),
+        name=blob.get("name"),
+        tool_call_id=blob.get("tool_call_id"),
+        tool_calls=tuple(
+            ToolCall(id=i, name=n, arguments=a) for i, n, a in blob.get("tool_calls", ())
+        ),
+    )
+
+
+class RenderedLog:
+    """What one driver has recorded of a run's prompts: the keys known and the last call's list.
+
+    A new driver (a resume) starts empty, so its first call is recorded in full.
+    """
+
+    def __init__(self) -> None:
+        self.known: set[str] = set()
+        self.previous: list[str] = []
+        # The same message objects come back call after call (the guards keep what they made
+        # of each entry), so each is serialised and hashed once.
+        self._keys: dict[int, tuple[Message, str, dict[str, Any]]] = {}
+
+    def _keyed(self, m: Message, keys: dict[int, tuple[Message, str, dict[str, Any]]]) -> str:
+        hit = self._keys.get(id(m))
+        if hit is None or hit[0] is not m:
+            blob = _blob(m)
+            hit = (m, _key(blob), blob)
+        keys[id(m)] = hit
+        return hit[1]
+
+    def record(self, messages: Sequence[Message], tools: Iterable[str]) -> dict[str, Any]:
+        """The delta of one call on the previous one (JSON data for its event's `context`)."""
+        seen: dict[int, tuple[Message, str, dict[str, Any]]] = {}
+        keys = [self._keyed(m, seen) for m in messages]
+        self._keys = seen
+        keep = 0
+        for old, new in zip(self.previous, keys, strict=False):
+            if old != new:
+                break
+            keep += 1
+        new_blobs = {k: b for _, k, b in seen.values() if k not in self.known}
+        delta = {
+            "keep": keep,
+            "add": keys[keep:],
+            "blobs": new_blobs,
+            "tools": list(tools),
+        }
+        self.known.update(new_blobs)
+        self.previous = keys
+        return delta
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RenderedCall:
+    """One model call as the model received it, with the lineage recorded beside it."""
+
+    seq: int
+    """The `model_responded` event that recorded the call."""
+    turn: int
+    """Which model call of the run it was, from 1."""
+    messages: tuple[Message, ...]
+    """Exactly the messages sent."""
+    tools: tuple[str, ...]
+    """Names of the tools the model was shown."""
+    manifest: tuple[dict[str, Any], ...]
+    """Lineage: one row per block included, and per block left out (`dropped`)."""
+    context_hash: str
+    """Hash of the manifest."""
+    stack: tuple[str, ...]
+    """The middleware the call went through, outermost first."""
+    opted_out: Mapping[str, str]
+    """Default platform layers the agent left out, with its reasons."""
+
+
+def rendered_calls(events: Iterable[Mapping[str, Any]]) -> list[RenderedCall]:
+    """Every model call of a run whose prompt was recorded, from its events as JSON data."""
+    blobs: dict[str, dict[str, Any]] = {}
+    previous: list[str] = []
+    out: list[RenderedCall] = []
+    turn = 0
+    for e in events:
+        if e.get("type") != "model_responded":
+            continue
+        turn += 1
+        context = e.get("context") or {}
+        delta = context.get("rendered")
+        if not isinstance(delta, Mapping):
+            continue  # recorded before prompts were kept
+        seq = int(e["seq"])
+        blobs.update(delta.get("blobs", {}))
+        keep = int(delta.get("keep", 0))
+        keys = previous[:keep] + list(delta.get("add", ()))
+        if keep > len(previous) or any(k not in blobs for k in keys):
+            raise EventDecodeError(
+                str(e.get("run_id", "")), seq, "its prompt names messages the run never recorded"
+            )
+        previous = keys
+        out.append(
+            RenderedCall(
+                seq=seq,
+                turn=turn,
+                messages=tuple(_message(blobs[k]) for k in keys),
+                tools=tuple(delta.get("tools", ())),
+                manifest=tuple(context.get("manifest", ())),
+                context_hash=str(e.get("context_hash") or ""),
+                stack=tuple(context.get("stack", ())),
+                opted_out=dict(context.get("opted_out", {})),
+            )
+        )
+    return out
