@@ -119,16 +119,27 @@ async def test_the_daily_call_cap_allows_exactly_that_many_calls(tmp_path: Path)
 
 
 async def test_a_call_that_exactly_fits_the_run_cap_reaches_the_model(tmp_path: Path) -> None:
-    # ~100 input tokens plus the default reserve of 512 for the answer: exactly the cap.
-    model = ScriptedModel([reply("fits")])
-    agent = Agent(name="a", model=model, middleware=[BudgetGate(run_tokens=100 + 512)])
-    async with Runtime(str(tmp_path / "r.db")) as rt:
-        result = await rt.run(agent, "x" * 400)
-        events = await rt.events(result.run_id)
-    assert result.status is RunStatus.COMPLETED
+    async def run_under(cap: int) -> tuple[RunStatus, list[ev.Event]]:
+        agent = Agent(
+            name="a", model=ScriptedModel([reply("fits")]), middleware=[BudgetGate(run_tokens=cap)]
+        )
+        async with Runtime(str(tmp_path / f"r{cap}.db")) as rt:
+            result = await rt.run(agent, "x" * 400)
+            return result.status, await rt.events(result.run_id)
+
+    # What the call needs as the gate (outermost) sees it: ~100 tokens of task plus the
+    # default reserve of 512 for the answer.
+    needed = 100 + 512
+    _, events = await run_under(10_000)
     responded = next(e for e in events if isinstance(e, ev.ModelResponded))
-    assert sum(item["tokens"] for item in responded.context["manifest"]) == 100
-    assert responded.context["telemetry"] == {"budget.estimate": 100 + 512}
+    assert responded.context["telemetry"] == {"budget.estimate": needed}
+
+    fits, events = await run_under(needed)
+    assert fits is RunStatus.COMPLETED
+    assert any(isinstance(e, ev.ModelResponded) for e in events)
+    over, events = await run_under(needed - 1)
+    assert over is RunStatus.FAILED
+    assert not any(isinstance(e, ev.ModelResponded) for e in events)
 
 
 async def test_a_call_that_exactly_fits_the_daily_token_cap_reaches_the_model(
@@ -140,9 +151,9 @@ async def test_a_call_that_exactly_fits_the_daily_token_cap_reaches_the_model(
     # 400 spent by the first run, then ~100 input + 10 reserved: exactly the cap.
     gate = BudgetGate(daily_tokens=400 + 110, reserve_output_tokens=10)
     agent = Agent(name="a", model=model, middleware=[gate])
-    alice = {"tenant_id": "acme", "user_id": "alice"}
+    alice = Principal.user("alice", tenant="acme")
     async with Runtime(str(tmp_path / "r.db")) as rt:
-        results = [await rt.run(agent, "x" * 400, metadata=alice) for _ in range(3)]
+        results = [await rt.run(agent, "x" * 400, principal=alice) for _ in range(3)]
     assert [r.status for r in results] == [RunStatus.COMPLETED] * 2 + [RunStatus.FAILED]
     assert results[2].failure_reason is FailureReason.BUDGET_EXHAUSTED
     assert len(model.requests) == 2
@@ -161,19 +172,19 @@ def priced(text: str, cost_usd: float) -> ModelResponse:
 async def test_the_daily_cost_cap_refuses_once_the_money_is_spent(backend_url: str) -> None:
     model = ScriptedModel([priced("one", 0.5), priced("two", 0.5), priced("never", 0.5)])
     agent = Agent(name="a", model=model, middleware=[BudgetGate(daily_cost_usd=1.0)])
-    alice = {"tenant_id": "acme", "user_id": "alice"}
+    alice = Principal.user("alice", tenant="acme")
     async with Runtime(backend_url) as rt:
-        results = [await rt.run(agent, "hi", metadata=alice) for _ in range(3)]
+        results = [await rt.run(agent, "hi", principal=alice) for _ in range(3)]
         events = await rt.events(results[2].run_id)
         today = datetime.now(UTC).date()
-        spent = await StoreDailySpend(rt.store).spent("acme/alice", today)  # type: ignore[arg-type]
+        spent = await StoreDailySpend(rt.store).spent(alice.ref, today)  # type: ignore[arg-type]
     assert [r.status for r in results] == [RunStatus.COMPLETED] * 2 + [RunStatus.FAILED]
     assert results[2].failure_reason is FailureReason.BUDGET_EXHAUSTED
     assert len(model.requests) == 2
     assert spent.cost_usd == 1.0
     failed = events[-1]
     assert isinstance(failed, ev.RunFailed)
-    assert failed.message == "acme/alice spent $1.0000 of the daily $1.0000"
+    assert failed.message == f"{alice.ref} spent $1.0000 of the daily $1.0000"
 
 
 def test_every_cap_enters_the_agent_identity_under_a_stable_name() -> None:
