@@ -38,8 +38,9 @@ from contextos.policy.tokens import (
     revoke_token,
 )
 from contextos.records.interrupts import Approval, FrozenAction, Interrupt, InterruptKind
+from contextos.results import RunResult
 from contextos.runs import PRIORITIES, Budget, FailureReason, RunId, RunStatus
-from contextos.runtime import RunResult, Runtime, run
+from contextos.runtime import Runtime, run
 from contextos.state import RunState, fold
 from contextos.store import EventStore, RunSummary, open_store
 from contextos.store.artifacts import Artifact

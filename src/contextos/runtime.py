@@ -6,13 +6,13 @@ The CLI, the HTTP API and the web page use only this.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import os
 import socket
 import uuid
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -20,15 +20,10 @@ from pydantic import BaseModel
 
 from contextos import events as ev
 from contextos.agents import Agent, load_agent, load_ref
-from contextos.causality import stamp
 from contextos.context.rendered import RenderedCall, rendered_calls
-from contextos.control import check_finishable, check_pausable, check_sendable
 from contextos.errors import (
     AgentChanged,
-    ConcurrencyConflict,
     ConfigError,
-    RunInUse,
-    RunIsTerminal,
 )
 from contextos.evidence.canonical import DecisionRecord, ReplayPacket
 from contextos.evidence.fork import fork_events
@@ -43,11 +38,10 @@ from contextos.graph.tree import RunTree, run_tree
 from contextos.graph.workflow import Workflow
 from contextos.hosting import ChildRuns
 from contextos.loop import Driver
-from contextos.messages import Usage
 from contextos.middleware import PiiRedaction
 from contextos.models import resolve_model
 from contextos.models.base import ModelAdapter
-from contextos.ownership import Ownership, process_gone
+from contextos.ownership import Ownership
 from contextos.policy.authority import Authority
 from contextos.policy.expiry import expire_overdue
 from contextos.policy.hook import PolicyHook
@@ -55,9 +49,11 @@ from contextos.policy.identity import Principal, RunContext
 from contextos.policy.rules import Policy
 from contextos.records.interrupts import Approval, Interrupt
 from contextos.releases import bound
-from contextos.runs import FailureReason, RunId, RunStatus, check_priority
+from contextos.results import RunResult
+from contextos.runs import RunId, RunStatus, check_priority
 from contextos.starting import RunStarter
 from contextos.state import RunState, apply, fold
+from contextos.steering import Steering
 from contextos.store import EventStore, RunSummary, open_store, wakeup
 from contextos.store.artifacts import Artifact, artifacts_of
 from contextos.store.base import DEFAULT_TENANT, load_state
@@ -72,45 +68,6 @@ from contextos.telemetry import Content, TimelineEntry, Trace, live_traces, time
 from contextos.tools.ask import HumanTool
 
 log = logging.getLogger("contextos.runtime")
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class RunResult:
-    """Where a run stands after the runtime stopped driving it."""
-
-    run_id: RunId
-    """The run."""
-    status: RunStatus
-    """Its status."""
-    output: str | None = None
-    """Final answer, when completed."""
-    structured_output: Any = None
-    """Final answer parsed into the agent's output type."""
-    failure_reason: FailureReason | None = None
-    """Why it failed or was cancelled."""
-    failure_message: str | None = None
-    """Human-readable detail."""
-    turns: int = 0
-    """Model calls answered (its child runs' included)."""
-    usage: Usage = field(default_factory=Usage)
-    """Tokens and cost (its child runs' included)."""
-
-    @property
-    def ok(self) -> bool:
-        return self.status is RunStatus.COMPLETED
-
-    @classmethod
-    def from_state(cls, s: RunState) -> RunResult:
-        return cls(
-            run_id=s.run_id,
-            status=s.status,
-            output=s.output,
-            structured_output=s.structured_output,
-            failure_reason=s.failure_reason,
-            failure_message=s.failure_message,
-            turns=s.turns + s.child_turns,
-            usage=s.usage + s.child_usage if s.children else s.usage,
-        )
 
 
 def new_run_id_for_fork() -> RunId:
@@ -181,6 +138,20 @@ class Runtime:
             resume=self._resume,
             cancel=self.cancel,
         )
+        self._steering = Steering(
+            self.store,
+            self._own,
+            leased=self._queue is not None,
+            state=self.state,
+            resume=lambda rid, agent, lease: self._resume(
+                rid, agent, lease=lease, take_over=lease is None
+            ),
+            driver=self._driver,
+            materialise=self._materialise,
+            committed=self._committed,
+            cancel_child=self._children.cancel_child,
+        )
+        """A person's hand on runs: cancel, pause, send, finish."""
         self._traces = live_traces(
             tracer_provider, capture_content, meter_provider, pii=PiiRedaction()
         )
@@ -463,40 +434,7 @@ class Runtime:
         runs the compensations and then records the cancellation. A run nobody drives is
         settled here and now (with `agent`, or the agent its reference names).
         """
-        rid = RunId(run_id)
-        while True:
-            state = await self.state(rid)
-            if state.is_terminal or state.ending is not None:
-                break
-            event: ev.Event
-            if state.needs_settling:
-                event = ev.RunEnding(
-                    run_id=rid, seq=state.seq + 1, outcome="cancelled", reason=reason, actor=actor
-                )
-            else:
-                event = ev.RunCancelled(run_id=rid, seq=state.seq + 1, reason=reason, actor=actor)
-            [event] = stamp(state, [event])
-            try:
-                await self.store.append(rid, [event], expected_seq=state.seq)
-                if self._traces is not None:
-                    await self._traces.committed(self.store, rid, [event])
-                if isinstance(event, ev.RunCancelled):
-                    await self._materialise(apply(state, event))
-                if isinstance(event, ev.RunEnding) and state.status is not RunStatus.RUNNING:
-                    with contextlib.suppress(ConfigError, AgentChanged, RunInUse):
-                        # without its agent it stays ending; the next resume settles it
-                        return await self.resume(rid, agent)
-                break
-            except ConcurrencyConflict:
-                continue  # the worker appended meanwhile; try again on the new tail
-            except RunIsTerminal:
-                break
-        state = await self.state(rid)
-        for child in state.children.values():  # a cancelled parent's children stop too
-            if not child.finished:
-                await self._children.cancel_child(
-                    child.contract.child_run_id, f"its parent run {rid} was cancelled"
-                )
+        state = await self._steering.cancel(RunId(run_id), reason=reason, actor=actor, agent=agent)
         return RunResult.from_state(state)
 
     async def pause(self, run_id: str, *, reason: str = "", actor: str = "user") -> RunResult:
@@ -508,27 +446,8 @@ class Runtime:
         takes it in when its step in flight ends and pauses there, so the result may still
         say running. ControlRefused when the run ended, waits for a person or is a workflow.
         """
-        rid = RunId(run_id)
-        while True:
-            state = await self.state(rid)
-            if state.status is RunStatus.PAUSED:
-                return RunResult.from_state(state)
-            check_pausable(state)
-            owner = await self.owner(rid) if state.status is RunStatus.RUNNING else None
-            driven = owner is not None and not process_gone(owner)
-            if driven and state.pause_requested is not None:
-                return RunResult.from_state(state)  # asked already; its driver will see it
-            kind = ev.RunPauseRequested if driven else ev.RunPaused
-            [event] = stamp(
-                state, [kind(run_id=rid, seq=state.seq + 1, reason=reason, actor=actor)]
-            )
-            try:
-                await self.store.append(rid, [event], expected_seq=state.seq)
-            except (ConcurrencyConflict, RunIsTerminal):
-                continue  # it moved meanwhile: decide again on where it is now
-            if self._traces is not None:
-                await self._traces.committed(self.store, rid, [event])
-            return RunResult.from_state(apply(state, event))
+        state = await self._steering.pause(RunId(run_id), reason=reason, actor=actor)
+        return RunResult.from_state(state)
 
     async def send(
         self,
@@ -548,37 +467,10 @@ class Runtime:
         nothing recorded, when the run cannot take a message now (it ended, it is running, it
         waits on a question, its budget is spent).
         """
-        if not message.strip():
-            raise ConfigError("a follow-up message needs some text", run_id=run_id)
-        rid = RunId(run_id)
-        check_sendable(await self.state(rid))  # before taking a lease on it
-        # Driving here: hold the lease before the message queues the run, or a worker may
-        # take it first.
-        lease = await self._own.take(rid) if drive and self._queue is not None else None
-        try:
-            while True:
-                state = await self.state(rid)
-                check_sendable(state)
-                added = ev.UserMessageAdded(
-                    run_id=rid, seq=state.seq + 1, content=message, actor=actor
-                )
-                [event] = stamp(state, [added])
-                try:
-                    await self.store.append(rid, [event], expected_seq=state.seq)
-                    break
-                except (ConcurrencyConflict, RunIsTerminal):
-                    continue
-        except BaseException:
-            if lease is not None:
-                await self._own.release_lease(lease)
-            raise
-        if self._traces is not None:
-            await self._traces.committed(self.store, rid, [event])
-        if lease is None:
-            wakeup.wake_local(self.store)
-            if not drive:
-                return RunResult.from_state(apply(state, event))
-        return await self.resume(rid, agent, lease=lease)
+        state = await self._steering.send(
+            RunId(run_id), message, actor=actor, agent=agent, drive=drive
+        )
+        return RunResult.from_state(state)
 
     async def finish(
         self, run_id: str, *, actor: str = "user", agent: Agent | None = None
@@ -586,25 +478,13 @@ class Runtime:
         """Close a conversation that answered as completed: its last answer is the run's
         output and output artifact. ControlRefused, with nothing recorded, for any other run
         (one that ended, runs, waits on a question or is not a conversation)."""
-        rid = RunId(run_id)
-        state = await self.state(rid)
-        check_finishable(state)
-        if agent is None:
-            if not state.agent_ref:
-                raise ConfigError(
-                    f"run {run_id} was started without an agent reference; pass the agent",
-                    run_id=run_id,
-                )
-            agent = load_ref(state.agent_ref)
-        if not isinstance(agent, Agent):
-            raise ConfigError(f"run {run_id} is not an agent run", run_id=run_id)
-        driver = self._driver(state, agent)
-        await driver.finish_conversation(actor)
+        state = await self._steering.finish(RunId(run_id), actor=actor, agent=agent)
+        return RunResult.from_state(state)
+
+    async def _committed(self, run_id: RunId, events: Sequence[ev.Event]) -> None:
+        """Tell live traces of events appended outside a driver (cancel, pause, ...)."""
         if self._traces is not None:
-            done = await self.store.read(rid, after_seq=state.seq)
-            await self._traces.committed(self.store, rid, done)
-        await self._materialise(driver.state)
-        return RunResult.from_state(driver.state)
+            await self._traces.committed(self.store, run_id, events)
 
     # -- authority: contexts, the policy gate, people answering interrupts ---------------
 

@@ -22,7 +22,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("cli", "api", "jobs", "__main__"),
     ("contextos", "workers:face", "testing"),
     ("improve",),
-    ("runtime", "starting", "ownership", "hosting", "workers", "releases"),
+    ("runtime", "starting", "ownership", "hosting", "workers", "releases", "steering", "results"),
     ("graph", "loop", "agents", "verify", "evidence", "control"),
     ("middleware",),
     ("context",),

@@ -1,0 +1,164 @@
+"""A person's hand on a run between its steps: cancelling it, pausing it, sending it a
+follow-up, finishing a conversation.
+
+Each is an event appended under the fence, after `control.py` said the run can take it now;
+what drives the run on afterwards (a resume here, the workers) is the runtime's, lent here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Awaitable, Callable, Sequence
+
+from contextos import events as ev
+from contextos.agents import Agent, load_ref
+from contextos.causality import stamp
+from contextos.control import check_finishable, check_pausable, check_sendable
+from contextos.errors import AgentChanged, ConcurrencyConflict, ConfigError, RunInUse, RunIsTerminal
+from contextos.loop import Driver
+from contextos.ownership import Ownership, process_gone
+from contextos.runs import RunId, RunStatus
+from contextos.state import RunState, apply
+from contextos.store import EventStore, wakeup
+from contextos.store.queue import Lease
+
+
+class Steering:
+    """Cancel, pause, send and finish, on the runs of one runtime."""
+
+    def __init__(
+        self,
+        store: EventStore,
+        own: Ownership,
+        *,
+        leased: bool,
+        state: Callable[[RunId], Awaitable[RunState]],
+        resume: Callable[[RunId, Agent | None, Lease | None], Awaitable[RunState]],
+        driver: Callable[[RunState, Agent], Driver],
+        materialise: Callable[[RunState], Awaitable[None]],
+        committed: Callable[[RunId, Sequence[ev.Event]], Awaitable[None]],
+        cancel_child: Callable[[RunId, str], Awaitable[None]],
+    ) -> None:
+        self.store = store
+        self._own = own
+        self._leased = leased
+        """Whether the store has a queue, so that a driver takes a run's lease."""
+        self._state = state
+        self._resume = resume
+        """Drive a run on here (`lease`: held already; None: take it)."""
+        self._driver = driver
+        self._materialise = materialise
+        self._committed = committed
+        """Tell live traces of events appended."""
+        self._cancel_child = cancel_child
+
+    async def cancel(self, rid: RunId, *, reason: str, actor: str, agent: Agent | None) -> RunState:
+        while True:
+            state = await self._state(rid)
+            if state.is_terminal or state.ending is not None:
+                break
+            event: ev.Event
+            if state.needs_settling:
+                event = ev.RunEnding(
+                    run_id=rid, seq=state.seq + 1, outcome="cancelled", reason=reason, actor=actor
+                )
+            else:
+                event = ev.RunCancelled(run_id=rid, seq=state.seq + 1, reason=reason, actor=actor)
+            [event] = stamp(state, [event])
+            try:
+                await self.store.append(rid, [event], expected_seq=state.seq)
+                await self._committed(rid, [event])
+                if isinstance(event, ev.RunCancelled):
+                    await self._materialise(apply(state, event))
+                if isinstance(event, ev.RunEnding) and state.status is not RunStatus.RUNNING:
+                    with contextlib.suppress(ConfigError, AgentChanged, RunInUse):
+                        # without its agent it stays ending; the next resume settles it
+                        return await self._resume(rid, agent, None)
+                break
+            except ConcurrencyConflict:
+                continue  # the worker appended meanwhile; try again on the new tail
+            except RunIsTerminal:
+                break
+        state = await self._state(rid)
+        for child in state.children.values():  # a cancelled parent's children stop too
+            if not child.finished:
+                await self._cancel_child(
+                    child.contract.child_run_id, f"its parent run {rid} was cancelled"
+                )
+        return state
+
+    async def pause(self, rid: RunId, *, reason: str, actor: str) -> RunState:
+        while True:
+            state = await self._state(rid)
+            if state.status is RunStatus.PAUSED:
+                return state
+            check_pausable(state)
+            owner = await self._own.owner(rid) if state.status is RunStatus.RUNNING else None
+            driven = owner is not None and not process_gone(owner)
+            if driven and state.pause_requested is not None:
+                return state  # asked already; its driver will see it
+            kind = ev.RunPauseRequested if driven else ev.RunPaused
+            [event] = stamp(
+                state, [kind(run_id=rid, seq=state.seq + 1, reason=reason, actor=actor)]
+            )
+            try:
+                await self.store.append(rid, [event], expected_seq=state.seq)
+            except (ConcurrencyConflict, RunIsTerminal):
+                continue  # it moved meanwhile: decide again on where it is now
+            await self._committed(rid, [event])
+            return apply(state, event)
+
+    async def send(
+        self, rid: RunId, message: str, *, actor: str, agent: Agent | None, drive: bool
+    ) -> RunState:
+        if not message.strip():
+            raise ConfigError("a follow-up message needs some text", run_id=rid)
+        check_sendable(await self._state(rid))  # before taking a lease on it
+        # Driving here: hold the lease before the message queues the run, or a worker may
+        # take it first.
+        lease = await self._own.take(rid) if drive and self._leased else None
+        try:
+            while True:
+                state = await self._state(rid)
+                check_sendable(state)
+                added = ev.UserMessageAdded(
+                    run_id=rid, seq=state.seq + 1, content=message, actor=actor
+                )
+                [event] = stamp(state, [added])
+                try:
+                    await self.store.append(rid, [event], expected_seq=state.seq)
+                    break
+                except (ConcurrencyConflict, RunIsTerminal):
+                    continue
+        except BaseException:
+            if lease is not None:
+                await self._own.release_lease(lease)
+            raise
+        await self._committed(rid, [event])
+        if lease is None:
+            wakeup.wake_local(self.store)
+            if not drive:
+                return apply(state, event)
+        return await self._resume(rid, agent, lease)
+
+    async def finish(self, rid: RunId, *, actor: str, agent: Agent | None) -> RunState:
+        state = await self._state(rid)
+        check_finishable(state)
+        if agent is None:
+            if not state.agent_ref:
+                raise ConfigError(
+                    f"run {rid} was started without an agent reference; pass the agent",
+                    run_id=rid,
+                )
+            agent = load_ref(state.agent_ref)
+        if not isinstance(agent, Agent):
+            raise ConfigError(f"run {rid} is not an agent run", run_id=rid)
+        driver = self._driver(state, agent)
+        before = state.seq
+        await driver.finish_conversation(actor)
+        await self._committed(rid, await self.store.read(rid, after_seq=before))
+        await self._materialise(driver.state)
+        return driver.state
+
+
+__all__ = ["Steering"]
