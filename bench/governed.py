@@ -470,7 +470,7 @@ def _why_missed(
         f"at the end of the {N}-turn run takes {growth:.1f}× one at its start."
     )
     guards = {k for k, _ in per_part[:2]} & {PARTS[0][0], PARTS[1][0]}
-    if guards:
+    if guards and growth > 1.3:  # what follows explains a turn that grows with the run
         text += (
             " The content guards (PII redaction, the sanitizer) rewrite the whole history on "
             "every model call: the PII layer sits outside compaction, so it sees every "
