@@ -154,9 +154,8 @@ class Steering:
         if not isinstance(agent, Agent):
             raise ConfigError(f"run {rid} is not an agent run", run_id=rid)
         driver = self._driver(state, agent)
-        before = state.seq
+        driver.on_commit = lambda events: self._committed(rid, events)
         await driver.finish_conversation(actor)
-        await self._committed(rid, await self.store.read(rid, after_seq=before))
         await self._materialise(driver.state)
         return driver.state
 

@@ -9,7 +9,15 @@ import asyncio
 
 import pytest
 
-from contextos import Agent, ConfigError, ControlRefused, ModelRequest, RunStatus, Runtime
+from contextos import (
+    Agent,
+    ConfigError,
+    ControlRefused,
+    ModelRequest,
+    RunInUse,
+    RunStatus,
+    Runtime,
+)
 from contextos import events as ev
 from contextos.store.queue import queue_of
 from contextos.testing import ScriptedModel, call_tool, reply
@@ -101,6 +109,30 @@ async def test_pause_of_a_run_driven_here_takes_effect_at_its_next_step(backend_
     kinds = [e.type for e in events]
     assert kinds.index("run_pause_requested") < kinds.index("run_paused")
     assert kinds.count("run_paused") == 1 and kinds.count("tool_completed") == 2
+
+
+async def test_resume_refuses_a_run_this_runtime_is_driving(backend_url: str) -> None:
+    """Its lease is this runtime's own, so only the runtime can tell it is in use."""
+    started, go = asyncio.Event(), asyncio.Event()
+    steps: list[int] = []
+
+    async def step(n: int) -> str:
+        """Do step n."""
+        steps.append(n)
+        started.set()
+        await go.wait()
+        return f"step {n} done"
+
+    script = [call_tool("step", {"n": 1}), reply("done")]
+    agent = Agent(name="steps", model=ScriptedModel(script, by_turn=True), tools=[step])
+    async with Runtime(backend_url) as rt:
+        driving = asyncio.create_task(rt.run(agent, "one step", run_id="run_busy"))
+        await started.wait()
+        with pytest.raises(RunInUse, match="this runtime"):
+            await rt.resume("run_busy", agent)
+        go.set()
+        done = await driving
+    assert done.status is RunStatus.COMPLETED and steps == [1]  # the step ran once
 
 
 async def test_what_a_run_cannot_take_is_refused_and_nothing_recorded(backend_url: str) -> None:

@@ -69,8 +69,6 @@ class OidcVerifier:
         self._keys: dict[str, jwt.PyJWK] = {}
         self._fetched_at: float | None = None
         self._lock = asyncio.Lock()
-        self.fetches = 0
-        """How many times the keys were fetched (the provider sees as many requests)."""
 
     async def principal(self, token: str) -> Principal:
         """The principal `token` acts as; a 401 with the reason when it acts as none."""
@@ -136,7 +134,6 @@ class OidcVerifier:
 
     async def _fetch(self) -> dict[str, jwt.PyJWK]:
         cfg = self.config
-        self.fetches += 1
         try:
             async with httpx.AsyncClient(timeout=10.0, follow_redirects=False) as http:
                 url = cfg.jwks_url or await _jwks_url(http, cfg.issuer)

@@ -72,6 +72,11 @@ StoreOption = Annotated[
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
+AgentRefOption = Annotated[
+    str | None,
+    typer.Option("--agent", help="Agent reference, if not the one recorded at start."),
+]
+
 HINTS: dict[str, str] = {
     "run_not_found": "List runs with `contextos runs`.",
     "agent_changed": "Pass --allow-changed-agent to continue under the new definition.",

@@ -9,6 +9,7 @@ import typer
 
 from contextos import RunResult, RunStatus, Runtime, load_agent
 from contextos.cli.common import (
+    AgentRefOption,
     JsonOption,
     StoreOption,
     app,
@@ -81,10 +82,7 @@ def send(
     run_id: Annotated[str, typer.Argument(help="The run to continue.")],
     message: Annotated[str, typer.Argument(help="Your next message to the agent.")],
     store: StoreOption = None,
-    agent_ref: Annotated[
-        str | None,
-        typer.Option("--agent", help="Agent reference, if not the one recorded at start."),
-    ] = None,
+    agent_ref: AgentRefOption = None,
     follow_events: FollowOption = False,
     as_json: JsonOption = False,
 ) -> None:
@@ -111,10 +109,7 @@ def send(
 def finish(
     run_id: Annotated[str, typer.Argument(help="The conversation to finish.")],
     store: StoreOption = None,
-    agent_ref: Annotated[
-        str | None,
-        typer.Option("--agent", help="Agent reference, if not the one recorded at start."),
-    ] = None,
+    agent_ref: AgentRefOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Close a conversation that answered as completed: its last answer becomes the run's

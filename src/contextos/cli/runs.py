@@ -36,6 +36,7 @@ from contextos import (
 )
 from contextos.cli.common import (
     STATUS_STYLE,
+    AgentRefOption,
     JsonOption,
     StoreOption,
     age,
@@ -192,10 +193,7 @@ def run(
 def resume(
     run_id: Annotated[str, typer.Argument(help="The run to continue.")],
     store: StoreOption = None,
-    agent_ref: Annotated[
-        str | None,
-        typer.Option("--agent", help="Agent reference, if not the one recorded at start."),
-    ] = None,
+    agent_ref: AgentRefOption = None,
     allow_changed_agent: Annotated[
         bool, typer.Option(help="Continue even if the agent definition changed.")
     ] = False,
