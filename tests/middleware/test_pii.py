@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 from guard_corpora import pii_scores, pii_table, presidio_faker_pii, project_pii
 
-from contextos import Agent, FailureReason, Runtime, codec
+from contextos import Agent, FailureReason, Runtime, ToolResult, codec, tool
 from contextos import events as ev
 from contextos.middleware import PiiRedaction, custom
 from contextos.middleware.pii import iban_ok, luhn_ok
@@ -217,3 +218,76 @@ async def test_a_snapshot_holds_the_runs_input_no_more_often_than_its_events(
     assert blob.count(raw.encode()) <= in_events == 1
     restored = restore(state.run_id, state.seq, FORMAT, blob)
     assert restored is not None and restored.input == raw and restored == state
+
+
+def test_mask_keeps_the_last_four_characters_and_the_shape() -> None:
+    layer = PiiRedaction(strategy="mask")
+    assert layer.redact_text("card 4111 1111 1111 1111") == "card **** **** **** 1111"
+    assert layer.redact_text("call +44 20 7946 0958") == "call +** ** **** 0958"
+    assert layer.redact_text("mail dana.ross@example.org") == "mail d***@example.org"
+
+
+def test_each_type_gets_its_own_strategy_and_the_rest_the_default() -> None:
+    layer = PiiRedaction(strategy="redact", strategies={"email": "mask"})
+    out = layer.redact_text("mail dana.ross@example.org, card 4111 1111 1111 1111")
+    assert out == "mail d***@example.org, card [REDACTED:CREDIT_CARD]"
+
+
+def test_a_hashed_value_reads_as_its_type_and_ten_hex_digits() -> None:
+    out = PiiRedaction(strategy="hash").redact_text("mail dana.ross@example.org")
+    assert re.fullmatch(r"mail <email:[0-9a-f]{10}>", out), out
+
+
+async def test_block_names_every_blocked_type_of_a_read_tools_output(tmp_path: Path) -> None:
+    def vault() -> str:
+        """Read the vault."""
+        return "key AKIAIOSFODNN7EXAMPLE, owner ops@example.com"
+
+    model = ScriptedModel([call_tool("vault"), reply("done")])
+    layer = PiiRedaction(strategies={"secret": "block", "email": "block"})
+    agent = Agent(name="a", model=model, tools=[vault], middleware=[layer])
+    async with Runtime(str(tmp_path / "r.db")) as rt:
+        result = await rt.run(agent, "read it")
+        events = await rt.events(result.run_id)
+    completed = next(e for e in events if isinstance(e, ev.ToolCompleted))
+    assert completed.is_error
+    assert completed.output.endswith(
+        "the output of vault contained email, secret, which the PII policy blocks; it was withheld"
+    )
+
+
+async def test_a_write_tools_output_is_redacted_not_blocked(tmp_path: Path) -> None:
+    @tool(effect="write")
+    def rotate() -> str:
+        """Rotate the key."""
+        return "rotated; new key AKIAIOSFODNN7EXAMPLE"
+
+    model = ScriptedModel([call_tool("rotate"), reply("done")])
+    layer = PiiRedaction(strategies={"secret": "block"})
+    agent = Agent(name="a", model=model, tools=[rotate], middleware=[layer])
+    async with Runtime(str(tmp_path / "r.db")) as rt:
+        result = await rt.run(agent, "rotate it")
+        events = await rt.events(result.run_id)
+    completed = next(e for e in events if isinstance(e, ev.ToolCompleted))
+    # The key was rotated: failing the call would make the effect look undone.
+    assert not completed.is_error
+    assert completed.output == "rotated; new key [REDACTED:SECRET]"
+
+
+async def test_a_tool_result_with_receipts_is_redacted_and_keeps_its_receipts(
+    tmp_path: Path,
+) -> None:
+    @tool(effect="write")
+    def notify(email: str) -> ToolResult:
+        """Notify someone."""
+        return ToolResult(output=f"sent to {email}", receipts={"message_id": "m-1"})
+
+    model = ScriptedModel([call_tool("notify", {"email": "jo.park@example.com"}), reply("done")])
+    agent = Agent(name="a", model=model, tools=[notify], middleware=[PiiRedaction()])
+    async with Runtime(str(tmp_path / "r.db")) as rt:
+        result = await rt.run(agent, "Tell Jo.")
+        events = await rt.events(result.run_id)
+        (effect,) = (await rt.state(result.run_id)).effects.values()
+    completed = next(e for e in events if isinstance(e, ev.ToolCompleted))
+    assert completed.output == "sent to [REDACTED:EMAIL]"
+    assert effect.receipts["message_id"] == "m-1"

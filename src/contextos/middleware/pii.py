@@ -40,6 +40,7 @@ from contextos.middleware.base import (
 )
 from contextos.runs import FailureReason
 from contextos.tools.contract import EffectKind as Effect
+from contextos.tools.contract import ToolResult
 from contextos.tools.gateway import render_output
 
 
@@ -554,7 +555,9 @@ class PiiRedaction(ContentGuard):
         result = await call_next(call)
         if not self.tool_results:
             return result
-        text = render_output(result)
+        # A result with receipts is redacted inside: its receipts go to the ledger as they are.
+        output = result.output if isinstance(result, ToolResult) else result
+        text = render_output(output)
         try:
             redacted, found = self.apply(text, allow_block=call.tool.effect is Effect.READ)
         except PiiBlocked as exc:
@@ -564,4 +567,6 @@ class PiiRedaction(ContentGuard):
                 tool=call.tool.name,
                 types=list(exc.types),
             ) from None
-        return redacted if found else result
+        if not found:
+            return result
+        return replace(result, output=redacted) if isinstance(result, ToolResult) else redacted
