@@ -69,7 +69,11 @@ PAIRS: dict[str, Pair] = {
             "tests/policy/test_containment.py",
         ],
     ),
-    "pii": Pair(["src/contextos/middleware/pii.py"], ["tests/middleware/test_pii.py"]),
+    # The history summary is redacted on its way out of compaction: proven where compaction runs.
+    "pii": Pair(
+        ["src/contextos/middleware/pii.py"],
+        ["tests/middleware/test_pii.py", "tests/middleware/test_context_layers.py"],
+    ),
     "sanitize": Pair(
         ["src/contextos/middleware/sanitize.py"], ["tests/middleware/test_sanitize.py"]
     ),

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from guard_corpora import pii_scores, pii_table, presidio_faker_pii, project_pii
 
-from contextos import Agent, FailureReason, Runtime, ToolResult, codec, tool
+from contextos import Agent, FailureReason, RunStatus, Runtime, ToolResult, codec, tool
 from contextos import events as ev
 from contextos.middleware import PiiRedaction, custom
 from contextos.middleware.pii import iban_ok, luhn_ok
@@ -291,3 +291,62 @@ async def test_a_tool_result_with_receipts_is_redacted_and_keeps_its_receipts(
     completed = next(e for e in events if isinstance(e, ev.ToolCompleted))
     assert completed.output == "sent to [REDACTED:EMAIL]"
     assert effect.receipts["message_id"] == "m-1"
+
+
+async def test_a_blocked_input_names_the_layer_and_every_type_it_blocks(tmp_path: Path) -> None:
+    model = ScriptedModel([reply("never")])
+    layer = PiiRedaction(strategies={"credit_card": "block", "email": "block"})
+    agent = Agent(name="a", model=model, middleware=[layer])
+    async with Runtime(str(tmp_path / "r.db")) as rt:
+        result = await rt.run(agent, "charge 4111 1111 1111 1111 for jo@example.com")
+        events = await rt.events(result.run_id)
+    failed = next(e for e in events if isinstance(e, ev.RunFailed))
+    message = "the input contains data the PII policy blocks: credit_card, email"
+    assert result.failure_message == failed.message == message
+    assert failed.error == {"code": "content_blocked", "layer": "pii"}
+
+
+async def test_block_stops_what_the_user_wrote_not_what_a_tool_returned(tmp_path: Path) -> None:
+    def directory() -> str:
+        """Look the owner up."""
+        return "owner: ops@example.com"
+
+    model = ScriptedModel([call_tool("directory"), reply("done")])
+    # Tool results are left as they are when recorded, and only redacted for the model.
+    layer = PiiRedaction(strategies={"email": "block"}, tool_results=False)
+    agent = Agent(name="a", model=model, tools=[directory], middleware=[layer])
+    async with Runtime(str(tmp_path / "r.db")) as rt:
+        result = await rt.run(agent, "who owns it?")
+    assert result.status is RunStatus.COMPLETED
+    seen = next(m.content for m in model.requests[1].messages if m.role == "tool")
+    assert "owner: [REDACTED:EMAIL]" in seen and "ops@example.com" not in seen
+
+
+async def test_a_blocked_type_in_the_models_answer_is_redacted(tmp_path: Path) -> None:
+    model = ScriptedModel([reply("Write to ops@example.com.")])
+    agent = Agent(name="a", model=model, middleware=[PiiRedaction(strategies={"email": "block"})])
+    async with Runtime(str(tmp_path / "r.db")) as rt:
+        result = await rt.run(agent, "Who do I write to?")
+    assert result.status is RunStatus.COMPLETED
+    assert result.output == "Write to [REDACTED:EMAIL]."
+
+
+async def test_model_output_off_records_the_answer_as_the_model_gave_it(tmp_path: Path) -> None:
+    model = ScriptedModel([reply("Write to ops@example.com.")])
+    agent = Agent(name="a", model=model, middleware=[PiiRedaction(model_output=False)])
+    async with Runtime(str(tmp_path / "r.db")) as rt:
+        result = await rt.run(agent, "Who do I write to?")
+    assert result.output == "Write to ops@example.com."
+
+
+def test_the_layer_enters_the_agent_identity_under_stable_names() -> None:
+    # A renamed key would change every agent's identity: runs in flight could not resume.
+    layer = PiiRedaction(strategies={"email": "mask"}, tool_results=False)
+    assert layer.fingerprint() == {
+        "detectors": ["secret", "email", "iban", "ip", "credit_card", "phone"],
+        "strategy": "redact",
+        "strategies": {"email": "mask"},
+        "hash_key": "e3b0c44298fc",  # sha256 of the empty key: the key itself is never shown
+        "tool_results": False,
+        "model_output": True,
+    }
