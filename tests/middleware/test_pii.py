@@ -350,3 +350,37 @@ def test_the_layer_enters_the_agent_identity_under_stable_names() -> None:
         "tool_results": False,
         "model_output": True,
     }
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # prose: a password that is not a word is a secret, whatever the case of its name
+        ("The Password is hunter2hunter2", "The Password is [REDACTED:SECRET]"),
+        ("the password is abcdefghijklmnop", "the password is [REDACTED:SECRET]"),  # 16 letters
+        ("the password is abcdefghijklmno", "the password is abcdefghijklmno"),  # 15: a word
+        ("the token is hunter2hunter2", "the token is hunter2hunter2"),  # prose names passwords
+        # assigned: a password or secret may be a plain word
+        ("password: sunshine", "password: [REDACTED:SECRET]"),
+        ("PWD=sunshine", "PWD=[REDACTED:SECRET]"),
+        ("secret: sunshine", "secret: [REDACTED:SECRET]"),
+        # a key or token needs a digit and 8 characters, or 20 characters
+        ("api_key=abcd1234", "api_key=[REDACTED:SECRET]"),
+        ("api_key=abc1234", "api_key=abc1234"),
+        ("token: abcdefghijklmnopqrst", "token: [REDACTED:SECRET]"),
+        ("token: abcdefghijklmnopqrs", "token: abcdefghijklmnopqrs"),
+    ],
+)
+def test_an_assigned_or_stated_secret_is_redacted_only_when_it_reads_as_one(
+    text: str, expected: str
+) -> None:
+    assert PiiRedaction().redact_text(text) == expected
+
+
+def test_iban_lengths_follow_the_country_and_the_standard() -> None:
+    assert iban_ok("NO93 8601 1117 947")  # 15 characters, the shortest there is
+    assert iban_ok("BY13 NBRB 3600 9000 0000 2Z00 AB00")  # a country without a length in the table
+    # Right checksums, wrong lengths: 20 characters for Britain (22), 35 for anyone (34 at most).
+    assert not iban_ok("GB04 WEST 1234 5698 7654")
+    assert iban_ok("ZZ08 1111 1111 1111 1111 1111 1111 1111 11")
+    assert not iban_ok("ZZ41 1111 1111 1111 1111 1111 1111 1111 111")
