@@ -11,7 +11,7 @@ from guard_corpora import pii_scores, pii_table, presidio_faker_pii, project_pii
 from contextos import Agent, FailureReason, RunStatus, Runtime, ToolResult, codec, tool
 from contextos import events as ev
 from contextos.middleware import PiiRedaction, custom
-from contextos.middleware.pii import iban_ok, luhn_ok
+from contextos.middleware.pii import Detector, iban_ok, luhn_ok
 from contextos.state import fold
 from contextos.store.snapshots import FORMAT, encode, restore
 from contextos.testing import ScriptedModel, call_tool, reply
@@ -384,3 +384,68 @@ def test_iban_lengths_follow_the_country_and_the_standard() -> None:
     assert not iban_ok("GB04 WEST 1234 5698 7654")
     assert iban_ok("ZZ08 1111 1111 1111 1111 1111 1111 1111 11")
     assert not iban_ok("ZZ41 1111 1111 1111 1111 1111 1111 1111 111")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # international numbers: 8 to 15 digits after + or a grouped 00
+        ("+49 30 1234", "[REDACTED:PHONE]"),
+        ("+49 301 2345 678 901", "[REDACTED:PHONE]"),
+        ("+49 301 2345 678 9013", "+49 301 2345 678 9013"),
+        ("+442079460958", "[REDACTED:PHONE]"),
+        ("0044 20 7946 0958", "[REDACTED:PHONE]"),
+        # grouped, no word: 9 to 12 digits; an extension is not counted
+        ("id 123 456 789", "id [REDACTED:PHONE]"),
+        ("id 123 456 789 012", "id [REDACTED:PHONE]"),
+        ("id 123 456 789 0123", "id 123 456 789 0123"),
+        ("id 1234 5678", "id 1234 5678"),
+        ("020 7946 0958 ext 4567 today", "[REDACTED:PHONE] today"),
+        # a word says so: 7 to 15 digits, but not a run of two digits repeated
+        ("call 123 4567", "call [REDACTED:PHONE]"),
+        ("call 123 456 789 012 345", "call [REDACTED:PHONE]"),
+        ("call 123 456 789 012 3456", "call 123 456 789 012 3456"),
+        ("call 123 1231 231", "call [REDACTED:PHONE]"),
+        ("call 121 2121 212", "call 121 2121 212"),
+        # shapes that are not phone numbers even after a word
+        ("registered 2024-05-06", "registered 2024-05-06"),
+        ("ref 123-45-6789", "ref 123-45-6789"),
+    ],
+)
+def test_what_counts_as_a_phone_number(text: str, expected: str) -> None:
+    assert PiiRedaction().redact_text(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("paid with 4222222222222", "paid with [REDACTED:CREDIT_CARD]"),  # 13 digits: a Visa
+        ("card 5018 0000 0009", "card [REDACTED:CREDIT_CARD]"),  # 12 (Maestro) after a word
+        ("card 0000 0000 0000 0000", "card 0000 0000 0000 0000"),  # one digit repeated
+        (
+            "ISBN 978-7-9789-1024-1 and card 4111 1111 1111 1111",
+            "ISBN 978-7-9789-1024-1 and card [REDACTED:CREDIT_CARD]",
+        ),
+        (
+            "DE03 9589 6935 0492 5899 13 and GB82 WEST 1234 5698 7654 32",
+            "[REDACTED:IBAN] and [REDACTED:IBAN]",
+        ),
+        ("IBAN GB82 WEST 1234 5698 7654 32 BIC NWBKGB2L", "IBAN [REDACTED:IBAN] BIC NWBKGB2L"),
+    ],
+)
+def test_cards_and_ibans_next_to_other_numbers_and_words(text: str, expected: str) -> None:
+    assert PiiRedaction().redact_text(text) == expected
+
+
+def test_luhn_counts_12_to_19_digits() -> None:
+    assert luhn_ok("0" * 12) and luhn_ok("0" * 19)
+    assert not luhn_ok("0" * 11) and not luhn_ok("0" * 20)
+
+
+def test_a_custom_regex_redacts_its_group_and_asks_its_validator() -> None:
+    order = custom("order", r"order (\d{6})|ORDERS")
+    assert PiiRedaction(extra=[order]).redact_text("ORDERS: order 123456") == (
+        "ORDERS: order [REDACTED:ORDER]"
+    )
+    badge = Detector(name="badge", pattern=re.compile(r"B-\d+"), validate=lambda v: v.endswith("7"))
+    assert PiiRedaction(extra=[badge]).redact_text("B-17 and B-18") == "[REDACTED:BADGE] and B-18"
