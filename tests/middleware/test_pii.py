@@ -449,3 +449,27 @@ def test_a_custom_regex_redacts_its_group_and_asks_its_validator() -> None:
     )
     badge = Detector(name="badge", pattern=re.compile(r"B-\d+"), validate=lambda v: v.endswith("7"))
     assert PiiRedaction(extra=[badge]).redact_text("B-17 and B-18") == "[REDACTED:BADGE] and B-18"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("from 2001:db8:85a3:8d3:1319:8a2e:370:7348:443 today", "from [REDACTED:IP]:443 today"),
+        ("host ABCD::EF", "host [REDACTED:IP]"),
+        ("host abcd::ef", "host [REDACTED:IP]"),
+        ("C++ uses :: for scope; from 2001:db8::1", "C++ uses :: for scope; from [REDACTED:IP]"),
+        ("order 12345678, call 020 7946 0958", "order 12345678, call [REDACTED:PHONE]"),
+        ("Authorization: Bearer abcdefghijklmnop1234", "Authorization: Bearer [REDACTED:SECRET]"),
+    ],
+)
+def test_the_detected_value_is_what_is_replaced_and_nothing_around_it(
+    text: str, expected: str
+) -> None:
+    assert PiiRedaction().redact_text(text) == expected
+
+
+def test_spans_that_are_empty_or_overlap_an_earlier_one_are_skipped() -> None:
+    spans = [(3, 6), (0, 3), (6, 6), (4, 8), (9, 11)]
+    found = custom("code", lambda text: spans)
+    out = PiiRedaction(detectors=[found]).redact_text("abcdefgh ij")
+    assert out == "[REDACTED:CODE][REDACTED:CODE]gh [REDACTED:CODE]"
