@@ -473,3 +473,29 @@ def test_spans_that_are_empty_or_overlap_an_earlier_one_are_skipped() -> None:
     found = custom("code", lambda text: spans)
     out = PiiRedaction(detectors=[found]).redact_text("abcdefgh ij")
     assert out == "[REDACTED:CODE][REDACTED:CODE]gh [REDACTED:CODE]"
+
+
+async def test_the_agents_instructions_are_redacted_and_counted_on_every_call(
+    tmp_path: Path,
+) -> None:
+    model = ScriptedModel([call_tool("lookup"), reply("done")])
+
+    def lookup() -> str:
+        """Look it up."""
+        return "nothing"
+
+    agent = Agent(
+        name="a",
+        model=model,
+        tools=[lookup],
+        instructions="Escalate to ops@example.com.",
+        middleware=[PiiRedaction()],
+    )
+    async with Runtime(str(tmp_path / "r.db")) as rt:
+        result = await rt.run(agent, "go")
+        events = await rt.events(result.run_id)
+    for request in model.requests:
+        system = "\n".join(m.content for m in request.messages if m.role == "system")
+        assert "Escalate to [REDACTED:EMAIL]." in system and "ops@example.com" not in system
+    calls = [e for e in events if isinstance(e, ev.ModelResponded)]
+    assert [e.context["telemetry"]["pii.email"] for e in calls] == [1, 1]
