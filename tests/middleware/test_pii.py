@@ -431,6 +431,10 @@ def test_what_counts_as_a_phone_number(text: str, expected: str) -> None:
             "[REDACTED:IBAN] and [REDACTED:IBAN]",
         ),
         ("IBAN GB82 WEST 1234 5698 7654 32 BIC NWBKGB2L", "IBAN [REDACTED:IBAN] BIC NWBKGB2L"),
+        (
+            "ref DE00123456789012345678 and GB82 WEST 1234 5698 7654 32",
+            "ref DE00123456789012345678 and [REDACTED:IBAN]",
+        ),
     ],
 )
 def test_cards_and_ibans_next_to_other_numbers_and_words(text: str, expected: str) -> None:
@@ -469,10 +473,10 @@ def test_the_detected_value_is_what_is_replaced_and_nothing_around_it(
 
 
 def test_spans_that_are_empty_or_overlap_an_earlier_one_are_skipped() -> None:
-    spans = [(3, 6), (0, 3), (6, 6), (4, 8), (9, 11)]
+    spans = [(3, 6), (0, 3), (6, 6), (4, 8), (6, 7), (9, 11)]
     found = custom("code", lambda text: spans)
     out = PiiRedaction(detectors=[found]).redact_text("abcdefgh ij")
-    assert out == "[REDACTED:CODE][REDACTED:CODE]gh [REDACTED:CODE]"
+    assert out == "[REDACTED:CODE][REDACTED:CODE][REDACTED:CODE]h [REDACTED:CODE]"
 
 
 async def test_the_agents_instructions_are_redacted_and_counted_on_every_call(
