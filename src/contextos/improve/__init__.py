@@ -27,6 +27,7 @@ from contextos.improve.records import (
 )
 from contextos.improve.release import RELEASER, Decided
 from contextos.improve.service import Improvements
+from contextos.improve.watching import Watched, WatchRequest, canary_watch
 
 __all__ = [
     "METRICS",
@@ -50,6 +51,9 @@ __all__ = [
     "ReleaseReport",
     "Review",
     "RootCause",
+    "WatchRequest",
+    "Watched",
     "apply",
+    "canary_watch",
     "findings_job",
 ]
