@@ -12,14 +12,7 @@ from rich.text import Text
 
 from contextos import ContextOSError, ReplayPacket, Runtime
 from contextos.cli.common import JsonOption, StoreOption, app, call, console, err, examples, fail
-from contextos.improve import (
-    METRICS,
-    Change,
-    Decided,
-    Improvements,
-    Proposal,
-    ReleaseReport,
-)
+from contextos.improve import METRICS, Change, Decided, Improvements, Proposal, ReleaseReport
 
 candidate_app = typer.Typer(
     help="Candidates: an exact change to an agent, kept beside its current release.",

@@ -120,8 +120,11 @@ async def check(
         seen.add(report.source_run_id)
         cases.append(_case(report, golden=True, outcome=judge(report, golden=True, failing=())))
     evidence = finding.evidence if finding is not None else ()
-    rejected = finding is not None and finding.kind is FindingKind.VERIFICATION_FAILED
-    checks = [finding.subject] if finding is not None and rejected else []
+    checks = (
+        [finding.subject]
+        if finding is not None and finding.kind is FindingKind.VERIFICATION_FAILED
+        else []
+    )
     for run_id in finding.runs if finding is not None else ():
         if run_id in seen:
             continue
