@@ -115,11 +115,11 @@ async def test_post_v1_runs_runs_the_release(tmp_path: Path) -> None:
     assert calls == [False]
 
 
-async def test_a_workflows_agent_node_runs_the_release_of_its_agent(tmp_path: Path) -> None:
+async def test_a_workflows_agent_node_runs_the_release_of_its_agent(backend_url: str) -> None:
     """A workflow's child runs are created and driven like any run: each new child of the
     node runs the release of the node's agent, recorded in its first event."""
     flow_ref = f"{REF.rpartition(':')[0]}:flow"
-    async with Runtime(str(tmp_path / "c.db")) as rt:
+    async with Runtime(backend_url) as rt:
 
         async def asked(question: str) -> str:
             done = await rt.run(desk_flow(), Question(text=question), agent_ref=flow_ref)
