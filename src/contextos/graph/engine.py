@@ -405,12 +405,14 @@ class WorkflowDriver:
         items = await self._items(node, upstream)
         ref = f"{self.state.run_id}#{self.state.nodes[node.name].started_seq}"
         slots = asyncio.Semaphore(node.concurrency)
-        # `first` starts no item once one has given a result (a child started before that,
-        # found in the log on resume, is still seen to its end).
+        # `first` starts no item once one has given a result, and cancels the children still
+        # running (on resume too: one found in flight is cancelled, then read back ended).
         found = node.merge == "first" and any(
             c.contract.node == node.name and c.status is ChildStatus.COMPLETED
             for c in self.state.children.values()
         )
+        if found:
+            await self._took_first(node)
 
         async def one(i: int, item: Any) -> Any:
             nonlocal found
@@ -428,7 +430,9 @@ class WorkflowDriver:
                     if node.merge == "all":
                         raise
                     return failure
-                found = found or (node.merge == "first" and not isinstance(output, _Waiting))
+                if node.merge == "first" and not found and not isinstance(output, _Waiting):
+                    found = True
+                    await self._took_first(node, i)
                 return output
 
         try:
@@ -442,6 +446,13 @@ class WorkflowDriver:
         if node.kind == "map":
             return await self._complete(node, _merged(node, items, outputs))
         return await self._complete(node, _gated(items, outputs))
+
+    async def _took_first(self, node: Node[Any], index: int | None = None) -> None:
+        """A `first` map has its result: its children still running are not needed."""
+        which = f"item {index}" if index is not None else "an item"
+        await self.children.cancel_running(
+            f"{which} of node {node.name} gave the result first", node=node.name
+        )
 
     async def _items(self, node: Node[Any], upstream: Any) -> list[Any]:
         """The items of a map or gate: recorded when it started, so every resume has the same
