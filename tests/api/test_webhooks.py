@@ -5,6 +5,7 @@ run (a replayed capture starts nothing); refusals write nothing."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -192,6 +193,9 @@ async def test_a_delivery_signed_outside_the_window_is_refused(
                 refused = await http.post(hook, content=body, headers=stale)
                 error = error_of(refused, 401, "signature_expired")
                 assert said in str(error["message"]) and "within 300s" in str(error["message"])
+                # How far off, as a size: an hour (give or take the seconds this test took).
+                skew = re.search(r"(\S+)s (?:ago;|ahead of)", str(error["message"]))
+                assert skew is not None and int(skew.group(1)) >= 3000
             # A body-only signature (no timestamp) is no signature at all.
             body_only = "sha256=" + sign("shh", body).partition("v1=")[2]
             refused = await http.post(

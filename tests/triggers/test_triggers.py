@@ -117,6 +117,12 @@ def test_input_templates() -> None:
     for bad in ("{output.__class__}", "{output!r}", "{output:>10}", "{0}", "{", "{nope}"):
         with pytest.raises(ConfigError, match="bad input template"):
             check_template(bad)
+    # Literal braces before a bad field do not hide it; the error lists what may be used.
+    with pytest.raises(ConfigError) as refused:
+        check_template("{{literal}} then {nope}")
+    assert str(refused.value).endswith(
+        "unknown field {nope}; use {output}, {run_id}, {status}, {failure}, {agent}, {input}"
+    )
 
 
 # -- firing exactly once ----------------------------------------------------------------------
