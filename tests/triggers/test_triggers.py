@@ -4,6 +4,8 @@ guards (refused definitions, loops, chain depth, agents that will not load)."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import shutil
 from pathlib import Path
 
@@ -21,7 +23,7 @@ from trigger_helpers import (
 )
 
 from contextos import Runtime, load_agent
-from contextos.errors import ConfigError
+from contextos.errors import ConfigError, SignatureExpired, SignatureInvalid
 from contextos.runs import RunId, RunStatus
 from contextos.state import RunState
 from contextos.store.queue import TriggerKind, TriggerOn, trigger_key
@@ -30,8 +32,10 @@ from contextos.workers.triggers import (
     check_template,
     fire_triggers,
     render_input,
+    sign,
     started_by,
     trigger_run_id,
+    verify_signature,
 )
 from support.processes import wait_until
 
@@ -322,3 +326,20 @@ def test_started_by_says_what_started_a_run() -> None:
     assert started_by({"schedule": "daily", "tick": "2026-01-01T06:00:00+00:00"}) == (
         "started by schedule daily, tick 2026-01-01T06:00:00+00:00"
     )
+
+
+# -- webhook signatures -----------------------------------------------------------------------
+
+
+def test_a_signature_is_the_documented_hmac_and_is_checked_against_the_given_clock() -> None:
+    body, t = b'{"order": "A-1"}', 1_700_000_000
+    # What a sender in any language computes: HMAC-SHA256 of "{t}.{body}", hex.
+    digest = hmac.new(b"shh", b"1700000000." + body, hashlib.sha256).hexdigest()
+    header = f"t={t},v1={digest},v0=12345"  # another scheme's digits do not move the time
+    assert verify_signature("shh", body, header, now=t + 300) == digest  # the window's edge
+    assert verify_signature(b"shh", body, sign(b"shh", body, timestamp=t), now=t) == digest
+    with pytest.raises(SignatureExpired) as late:
+        verify_signature("shh", body, header, now=t + 301)
+    assert late.value.fields == {"signed_at": t}
+    with pytest.raises(SignatureInvalid):
+        verify_signature("shh", body, f"t=soon,v1={digest}", now=t)
