@@ -77,6 +77,13 @@ async def test_a_signed_webhook_starts_one_run_per_delivery(
                 "/v1/hooks/open", content=b"plain text", headers={DELIVERY_HEADER: "x-1"}
             )
             assert unsigned.status_code == 202
+            # Another unsigned delivery, and another trigger's delivery under an id already
+            # seen at "orders": each starts its own run.
+            for delivery in ("x-2", "d-1"):
+                again = await http.post(
+                    "/v1/hooks/open", content=b"plain text", headers={DELIVERY_HEADER: delivery}
+                )
+                assert again.status_code == 202 and again.json()["run_id"] != run_id, again.text
 
             def refused(response: httpx.Response, status: int, code: str) -> None:
                 assert response.status_code == status, response.text
@@ -126,7 +133,7 @@ async def test_a_signed_webhook_starts_one_run_per_delivery(
 
     async with Runtime(backend_url) as rt:
         runs = await rt.runs(limit=100)
-        assert len(runs) == 3  # d-1, d-2 and the unsigned one: nothing else was written
+        assert len(runs) == 5  # d-1, d-2 and three unsigned: nothing else was written
 
 
 async def test_a_replayed_delivery_starts_no_second_run(
