@@ -31,9 +31,11 @@ from contextos.errors import ContentBlocked
 from contextos.middleware.base import (
     Compacted,
     ContentGuard,
+    Middleware,
     ModelCall,
     ModelHandler,
     ModelResult,
+    Services,
     Stop,
     ToolCallInput,
     ToolHandler,
@@ -343,10 +345,17 @@ def _email_spans(text: str) -> Iterable[tuple[int, int]]:
             yield m.span()
 
 
+# Every name `_SECRET_ASSIGNMENT` accepts holds one of these words (same flags, same folding):
+# text without any cannot hold an assignment, and this is many times cheaper to rule out.
+_SECRET_NAME_HINT = re.compile(r"(?i)pass|pwd|secret|key|token|credential")
+
+
 def _secret_spans(text: str) -> Iterable[tuple[int, int]]:
     for pattern in _SECRETS:
         for m in pattern.finditer(text):
             yield m.span(1) if pattern.groups else m.span()
+    if _SECRET_NAME_HINT.search(text) is None:
+        return
     for m in _SECRET_ASSIGNMENT.finditer(text):
         if _assignment_ok(m):
             yield m.span("value")
@@ -390,6 +399,10 @@ def mask(value: str, keep: int = 4) -> str:
     return "".join(out)
 
 
+_SCANNED = 16
+"""Texts whose detections a guard keeps, newest last."""
+
+
 class PiiRedaction(ContentGuard):
     """Finds PII and secrets and redacts, masks, hashes or blocks them."""
 
@@ -417,6 +430,7 @@ class PiiRedaction(ContentGuard):
         self.tool_results = tool_results
         self.model_output = model_output
         self._items: dict[str, tuple[str, Counter[str]]] = {}
+        self._scanned: dict[str, tuple[Detection, ...]] = {}
 
     def fingerprint(self) -> dict[str, Any]:
         return {
@@ -433,8 +447,20 @@ class PiiRedaction(ContentGuard):
     def strategy_for(self, kind: str) -> Strategy:
         return self.strategies.get(kind, self.strategy)
 
+    def bind(self, services: Services) -> Middleware:
+        bound = super().bind(services)
+        assert isinstance(bound, PiiRedaction)
+        bound._scanned = {}  # per run: a tool's result is scanned as it arrives, then in history
+        return bound
+
     def scan(self, text: str) -> list[Detection]:
-        return detect(text, self.detectors)
+        # Detectors are pure functions of the text, so a text seen lately is not scanned again.
+        hit = self._scanned.get(text)
+        if hit is None:
+            hit = self._scanned[text] = tuple(detect(text, self.detectors))
+            if len(self._scanned) > _SCANNED:
+                del self._scanned[next(iter(self._scanned))]  # the oldest
+        return list(hit)
 
     def apply(self, text: str, *, allow_block: bool = True) -> tuple[str, list[Detection]]:
         """Rewrite `text`; raise PiiBlocked when a `block` type is present and `allow_block`."""
