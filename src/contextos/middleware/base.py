@@ -454,6 +454,14 @@ class Chain:
     async def tool_call(self, call: ToolCallInput) -> Any:
         return await self._tool_handler(call)
 
+    @property
+    def acts_after_run(self) -> bool:
+        """True when a layer has an `after_run` of its own (the platform guards have none)."""
+        return any(
+            getattr(type(m), "after_run", None) is not BaseMiddleware.after_run
+            for m in self.layers
+        )
+
     async def after_run(self, end: RunEnd) -> None:
         end = replace(end, redact=self.redact)
         for layer in reversed(self.layers):
