@@ -458,8 +458,7 @@ class Chain:
     def acts_after_run(self) -> bool:
         """True when a layer has an `after_run` of its own (the platform guards have none)."""
         return any(
-            getattr(type(m), "after_run", None) is not BaseMiddleware.after_run
-            for m in self.layers
+            getattr(type(m), "after_run", None) is not BaseMiddleware.after_run for m in self.layers
         )
 
     async def after_run(self, end: RunEnd) -> None:

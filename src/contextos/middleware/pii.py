@@ -270,24 +270,35 @@ _IPV6_CANDIDATE = re.compile(
     r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,8}(?:\d{1,3}(?:\.\d{1,3}){3}|[0-9A-Fa-f]{0,5})(?!\.?[\w:])"
 )
 
-_SECRET_PATTERNS = [
-    r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----[\s\S]+?-----END (?:[A-Z0-9]+ )*PRIVATE"
-    r" KEY(?: BLOCK)?-----",
-    r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[0-9A-Z]{16}\b",  # AWS access key ids
-    r"\bgh[pousr]_[A-Za-z0-9]{36,}\b",
-    r"\bgithub_pat_[A-Za-z0-9_]{40,}\b",
-    r"\bglpat-[A-Za-z0-9_-]{20,}\b",
-    r"\bxox[abposr]-[A-Za-z0-9-]{10,}",
-    r"\b(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}\b",
-    r"\bsk-(?:ant-|proj-)?[A-Za-z0-9_-]{20,}",
-    r"\bAIza[0-9A-Za-z_-]{35}\b",
-    r"\bSG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}\b",
-    r"\bnpm_[A-Za-z0-9]{36}\b",
-    r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",  # JWT
-    r"(?i)\bbearer\s+([A-Za-z0-9._~+/-]{16,}=*)",
-    r"(?i)\bauthorization\s*[:=]\s*basic\s+([A-Za-z0-9+/]{12,}={0,2})",
-    r"(?i)\b(?:postgres(?:ql)?|mysql|mongodb(?:\+srv)?|redis|amqps?|https?|ftp)://[^:\s/@]+"
-    r":([^@\s/]+)@",
+_SECRET_PATTERNS: list[tuple[str, tuple[str, ...]]] = [
+    # Each with the text at least one of which any match holds, as it is cased: text without
+    # any is ruled out by a substring search instead of a scan ((), for rules ignoring case).
+    (
+        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----[\s\S]+?-----END (?:[A-Z0-9]+ )*"
+        r"PRIVATE KEY(?: BLOCK)?-----",
+        ("-----BEGIN ",),
+    ),
+    (  # AWS access key ids
+        r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[0-9A-Z]{16}\b",
+        ("AKIA", "ASIA", "AGPA", "AIDA", "AROA", "ANPA", "ANVA", "AIPA"),
+    ),
+    (r"\bgh[pousr]_[A-Za-z0-9]{36,}\b", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_")),
+    (r"\bgithub_pat_[A-Za-z0-9_]{40,}\b", ("github_pat_",)),
+    (r"\bglpat-[A-Za-z0-9_-]{20,}\b", ("glpat-",)),
+    (r"\bxox[abposr]-[A-Za-z0-9-]{10,}", ("xox",)),
+    (r"\b(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}\b", ("_live_", "_test_")),
+    (r"\bsk-(?:ant-|proj-)?[A-Za-z0-9_-]{20,}", ("sk-",)),
+    (r"\bAIza[0-9A-Za-z_-]{35}\b", ("AIza",)),
+    (r"\bSG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}\b", ("SG.",)),
+    (r"\bnpm_[A-Za-z0-9]{36}\b", ("npm_",)),
+    (r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}", ("eyJ",)),  # JWT
+    (r"(?i)\bbearer\s+([A-Za-z0-9._~+/-]{16,}=*)", ()),
+    (r"(?i)\bauthorization\s*[:=]\s*basic\s+([A-Za-z0-9+/]{12,}={0,2})", ()),
+    (
+        r"(?i)\b(?:postgres(?:ql)?|mysql|mongodb(?:\+srv)?|redis|amqps?|https?|ftp)://[^:\s/@]+"
+        r":([^@\s/]+)@",
+        (),
+    ),
 ]
 # `name = value`, `name: value`, `"name": "value"`: only the value is secret.
 _SECRET_ASSIGNMENT = re.compile(
@@ -323,7 +334,7 @@ DEFAULT_DETECTORS: tuple[Detector, ...] = (
 )
 """Checked in this order; a later detector skips text an earlier one already claimed."""
 
-_SECRETS = [re.compile(p) for p in _SECRET_PATTERNS]
+_SECRETS = [(re.compile(p), hints) for p, hints in _SECRET_PATTERNS]
 
 _EMAIL = re.compile(
     r"(?<![\w.%+-])[A-Za-z0-9][A-Za-z0-9._%+-]*@(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?\.)+"
@@ -351,7 +362,9 @@ _SECRET_NAME_HINT = re.compile(r"(?i)pass|pwd|secret|key|token|credential")
 
 
 def _secret_spans(text: str) -> Iterable[tuple[int, int]]:
-    for pattern in _SECRETS:
+    for pattern, hints in _SECRETS:
+        if hints and not any(h in text for h in hints):
+            continue
         for m in pattern.finditer(text):
             yield m.span(1) if pattern.groups else m.span()
     if _SECRET_NAME_HINT.search(text) is None:
