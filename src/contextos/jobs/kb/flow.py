@@ -233,24 +233,22 @@ def scan_part(task: PartTask) -> PartScan:
 
 
 def converge(scan: ScanPlan, found: list[PartScan]) -> Candidates:
-    """The reduce, in code: re-read the pages linking to what changed, derive the findings
-    across pages, deduplicate them, and list every link the gate must re-verify."""
+    """The reduce, in code: derive the findings across pages from the index, deduplicate
+    them, and list every link the gate must re-verify."""
     at = scan.at
     with _lock(at.index), Index(at.index, at.root, run=at.scan) as index:
         done = index.recall("reduce")
         if done is not None:
             return Candidates.model_validate_json(done)
         scanner = Scanner(at.root, index=index, rules=scan.rules)
-        removed = [*(path for part in found for path in part.removed), *index.drop_unseen()]
-        touched = [path for part in found for path in (*part.added, *part.changed)]
-        linking = [] if scan.full else scanner.follow(touched, removed)
+        index.drop_unseen()  # files in directories that are gone
         across = dedupe(scanner.across())
         links = [LinkCheck(at=at, finding=f) for f in across if f.kind in LINK_KINDS]
         links += [LinkCheck(at=at, url=url) for url in index.external_urls()]
         result = Candidates(
             at=at,
             pages=index.pages(),
-            read=sum(part.read for part in found) + len(linking),
+            read=sum(part.read for part in found),
             links=links,
             findings=tuple(f for f in across if f.kind not in LINK_KINDS),
         )
