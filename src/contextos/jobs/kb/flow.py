@@ -25,7 +25,7 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -35,6 +35,7 @@ from contextos.graph import Gated as Checked
 from contextos.jobs.kb.checks import Rules
 from contextos.jobs.kb.findings import Finding, FindingKind
 from contextos.jobs.kb.fixture import Fixture, reach
+from contextos.jobs.kb.gate import RECHECK_LINKS_AFTER_S, carry_links, url_key
 from contextos.jobs.kb.index import Index
 from contextos.jobs.kb.reduce import Delta, dedupe, reduce
 from contextos.jobs.kb.report import Report
@@ -75,7 +76,7 @@ class ScanRequest(BaseModel):
     sample_site: int | None = None
     """Check the sample's external links against its loopback site instead: 0 serves the
     site in this process, a port uses one serving there."""
-    recheck_links_after_s: float = 72_000.0
+    recheck_links_after_s: float = RECHECK_LINKS_AFTER_S
     """An external link found alive or dead is fetched again once that verdict is this old:
     20 hours by default, so a daily scan checks every link again and a second scan the same
     day does not; 0 fetches every link on every scan. An unsure link is always tried again."""
@@ -133,14 +134,11 @@ class LinkCheck(BaseModel):
     finding: Finding | None = None
     url: str | None = None
 
-    URL_KEY: ClassVar[str] = "link:http"
-    """How the journal's keys of external links start (those of internal ones go on with a
-    hexadecimal fingerprint)."""
-
     @property
     def key(self) -> str:
+        """Its key in the scan's journal."""
         if self.url is not None:
-            return f"link:{self.url}"
+            return url_key(self.url)
         assert self.finding is not None
         return f"link:{self.finding.fingerprint}"
 
@@ -189,7 +187,7 @@ def plan(request: ScanRequest) -> ScanPlan:
         )
         last = index.last("report")
         previous = Report.model_validate_json(last).current() if last else ()
-        _carry_links(index, older_than=time.time() - request.recheck_links_after_s)
+        carry_links(index, older_than=time.time() - request.recheck_links_after_s)
         index.forget_before("report")
         index.put_other("", kind="dir")  # the root itself, for links to it
         index.commit()
@@ -465,17 +463,6 @@ def _journal(at: Where, key: str, value: str | None = None) -> str | None:
             "SELECT value FROM journal WHERE run=? AND key=?", (at.scan, key)
         ).fetchone()
         return None if row is None else str(row[0])
-
-
-def _carry_links(index: Index, *, older_than: float) -> None:
-    """Keep for this scan the verdicts on external links an earlier one made since
-    `older_than` (but unsure ones): the gate finds them in the journal, and fetches only the
-    rest."""
-    for key, value in list(index.earlier(LinkCheck.URL_KEY)):
-        verdict = LinkVerdict.model_validate_json(value)
-        fresh = verdict.checked_s is not None and verdict.checked_s >= older_than
-        if fresh and verdict.status is not LinkStatus.UNSURE:
-            index.note(key, value)
 
 
 def _verdict(index: Index, link: LinkCheck) -> LinkVerdict:

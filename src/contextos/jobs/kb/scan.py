@@ -4,9 +4,10 @@ re-read only what changed (and what links to it), and derive every finding from 
 Which files are re-read: a file whose size or modification time changed is hashed; one whose
 sha256 changed (or that is new) is re-read. A page that links to a changed, new or removed file
 is not: its links are in the index, and the checks across pages are queries over the index, so
-they see the change without reading the page. `full` re-reads everything. A file whose timestamps match but that was written
-within `RACY_NS` of being indexed is hashed anyway: file-system clocks are coarse, so a quick
-second edit can keep the same size and time (git calls these "racily clean").
+they see the change without reading the page. `full` re-reads everything. A file whose
+timestamps match but that was written within `RACY_NS` of being indexed is hashed anyway:
+file-system clocks are coarse, so a quick second edit can keep the same size and time (git
+calls these "racily clean").
 """
 
 from __future__ import annotations
