@@ -1,14 +1,16 @@
 """The knowledge-base scan as a workflow: durable node by node, with a model only for prose.
 
     plan ─▶ scan (map: one node per top-level directory) ─▶ reduce ─▶ verify (gate per link)
-         ─▶ tally ─▶ digest ─▶ synthesis (agent) ─▶ report
+         ─▶ tally ─▶ doubts ─▶ judge (map: an agent per doubted page) ─▶ digest
+         ─▶ synthesis (agent) ─▶ report
 
 Each scan node gets its directory, the rules and the previous findings of that directory,
 and reads through its own read-only `ReadOnlyDir`. The reduce (code) re-reads what links to a
 change and derives the findings across pages; the gate re-verifies every candidate dead link,
 trying to disprove it; the tally splits findings into new, still open and fixed and computes
-every count; the synthesis agent writes prose from a digest of the gated findings, and that
-prose is the only part of the report a model touches.
+every count. A model touches two parts of the report, neither counted: the judge says yes or
+no about the few alive pages a pre-filter doubts (soft 404s), and the synthesis agent writes
+prose from a digest of the gated findings.
 
 Every step notes what it decided in the scan's index (its journal), in the same transaction
 as the index changes it made, so a step killed after its work and before the workflow
@@ -30,9 +32,17 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from contextos import Agent, Budget, ModelAdapter, NetworkPolicy, Principal, Subagent, Workflow
-from contextos.graph import ClaimCheck
+from contextos.graph import ClaimCheck, Collected
 from contextos.graph import Gated as Checked
 from contextos.jobs.kb.checks import Rules
+from contextos.jobs.kb.doubts import (
+    JUDGE_INSTRUCTIONS,
+    MAX_DOUBTS,
+    Doubt,
+    Judgement,
+    Suspect,
+    one_line,
+)
 from contextos.jobs.kb.findings import Finding, FindingKind
 from contextos.jobs.kb.fixture import Fixture, reach
 from contextos.jobs.kb.gate import RECHECK_LINKS_AFTER_S, carry_links, url_key
@@ -150,6 +160,14 @@ class Candidates(BaseModel):
     links: list[LinkCheck]
     findings: tuple[Finding, ...] = ()
     """Findings across pages that are not links (shared titles, orphans)."""
+
+
+class Doubts(BaseModel):
+    """The alive pages worth a second look, for the judge (at most `MAX_DOUBTS`)."""
+
+    doubts: list[Doubt]
+    pages: dict[str, list[str]] = {}
+    """The pages linking to each doubted URL."""
 
 
 class Digest(BaseModel):
@@ -319,6 +337,39 @@ def tally(
     return report
 
 
+def doubts(gated: Checked[LinkCheck]) -> Doubts:
+    """The alive external links the pre-filter doubts (their page reads "not found", they
+    landed on the site's home page), from the verdicts the gate kept: the first by URL."""
+    alive = [r.item for r in gated.rejected if r.item.url is not None]
+    if not alive:
+        return Doubts(doubts=[])
+    at = alive[0].at
+    found: list[Doubt] = []
+    pages: dict[str, list[str]] = {}
+    with _lock(at.index), Index(at.index, at.root, run=at.scan) as index:
+        for link in sorted(alive, key=lambda link: link.url or ""):
+            verdict = _verdict(index, link)
+            if verdict.doubt is None or link.url is None or len(found) == MAX_DOUBTS:
+                continue
+            found.append(Doubt(url=link.url, why=verdict.doubt, excerpt=verdict.excerpt or ""))
+            pages[link.url] = [use.path for use in index.uses_of(link.url)]
+    return Doubts(doubts=found, pages=pages)
+
+
+def suspects(asked: Doubts, judged: Collected[Doubt, Judgement]) -> tuple[Suspect, ...]:
+    """The doubted links the judge said yes about, with its one line. A page whose judge gave
+    no valid answer is left out: a model that answers nonsense changes nothing."""
+    failed = {failure.item.url for failure in judged.failed}
+    answered = [doubt for doubt in asked.doubts if doubt.url not in failed]
+    return tuple(
+        Suspect(
+            url=doubt.url, pages=tuple(asked.pages.get(doubt.url, ())), reason=one_line(j.reason)
+        )
+        for doubt, j in zip(answered, judged.results, strict=True)
+        if j.soft_404
+    )
+
+
 def digest(report: Report, *, limit: int = 20) -> Digest:
     """The report cut to what a small model can read: its headline, one line a finding."""
     headline = report.markdown().splitlines()[2]
@@ -331,8 +382,10 @@ def digest(report: Report, *, limit: int = 20) -> Digest:
     return Digest(headline=headline, new=lines(report.new), fixed=lines(report.fixed))
 
 
-def publish(report: Report, summary: Summary) -> Report:
-    return report.with_summary(summary.text)
+def publish(
+    report: Report, asked: Doubts, judged: Collected[Doubt, Judgement], summary: Summary
+) -> Report:
+    return report.with_summary(summary.text).with_suspects(suspects(asked, judged))
 
 
 # -- the workflow ------------------------------------------------------------------------------
@@ -360,7 +413,8 @@ def kb_scan_workflow(
     budget: Budget | None = None,
     daily_tokens: int | None = DAILY_TOKENS,
 ) -> Workflow:
-    """The scan as a workflow; `model` writes the summary only.
+    """The scan as a workflow; `model` judges the pages a pre-filter doubts (listed apart in
+    the report, never counted) and writes the summary.
 
     `budget` caps one scan; `daily_tokens` caps what the run's bound principal (`SCANNER`
     from the command line) spends in a UTC day, counted by the store: a model call that would
@@ -376,6 +430,15 @@ def kb_scan_workflow(
         budget=Budget(max_turns=2, max_tokens=6_000),
         middleware=daily,
     )
+    judge = Agent(
+        name="kb-link-judge",
+        model=model,
+        instructions=JUDGE_INSTRUCTIONS,
+        output_type=Judgement,
+        # one answer or none: a page the model cannot judge at once is left to a person
+        budget=Budget(max_turns=1, max_tokens=1_500),
+        middleware=daily,
+    )
     flow = Workflow(
         "kb-scan", input=ScanRequest, budget=budget or Budget(max_turns=10, max_tokens=20_000)
     )
@@ -384,13 +447,22 @@ def kb_scan_workflow(
     found = flow.code("reduce", converge, after=[planned, scanned])
     gated = flow.gate("verify", disprove, over="links", claim="this link is dead", concurrency=8)
     counted = flow.code("tally", tally, after=[planned, scanned, found, gated])
-    flow.code("digest", digest)
+    doubted = flow.code("doubts", doubts, after=gated)
+    judged = flow.map(
+        "judge",
+        Subagent(agent=judge, forbidden_effects=("write",)),
+        over="doubts",
+        objective="Is this linked page an error page, missing, or moved?",
+        merge="collect",
+        concurrency=2,
+    )
+    flow.code("digest", digest, after=counted)
     summary = flow.agent(
         "synthesis",
         Subagent(agent=writer, forbidden_effects=("write",)),
         objective="Write the summary of this knowledge-base scan.",
     )
-    flow.code("report", publish, after=[counted, summary])
+    flow.code("report", publish, after=[counted, doubted, judged, summary])
     return flow
 
 

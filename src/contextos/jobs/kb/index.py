@@ -24,7 +24,7 @@ from contextos.jobs.kb.markdown import Page, TargetKind, resolve
 
 KIND = "contextos-kb-index"
 """Marks a SQLite file as a scan index: any other file is refused, never overwritten."""
-VERSION = "2"
+VERSION = "3"
 ROOT_PART = "."
 """How a scan step names the files directly in the root."""
 
