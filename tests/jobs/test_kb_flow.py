@@ -29,11 +29,13 @@ from support.crashes import crash_env, kill_after_command
 
 ROOT = Path(__file__).resolve().parents[2]
 FLOW = "tests/jobs/kb_targets.py:flow"
-APPENDS_IN_A_CLEAN_RUN = 21
-"""To the workflow's own log: 8 nodes started and completed, the writer's child run."""
-DURING_EACH_STAGE = (3, 5, 7, 9, 11, 13, 15, 16, 17, 19)
-"""The appends after which a stage is under way: each node's `node_started`, and the
-writer's child run started and finished."""
+APPENDS_IN_A_CLEAN_RUN = 29
+"""To the workflow's own log: 10 nodes started and completed, the judge's two child runs (one
+per doubted link) and the writer's."""
+DURING_EACH_STAGE = (3, 5, 7, 9, 11, 13, 14, 15, 19, 21, 23, 24, 25, 27)
+"""The appends after which a stage is under way: each node's `node_started`, the first
+judge's child run started and finished, and the writer's child run started and finished."""
+CHILDREN = ["run_k", "run_k.judge.0", "run_k.judge.1", "run_k.synthesis"]
 
 
 async def scan(db: Path, request: ScanRequest, which: Any = flow) -> Report:
@@ -199,26 +201,26 @@ def clean(tmp_path_factory: pytest.TempPathFactory) -> Report:
 
 def check_resumed(tmp: Path, site: Fixture, clean: Report, kept: set[str]) -> None:
     before = states(tmp / "runs.db")
-    asked = Counter(json.loads(x)["pid"] for x in _lines(tmp / "model.jsonl"))
+    asked = Counter(json.loads(x)["run_id"] for x in _lines(tmp / "model.jsonl"))
     hits = fetched(site)
     assert resume(tmp)["status"] == "completed"
     after = states(tmp / "runs.db")
     run = after["run_k"]
     assert Report.model_validate(run.structured_output) == clean
-    assert sorted(after) == ["run_k", "run_k.synthesis"]  # the writer started once
+    assert sorted(after) == CHILDREN  # each judge and the writer started once
     # no node ran twice: each started once and completed once
     events = asyncio.run(_events(tmp / "runs.db"))
     for kind in ("node_started", "node_completed"):
         counted = Counter(e.node for e in events if e.type == kind)
-        assert set(counted.values()) == {1} and len(counted) == 8, kind
+        assert set(counted.values()) == {1} and len(counted) == 10, kind
     # a link whose verdict was kept before the kill was not fetched again
     again = fetched(site) - hits
     assert not [url for url in kept if again[path_of(url)]]
-    # the writer's recorded answer was not asked for again
-    if before.get("run_k.synthesis") and before["run_k.synthesis"].turns:
-        assert sum(Counter(json.loads(x)["pid"] for x in _lines(tmp / "model.jsonl")).values()) == (
-            sum(asked.values())
-        )
+    # a recorded answer was not asked for again: no page judged twice, no summary written twice
+    now = Counter(json.loads(x)["run_id"] for x in _lines(tmp / "model.jsonl"))
+    for child in CHILDREN[1:]:
+        if child in before and before[child].turns:
+            assert now[child] == asked[child], child
 
 
 async def _events(db: Path) -> list[Any]:

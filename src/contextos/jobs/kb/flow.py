@@ -1,7 +1,7 @@
 """The knowledge-base scan as a workflow: durable node by node, with a model only for prose.
 
     plan ─▶ scan (map: one node per top-level directory) ─▶ reduce ─▶ verify (gate per link)
-         ─▶ tally ─▶ doubts ─▶ judge (map: an agent per doubted page) ─▶ digest
+         ─▶ doubts ─▶ judge (map: an agent per doubted page) ─▶ tally ─▶ digest
          ─▶ synthesis (agent) ─▶ report
 
 Each scan node gets its directory, the rules and the previous findings of that directory,
@@ -293,10 +293,15 @@ async def disprove(link: LinkCheck) -> ClaimCheck:
 
 
 def tally(
-    scan: ScanPlan, found: list[PartScan], candidates: Candidates, gated: Checked[LinkCheck]
+    scan: ScanPlan,
+    found: list[PartScan],
+    candidates: Candidates,
+    gated: Checked[LinkCheck],
+    asked: Doubts,
+    judged: Collected[Doubt, Judgement],
 ) -> Report:
     """Split every gated finding into new, still open and fixed; every count is computed
-    here, from the lists, never by a model."""
+    here, from the lists, never by a model. The links the judge doubts are listed apart."""
     at = scan.at
     with _lock(at.index), Index(at.index, at.root, run=at.scan) as index:
         verified = dict.fromkeys(LinkStatus, 0)
@@ -331,6 +336,7 @@ def tally(
             pages=candidates.pages,
             reread=candidates.read,
             verified=verified,
+            suspects=suspects(asked, judged),
         )
         index.note("report", report.model_dump_json())
         index.commit()
@@ -382,10 +388,8 @@ def digest(report: Report, *, limit: int = 20) -> Digest:
     return Digest(headline=headline, new=lines(report.new), fixed=lines(report.fixed))
 
 
-def publish(
-    report: Report, asked: Doubts, judged: Collected[Doubt, Judgement], summary: Summary
-) -> Report:
-    return report.with_summary(summary.text).with_suspects(suspects(asked, judged))
+def publish(report: Report, summary: Summary) -> Report:
+    return report.with_summary(summary.text)
 
 
 # -- the workflow ------------------------------------------------------------------------------
@@ -446,23 +450,23 @@ def kb_scan_workflow(
     scanned = flow.map("scan", scan_part, over="parts", concurrency=4)
     found = flow.code("reduce", converge, after=[planned, scanned])
     gated = flow.gate("verify", disprove, over="links", claim="this link is dead", concurrency=8)
-    counted = flow.code("tally", tally, after=[planned, scanned, found, gated])
-    doubted = flow.code("doubts", doubts, after=gated)
+    doubted = flow.code("doubts", doubts)
     judged = flow.map(
         "judge",
         Subagent(agent=judge, forbidden_effects=("write",)),
         over="doubts",
         objective="Is this linked page an error page, missing, or moved?",
         merge="collect",
-        concurrency=2,
+        concurrency=1,  # a few pages, one at a time: the local model runs one call at a time
     )
-    flow.code("digest", digest, after=counted)
+    counted = flow.code("tally", tally, after=[planned, scanned, found, gated, doubted, judged])
+    flow.code("digest", digest)
     summary = flow.agent(
         "synthesis",
         Subagent(agent=writer, forbidden_effects=("write",)),
         objective="Write the summary of this knowledge-base scan.",
     )
-    flow.code("report", publish, after=[counted, doubted, judged, summary])
+    flow.code("report", publish, after=[counted, summary])
     return flow
 
 

@@ -92,9 +92,6 @@ class Report(BaseModel):
     def with_summary(self, text: str) -> Report:
         return self.model_copy(update={"summary": text.strip() or None})
 
-    def with_suspects(self, suspects: tuple[Suspect, ...]) -> Report:
-        return self.model_copy(update={"suspects": suspects})
-
     def markdown(self) -> str:
         counts = self.counts
         verified = ", ".join(f"{n} {status}" for status, n in self.verified.items() if n)
