@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
-MAX_DOUBTS = 10
+MAX_DOUBTS = 5
 """At most this many pages are put to the model per scan (the first by URL): a knowledge base
 whose every link looks moved needs a person, not a thousand model calls."""
 
