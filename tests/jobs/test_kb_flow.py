@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -22,7 +23,7 @@ from kb_targets import flow, nonsense
 from kbsample import SAMPLE, key, planted, verifier_for
 
 from contextos import RunId, RunStatus, Runtime
-from contextos.jobs.kb import SCANNER, Fixture, Report, ScanRequest, scan_kb
+from contextos.jobs.kb import SCANNER, Finding, Fixture, Report, ScanRequest, scan_kb
 from contextos.state import RunState, fold
 from contextos.store import SqliteStore
 from support.crashes import crash_env, kill_after_command
@@ -96,6 +97,23 @@ async def test_the_second_run_reports_what_the_deterministic_scan_reports(
     assert second.counts.open == again.report.counts.open
     assert second.counts.new > 0 and second.counts.fixed > 0
     assert second.reread == again.plan.read == 3
+
+
+async def test_removed_directories_are_forgotten_as_a_full_scan_would(
+    kb: Path, tmp_path: Path, site: Fixture
+) -> None:
+    """A top-level directory that is gone, and the root's own files: no scan node is given
+    them any more, and the reduce forgets what the index had of them."""
+    request = ScanRequest(root=str(kb), index=str(tmp_path / "i.db"), sample_site=site.port)
+    await scan(tmp_path / "runs.db", request)
+    shutil.rmtree(kb / "decisions")
+    (kb / "FAULTS.json").unlink()
+    second = await scan(tmp_path / "runs.db", request)
+    full = await scan_kb(kb, index=tmp_path / "fresh.db", verifier=verifier_for(kb, site))
+    assert sorted(second.current(), key=Finding.sort_key) == list(full.report.new)
+    assert second.pages == full.report.pages < 61
+    assert any(f.path.startswith("decisions/") for f in second.fixed)
+    assert any(f.target and "decisions/" in f.target for f in second.new)  # links to them
 
 
 async def test_a_writer_that_answers_badly_changes_the_prose_never_the_counts(

@@ -257,7 +257,7 @@ def converge(scan: ScanPlan, found: list[PartScan]) -> Candidates:
         if done is not None:
             return Candidates.model_validate_json(done)
         scanner = Scanner(at.root, index=index, rules=scan.rules)
-        index.drop_unseen()  # files in directories that are gone
+        index.drop_parts_but(part.part for part in found)  # directories that are gone
         across = dedupe(scanner.across())
         links = [LinkCheck(at=at, finding=f) for f in across if f.kind in LINK_KINDS]
         links += [LinkCheck(at=at, url=url) for url in index.external_urls()]
