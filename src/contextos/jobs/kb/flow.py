@@ -346,19 +346,20 @@ def tally(
 def doubts(gated: Checked[LinkCheck]) -> Doubts:
     """The alive external links the pre-filter doubts (their page reads "not found", they
     landed on the site's home page), from the verdicts the gate kept: the first by URL."""
-    alive = [r.item for r in gated.rejected if r.item.url is not None]
-    if not alive:
+    found: list[Doubt] = []
+    alive = sorted((r.item for r in gated.rejected if r.item.url), key=lambda link: link.key)
+    for link in alive:
+        kept = _journal(link.at, link.key)
+        if kept is None:
+            raise RuntimeError(f"no verdict kept for {link.key}: the gate did not record it")
+        verdict = LinkVerdict.model_validate_json(kept)
+        if verdict.doubt is not None and link.url is not None and len(found) < MAX_DOUBTS:
+            found.append(Doubt(url=link.url, why=verdict.doubt, excerpt=verdict.excerpt or ""))
+    if not found:  # the usual case: the index is not opened
         return Doubts(doubts=[])
     at = alive[0].at
-    found: list[Doubt] = []
-    pages: dict[str, list[str]] = {}
     with _lock(at.index), Index(at.index, at.root, run=at.scan) as index:
-        for link in sorted(alive, key=lambda link: link.url or ""):
-            verdict = _verdict(index, link)
-            if verdict.doubt is None or link.url is None or len(found) == MAX_DOUBTS:
-                continue
-            found.append(Doubt(url=link.url, why=verdict.doubt, excerpt=verdict.excerpt or ""))
-            pages[link.url] = [use.path for use in index.uses_of(link.url)]
+        pages = {d.url: [use.path for use in index.uses_of(d.url)] for d in found}
     return Doubts(doubts=found, pages=pages)
 
 
