@@ -1,12 +1,13 @@
-"""The knowledge-base scan as a workflow: durable node by node, with a model only for prose.
+"""The knowledge-base scan as a workflow: durable node by node; a model writes prose and
+judges doubted links, and never moves a count.
 
     plan ─▶ scan (map: one node per top-level directory) ─▶ reduce ─▶ verify (gate per link)
          ─▶ doubts ─▶ judge (map: an agent per doubted page) ─▶ tally ─▶ digest
          ─▶ synthesis (agent) ─▶ report
 
 Each scan node gets its directory, the rules and the previous findings of that directory,
-and reads through its own read-only `ReadOnlyDir`. The reduce (code) re-reads what links to a
-change and derives the findings across pages; the gate re-verifies every candidate dead link,
+and reads through its own read-only `ReadOnlyDir`. The reduce (code) derives the findings
+across pages from the index, where every page's links, anchors and title are kept; the gate re-verifies every candidate dead link,
 trying to disprove it; the tally splits findings into new, still open and fixed and computes
 every count. A model touches two parts of the report, neither counted: the judge says yes or
 no about the few alive pages a pre-filter doubts (soft 404s), and the synthesis agent writes
