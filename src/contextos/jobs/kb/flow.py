@@ -7,11 +7,11 @@ judges doubted links, and never moves a count.
 
 Each scan node gets its directory, the rules and the previous findings of that directory,
 and reads through its own read-only `ReadOnlyDir`. The reduce (code) derives the findings
-across pages from the index, where every page's links, anchors and title are kept; the gate re-verifies every candidate dead link,
-trying to disprove it; the tally splits findings into new, still open and fixed and computes
-every count. A model touches two parts of the report, neither counted: the judge says yes or
-no about the few alive pages a pre-filter doubts (soft 404s), and the synthesis agent writes
-prose from a digest of the gated findings.
+across pages from the index, where every page's links, anchors and title are kept; the gate
+re-verifies every candidate dead link, trying to disprove it; the tally splits findings into
+new, still open and fixed and computes every count. A model touches two parts of the report,
+neither counted: the judge says yes or no about the few alive pages a pre-filter doubts (soft
+404s), and the synthesis agent writes prose from a digest of the gated findings.
 
 Every step notes what it decided in the scan's index (its journal), in the same transaction
 as the index changes it made, so a step killed after its work and before the workflow
