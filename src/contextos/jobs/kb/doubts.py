@@ -89,7 +89,9 @@ class Judgement(BaseModel):
         description="true if the page is an error page, or says the content is missing or has "
         "moved, or is a generic home page instead of the linked content; false otherwise"
     )
-    reason: str = Field(description="One short sentence: why.")
+    # bounded, so that a small local model (its answer constrained by this schema) cannot
+    # ramble for its whole output budget
+    reason: str = Field(max_length=120, description="One short sentence: why.")
 
 
 class Suspect(BaseModel):
