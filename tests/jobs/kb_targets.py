@@ -23,7 +23,9 @@ def is_judge(request: ModelRequest) -> bool:
     return "soft_404" in json.dumps(request.output_schema or {})
 
 
-def answers(summary: str, judgement: str = SOFT_404, **usage: int) -> ScriptedModel:
+def answers(
+    summary: str, judgement: str = SOFT_404, *, log_path: Path | None = None, **usage: int
+) -> ScriptedModel:
     """A model whose writer says `summary` and whose judge says `judgement`."""
 
     def answer(request: ModelRequest) -> ModelResponse:
@@ -31,28 +33,21 @@ def answers(summary: str, judgement: str = SOFT_404, **usage: int) -> ScriptedMo
             return reply(judgement)
         return reply(json.dumps({"text": summary}), **usage)
 
-    return ScriptedModel([answer], by_turn=True)
+    return ScriptedModel([answer], by_turn=True, log_path=log_path)
 
 
-flow = kb_scan_workflow(
-    ScriptedModel(
-        [
-            lambda request: (
-                reply(SOFT_404)
-                if is_judge(request)
-                else reply(json.dumps({"text": "Six dead external links; fix those first."}))
-            )
-        ],
-        by_turn=True,
-        log_path=Path(LOG_DIR) / "model.jsonl" if LOG_DIR else None,
-    )
+_model = answers(
+    "Six dead external links; fix those first.",
+    log_path=Path(LOG_DIR) / "model.jsonl" if LOG_DIR else None,
 )
+flow = kb_scan_workflow(_model, judge=_model)
 
-nonsense = kb_scan_workflow(
-    answers("0 new, 0 open: nothing is wrong at all.", "Yes! Definitely 404, all of them.")
-)
+
+_bad = answers("0 new, 0 open: nothing is wrong at all.", "Yes! Definitely 404, all of them.")
+nonsense = kb_scan_workflow(_bad, judge=_bad)
 """A model that answers badly, as the writer and as the judge: the report's counts must not
 move."""
 
-capped = kb_scan_workflow(answers("One scan.", input_tokens=5_800), daily_tokens=6_000)
+_capped = answers("One scan.", input_tokens=5_800)
+capped = kb_scan_workflow(_capped, judge=_capped, daily_tokens=6_000)
 """A writer whose one summary spends most of the day's 6,000 tokens."""

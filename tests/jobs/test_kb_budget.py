@@ -17,7 +17,7 @@ async def test_a_scan_past_the_days_tokens_stops_with_the_reason_recorded(
     tmp_path: Path, site: Fixture
 ) -> None:
     model = answers("A scan.", input_tokens=5_000)
-    flow = kb_scan_workflow(model, daily_tokens=6_000)
+    flow = kb_scan_workflow(model, judge=model, daily_tokens=6_000)
 
     def request(name: str) -> ScanRequest:
         index = str(tmp_path / f"{name}.db")

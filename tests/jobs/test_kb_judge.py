@@ -21,7 +21,7 @@ SECTION = "## Possibly moved or soft 404, for a person to check (2)"
 async def scan(tmp: Path, name: str, model: ScriptedModel, site: Fixture) -> Report:
     request = ScanRequest(root=str(SAMPLE), index=str(tmp / f"{name}.db"), sample_site=site.port)
     async with Runtime(str(tmp / "runs.db")) as rt:
-        result = await rt.run(kb_scan_workflow(model), request, principal=SCANNER)
+        result = await rt.run(kb_scan_workflow(model, judge=model), request, principal=SCANNER)
     assert result.status is RunStatus.COMPLETED, result.failure_message
     return Report.model_validate(result.structured_output)
 

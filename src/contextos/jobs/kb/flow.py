@@ -27,6 +27,7 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -294,6 +295,14 @@ async def disprove(link: LinkCheck) -> ClaimCheck:
 
 
 def tally(
+    scan: ScanPlan, found: list[PartScan], candidates: Candidates, gated: Checked[LinkCheck]
+) -> Report:
+    """Split every gated finding into new, still open and fixed; every count is computed
+    here, from the lists, never by a model."""
+    return _tally(scan, found, candidates, gated, suspects=())
+
+
+def tally_judged(
     scan: ScanPlan,
     found: list[PartScan],
     candidates: Candidates,
@@ -301,8 +310,18 @@ def tally(
     asked: Doubts,
     judged: Collected[Doubt, Judgement],
 ) -> Report:
-    """Split every gated finding into new, still open and fixed; every count is computed
-    here, from the lists, never by a model. The links the judge doubts are listed apart."""
+    """`tally`, with the links the judge said yes about listed apart (never counted)."""
+    return _tally(scan, found, candidates, gated, suspects=suspects(asked, judged))
+
+
+def _tally(
+    scan: ScanPlan,
+    found: list[PartScan],
+    candidates: Candidates,
+    gated: Checked[LinkCheck],
+    *,
+    suspects: tuple[Suspect, ...],
+) -> Report:
     at = scan.at
     with _lock(at.index), Index(at.index, at.root, run=at.scan) as index:
         verified = dict.fromkeys(LinkStatus, 0)
@@ -337,7 +356,7 @@ def tally(
             pages=candidates.pages,
             reread=candidates.read,
             verified=verified,
-            suspects=suspects(asked, judged),
+            suspects=suspects,
         )
         index.note("report", report.model_dump_json())
         index.commit()
@@ -416,11 +435,13 @@ knowledge base, and a scheduled scan gone wrong cannot spend more."""
 def kb_scan_workflow(
     model: str | ModelAdapter = "local",
     *,
+    judge: str | ModelAdapter | None = None,
     budget: Budget | None = None,
     daily_tokens: int | None = DAILY_TOKENS,
 ) -> Workflow:
-    """The scan as a workflow; `model` judges the pages a pre-filter doubts (listed apart in
-    the report, never counted) and writes the summary.
+    """The scan as a workflow; `model` writes the summary, and `judge` (a model, often the
+    same one) says which working links a pre-filter doubts look moved: those are listed
+    apart in the report, never counted. Without a `judge` no link is judged.
 
     `budget` caps one scan; `daily_tokens` caps what the run's bound principal (`SCANNER`
     from the command line) spends in a UTC day, counted by the store: a model call that would
@@ -436,15 +457,6 @@ def kb_scan_workflow(
         budget=Budget(max_turns=2, max_tokens=6_000),
         middleware=daily,
     )
-    judge = Agent(
-        name="kb-link-judge",
-        model=model,
-        instructions=JUDGE_INSTRUCTIONS,
-        output_type=Judgement,
-        # one answer or none: a page the model cannot judge at once is left to a person
-        budget=Budget(max_turns=1, max_tokens=1_500),
-        middleware=daily,
-    )
     flow = Workflow(
         "kb-scan", input=ScanRequest, budget=budget or Budget(max_turns=10, max_tokens=20_000)
     )
@@ -452,16 +464,30 @@ def kb_scan_workflow(
     scanned = flow.map("scan", scan_part, over="parts", concurrency=4)
     found = flow.code("reduce", converge, after=[planned, scanned])
     gated = flow.gate("verify", disprove, over="links", claim="this link is dead", concurrency=8)
-    doubted = flow.code("doubts", doubts)
-    judged = flow.map(
-        "judge",
-        Subagent(agent=judge, forbidden_effects=("write",)),
-        over="doubts",
-        objective="Is this linked page an error page, missing, or moved?",
-        merge="collect",
-        concurrency=1,  # a few pages, one at a time: the local model runs one call at a time
-    )
-    counted = flow.code("tally", tally, after=[planned, scanned, found, gated, doubted, judged])
+    counted_from = [planned, scanned, found, gated]
+    counting: Callable[..., Report] = tally
+    if judge is not None:
+        judged_by = Agent(
+            name="kb-link-judge",
+            model=judge,
+            instructions=JUDGE_INSTRUCTIONS,
+            output_type=Judgement,
+            # one answer or none: a page the model cannot judge at once is left to a person
+            budget=Budget(max_turns=1, max_tokens=1_500),
+            middleware=daily,
+        )
+        doubted = flow.code("doubts", doubts)
+        judged = flow.map(
+            "judge",
+            Subagent(agent=judged_by, forbidden_effects=("write",)),
+            over="doubts",
+            objective="Is this linked page an error page, missing, or moved?",
+            merge="collect",
+            concurrency=1,  # a few pages, one at a time: the local model runs one at a time
+        )
+        counted_from += [doubted, judged]
+        counting = tally_judged
+    counted = flow.code("tally", counting, after=counted_from)
     flow.code("digest", digest)
     summary = flow.agent(
         "synthesis",
@@ -472,8 +498,9 @@ def kb_scan_workflow(
     return flow
 
 
-kb_scan = kb_scan_workflow()
-"""The scan with the embedded local model writing its summary (`contextos kb scan`)."""
+kb_scan = kb_scan_workflow("local", judge="local")
+"""The scan with the embedded local model writing its summary and judging the doubted links
+(`contextos kb scan`)."""
 
 
 def default_index(root: str | os.PathLike[str]) -> str:
