@@ -48,7 +48,8 @@
     └── TraceExportFailed             an OTLP collector refused a trace or did not answer in time
     ImprovementError (ContextOSError) the improvement loop: findings, candidates, releases
     ├── ImprovementNotFound           no finding, proposal, candidate or report with that id
-    └── ReleaseRefused                a candidate regresses a golden run, or its evidence changed
+    ├── ReleaseRefused                a candidate regresses a golden run, or its evidence changed
+    └── ProposalRefused               a model's draft is not a proposal the ladder allows
 
 Cancelling a run cancels its in-flight asyncio task: `asyncio.CancelledError` is a
 BaseException, so a tool's `except Exception` cannot swallow it.
@@ -386,3 +387,10 @@ class ReleaseRefused(ImprovementError):
     approved on no longer matches, or nobody approved it."""
 
     code = "release_refused"
+
+
+class ProposalRefused(ImprovementError):
+    """A model's draft is malformed, climbs the ladder past the finding's rung, leaves the
+    finding's agent, or cites evidence the finding does not have: nothing was kept."""
+
+    code = "proposal_refused"

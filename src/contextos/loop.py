@@ -395,8 +395,8 @@ class Driver:
     async def after_run(self) -> None:
         """Let the stack act on a run that stopped being driven (e.g. write memory)."""
         chain = self.chain
-        if not chain.layers:
-            return
+        if not chain.acts_after_run:
+            return  # no layer would read the log, so it is not read and decoded again
         s = self.state
         events = await self.store.read(s.run_id)
         await chain.after_run(RunEnd(run=self.run_view(), status=s.status, events=tuple(events)))

@@ -102,3 +102,40 @@ def test_an_index_fed_another_conversation_starts_over() -> None:
     # A view taken before the index started over still shows what it showed.
     assert [e.message for e in before.history] == a
     assert before.manifest() == walked(before).manifest()
+
+
+def test_a_guard_rewrites_each_entry_once_and_keeps_the_running_totals() -> None:
+    from collections import Counter
+
+    from contextos.context.compiled import Entry, History
+    from contextos.middleware.base import ContentGuard, Services
+    from contextos.testing import ScriptedModel
+
+    rewritten: list[int] = []
+
+    def shout(e: Entry, found: Counter[str]) -> Entry:
+        rewritten.append(e.seq)
+        found["entries"] += 1
+        found["tools"] += e.message.role == "tool"
+        return e.with_content(e.message.content.upper(), "shout")
+
+    guard = ContentGuard().bind(Services(model=ScriptedModel([])))
+    assert isinstance(guard, ContentGuard)
+    rng = random.Random(11)
+    messages, seqs = conversation(30, rng)
+    index = HistoryIndex()
+    for end in range(1, len(messages) + 1, 4):
+        cursor = seqs[end // 2] if end > 8 else 0
+        context = compiled(messages[:end], seqs[:end], cursor, index)
+        counts: Counter[str] = Counter()
+        guarded = guard.guard_history(context, counts, shout)
+        expected: Counter[str] = Counter()
+        plain = walked(context).map_history(lambda e, found=expected: shout(e, found))
+        del rewritten[-len(plain.history) :]  # the walk above is the reference, not the guard
+        # Still backed by an index: totals and the digest are not a walk of the history.
+        assert isinstance(guarded.history, History)
+        assert guarded.manifest() == plain.manifest()
+        assert guarded.render() == plain.render()
+        assert counts == expected
+    # Each message was rewritten once in the whole run, however many calls saw it.
+    assert sorted(rewritten) == sorted(set(rewritten)) == seqs[: len(rewritten)]

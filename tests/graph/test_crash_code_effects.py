@@ -1,12 +1,15 @@
 """A code node that declares an effect runs at most once: a real process is SIGKILLed while the
 node's code runs (or right after any append to the workflow's log) and the workflow resumed in
-a fresh process. An intent found without an outcome fails the workflow `outcome_unknown`; the
-code is never run a second time. A code node that declares nothing is run again (the contrast)."""
+a fresh process. An intent found without an outcome asks a person whether the effect happened
+(and, if it did, for the node's output); the code is never run a second time unless the person
+says it did not act. A code node that declares nothing is run again (the contrast)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -15,12 +18,14 @@ from pydantic import BaseModel
 
 from contextos import ConfigError, Runtime, Workflow
 from contextos import events as ev
-from contextos.runs import FailureReason, RunStatus
+from contextos.records.interrupts import InterruptKind
+from contextos.runs import RunStatus
 from contextos.store import SqliteStore
 from support import crashes
 from support.crashes import lines, resume, states
 
 PAYMENTS = "tests/graph/crash_targets.py:payments"
+CLI = [sys.executable, "-m", "contextos"]
 CARELESS = "tests/graph/crash_targets.py:careless"
 INPUT = '{"order": "A-1", "amount": 12.5}'
 APPENDS_IN_A_CLEAN_RUN = 7
@@ -43,28 +48,89 @@ async def node_events(db: Path) -> list[ev.Event]:
         await store.close()
 
 
-async def test_a_code_node_with_an_effect_killed_while_it_runs_is_not_run_again(
-    tmp_path: Path,
-) -> None:
+def killed_while_charging(tmp_path: Path) -> Path:
+    """A process SIGKILLed while the charge runs, and the workflow resumed in a new one: the
+    charge ran once, and the resume asks a person whether it took effect."""
     db = tmp_path / "runs.db"
     killed = crashes.kill_after(
         db, "run_c", 0, PAYMENTS, INPUT, tmp_path, count="own", CRASH_KILL_AT="charge:1"
     )
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert sum(charged(tmp_path).values()) == 1  # it ran, and its output was never recorded
+    resumed = resume(db, "run_c", tmp_path)
+    assert json.loads(resumed.stdout)["status"] == "input_required", resumed.stderr
+    return db
 
+
+async def answer(db: Path, value: dict[str, object]) -> str:
+    """Answer the workflow's pending question as a person would; its id."""
+    async with Runtime(str(db)) as rt:
+        (asked,) = (await rt.state("run_c")).pending_interrupts.values()
+        await rt.answer(asked.id, value, answered_by="alice")
+    return asked.id
+
+
+def test_a_code_node_with_an_effect_killed_while_it_runs_asks_a_person_and_is_not_run_again(
+    tmp_path: Path,
+) -> None:
+    db = killed_while_charging(tmp_path)
+    waiting = states(db)["run_c"]
+    (asked,) = waiting.pending_interrupts.values()
+    assert asked.kind is InterruptKind.EXTERNAL_CONFIRMATION_REQUIRED
+    assert asked.payload["node"] == "charge" and asked.payload["effect"] == "write"
+    assert "did its effect happen?" in asked.payload["question"]
+    assert asked.payload["output_schema"]["title"] == "Receipt"
+
+    # It did: the person gives what the charge gave (as docs/graph.md shows, on the command
+    # line), and the workflow goes on from there.
+    store = ["--store", str(db)]
+    inbox = crashes.run([*CLI, "inbox", *store], tmp_path)
+    assert asked.id in inbox.stdout and asked.id == "run_c.i7"  # as in docs/graph.md, inbox.stdout
+    answer = json.dumps({"outcome": "committed", "output": OUTPUT})
+    answered = crashes.run([*CLI, "answer", asked.id, answer, *store, "--as", "alice"], tmp_path)
+    assert answered.returncode == 0, answered.stderr
     resumed = resume(db, "run_c", tmp_path)
     result = json.loads(resumed.stdout)
-    assert result["status"] == "failed", resumed.stderr
-    assert result["failure_reason"] == "outcome_unknown"
-    assert "node charge (write)" in result["failure_message"]
-    assert "is not run again" in result["failure_message"]
+    assert result["status"] == "completed", resumed.stderr
+    assert result["structured_output"] == OUTPUT
 
     assert sum(charged(tmp_path).values()) == 1  # never run a second time
-    assert [r["node"] for r in lines(tmp_path / "code.jsonl")] == ["charge"]  # nor after it
-    started, failed = await node_events(db)
+    assert [r["node"] for r in lines(tmp_path / "code.jsonl")] == ["charge", "file"]
+    started, completed, *_ = asyncio.run(node_events(db))  # the answer, not the code
     assert isinstance(started, ev.NodeStarted) and started.effect == "write"
-    assert isinstance(failed, ev.NodeFailed) and failed.reason is FailureReason.OUTCOME_UNKNOWN
+    assert isinstance(completed, ev.NodeCompleted) and completed.output == OUTPUT
+
+
+def test_a_person_who_says_the_effect_did_not_happen_has_the_node_run_again(
+    tmp_path: Path,
+) -> None:
+    db = killed_while_charging(tmp_path)
+    asyncio.run(answer(db, {"outcome": "failed", "note": "nothing at the bank"}))
+    resumed = resume(db, "run_c", tmp_path)
+    result = json.loads(resumed.stdout)
+    assert result["status"] == "completed", resumed.stderr
+    assert result["structured_output"] == OUTPUT
+    assert sorted(charged(tmp_path).values()) == [1, 1]  # again, on the person's word
+    intents = [e for e in asyncio.run(node_events(db)) if isinstance(e, ev.NodeStarted)]
+    assert [e.node for e in intents] == ["charge", "charge", "file"]  # a new intent first
+
+
+def test_an_output_that_is_not_the_nodes_type_is_refused_and_asked_again(
+    tmp_path: Path,
+) -> None:
+    db = killed_while_charging(tmp_path)
+    first = asyncio.run(answer(db, {"outcome": "committed", "output": {"charged": 12}}))
+    resumed = resume(db, "run_c", tmp_path)
+    assert json.loads(resumed.stdout)["status"] == "input_required", resumed.stderr
+    (again,) = states(db)["run_c"].pending_interrupts.values()
+    assert again.id != first
+    assert "The output given before was refused: charged:" in again.payload["question"]
+    assert sum(charged(tmp_path).values()) == 1
+
+    asyncio.run(answer(db, {"outcome": "committed", "output": OUTPUT}))
+    resumed = resume(db, "run_c", tmp_path)
+    assert json.loads(resumed.stdout)["structured_output"] == OUTPUT, resumed.stderr
+    assert sum(charged(tmp_path).values()) == 1
 
 
 def test_a_code_node_without_a_declared_effect_runs_again(tmp_path: Path) -> None:
@@ -93,9 +159,10 @@ def test_killed_after_any_append_the_charge_runs_at_most_once(tmp_path: Path, n:
     times = sum(charged(tmp_path).values())
     assert times <= 1, resumed.stderr
     if intent and not recorded:
-        # Killed between the intent and the outcome: unknown, so not run again.
-        assert after.status is RunStatus.FAILED
-        assert after.failure_reason is FailureReason.OUTCOME_UNKNOWN
+        # Killed between the intent and the outcome: unknown, so not run again; a person is
+        # asked whether it acted.
+        assert after.status is RunStatus.INPUT_REQUIRED, resumed.stderr
+        assert [i.payload["node"] for i in after.pending_interrupts.values()] == ["charge"]
         assert "file" not in after.nodes
     else:
         assert after.status is RunStatus.COMPLETED, resumed.stderr

@@ -4,6 +4,8 @@ item after it starts)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -104,6 +106,36 @@ async def test_first_takes_the_first_result_and_starts_no_item_after_it(rt: Runt
     }
     (drawn,) = (await rt.tree(result.run_id)).children
     assert drawn.detail == "4 items, took the first result"
+
+
+async def test_first_cancels_the_children_still_running_once_an_item_gives_its_result(
+    tmp_path: Path,
+) -> None:
+    released = asyncio.Event()  # never set: the slow provider answers only when cancelled
+
+    async def step(request: ModelRequest) -> ModelResponse:
+        n = int(request.messages[-1].content.rsplit("\n", 1)[-1])
+        if n == 7:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(released.wait(), 30)
+        return reply(json.dumps({"value": 2 * n}))
+
+    slow = Agent(name="doubler", model=ScriptedModel([step], by_turn=True), output_type=Doubled)
+    flow = Workflow("race", input=Numbers)
+    flow.map("try", slow, over="values", concurrency=2, merge="first")
+    async with Runtime(str(tmp_path / "runs.db"), cancel_poll_s=0.05) as rt:
+        result = await rt.run(flow, Numbers(values=[5, 7]))
+        state = await rt.state(result.run_id)
+        slow_child = await rt.state(state.children["try.1"].contract.child_run_id)
+
+    assert result.status is RunStatus.COMPLETED, result.failure_message
+    assert result.structured_output == {"value": 10}
+    assert {k: c.status.value for k, c in state.children.items()} == {
+        "try.0": "completed",
+        "try.1": "cancelled",
+    }
+    assert slow_child.status is RunStatus.CANCELLED
+    assert "item 0 of node try gave the result first" in (slow_child.failure_message or "")
 
 
 async def test_first_with_code_stops_at_the_first_item_that_does_not_raise(rt: Runtime) -> None:

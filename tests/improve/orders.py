@@ -5,7 +5,8 @@ The tool takes ids like `ORD-1234`, but its description says "its number, e.g. 1
 scripted model does what the description says: without `ORD-` in it, it first calls the tool
 with the bare number, which fails, then corrects itself from the error; with it, it calls the
 tool right the first time. A question about opening hours uses no tool at all, unless the
-description says the tool tells opening hours too.
+description says the tool tells opening hours too. `flow` runs the same agent as the node of
+a workflow (`tests/improve/orders.py:flow#ask`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from contextos import Agent, Budget, tool
+from pydantic import BaseModel
+
+from contextos import Agent, Budget, Workflow, tool
 from contextos.models.base import ModelRequest, ModelResponse
 from contextos.testing import ScriptedModel, call_tool, reply
 
@@ -59,3 +62,17 @@ def desk() -> Agent:
 
 
 agent = desk()
+
+
+class Question(BaseModel):
+    text: str
+
+
+def desk_flow() -> Workflow:
+    """A workflow whose one agent node runs the order desk, as a child run."""
+    flow = Workflow("desk-flow", input=Question)
+    flow.agent("ask", desk())
+    return flow
+
+
+flow = desk_flow()

@@ -4,6 +4,8 @@ recorded decision) when one fails."""
 
 from __future__ import annotations
 
+import math
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -11,15 +13,24 @@ from orders import desk
 from test_improve_cli import cli_for
 from test_improvement_loop import REF, seed
 
-from contextos import Agent, Runtime
+from contextos import Agent, RunStatus, Runtime
 from contextos.errors import ConfigError
 from contextos.events import RunCreated
-from contextos.improve import Change, Criterion, Improvements
-from contextos.improve.canary import measure
+from contextos.improve import (
+    Change,
+    Criterion,
+    Improvements,
+    Watched,
+    WatchRequest,
+    canary_watch,
+)
+from contextos.improve.canary import measure, percentile
 from contextos.messages import FinishReason, Message, Usage
 from contextos.models.base import ModelResponse
 from contextos.releases import binding_of, in_canary
 from contextos.testing import ScriptedModel, reply
+from contextos.workers import add_schedule
+from contextos.workers.scheduler import fire_schedules
 
 
 async def canary_of(
@@ -172,3 +183,75 @@ async def test_each_metric_is_measured_from_the_runs_logs(tmp_path: Path) -> Non
     assert measure("turns_per_run", runs) == 1.5
     assert measure("tool_error_rate", runs) is None  # no tool was called: nothing to judge
     assert measure("turns_per_run", []) is None
+
+
+async def test_latency_is_judged_on_both_arms_from_the_runs_logs(tmp_path: Path) -> None:
+    async with Runtime(str(tmp_path / "c.db")) as rt:
+        _, golden = await seed(rt)
+        loop = Improvements(rt)
+        [proposal] = (await loop.scan()).proposals
+        candidate = await loop.candidate(proposal.proposal_id)
+        salt = await canary_of(loop, candidate.candidate_id, golden, ("p95_duration_s <= 3600",))
+        await serve(rt, salt)
+        arms: dict[bool, list[float]] = {True: [], False: []}
+        for summary in await rt.runs(prefix="run_ticket_", limit=100):
+            events = await rt.events(summary.run_id)
+            binding = binding_of(events[0].metadata) if isinstance(events[0], RunCreated) else None
+            if binding is not None and binding.canary is not None:
+                ended = events[-1].occurred_at - events[0].occurred_at
+                arms[binding.canary].append(ended.total_seconds())
+        verdict = await loop.watch("order-desk", min_runs=3)
+    [judged] = verdict.judged
+    for arm, measured in ((True, judged.canary), (False, judged.stable)):
+        durations = sorted(arms[arm])  # nearest rank: the smallest 95% of runs are within it
+        assert measured == durations[math.ceil(0.95 * len(durations)) - 1]
+    assert judged.passed and verdict.action == "healthy"
+    assert judged.line().startswith("p95_duration_s <= 3600: canary ")
+
+
+def test_latency_is_the_nearest_rank_percentile() -> None:
+    assert percentile([3.0, 1.0, 2.0], 0.95) == 3.0
+    assert percentile([float(n) for n in range(1, 21)], 0.95) == 19.0
+    assert percentile([0.5], 0.95) == 0.5
+
+
+async def test_a_schedule_fires_the_watch_and_it_rolls_a_failing_canary_back(
+    tmp_path: Path,
+) -> None:
+    """The watch is a workflow a schedule starts like any agent: each tick judges the canary
+    and rolls it back when a criterion fails, a recorded decision; with no canary, it ends."""
+    db = str(tmp_path / "c.db")
+    async with Runtime(db) as rt:
+        _, golden = await seed(rt)
+        loop = Improvements(rt)
+
+        request = WatchRequest(store=db, agent="order-desk", min_runs=3)
+        schedule = await add_schedule(
+            rt.store,
+            "canary-watch",
+            "contextos.improve:canary_watch",
+            "0 6 * * *",
+            input=request.model_dump_json(),
+        )
+        day = schedule.next_tick_at
+
+        async def tick() -> Watched:
+            nonlocal day
+            [fired] = await fire_schedules(rt, now=day)
+            [(_, run_id)] = fired.runs
+            day += timedelta(days=1)
+            done = await rt.resume(run_id, canary_watch)
+            assert done.status is RunStatus.COMPLETED
+            return Watched.model_validate(done.structured_output)
+
+        assert (await tick()).action == "none"  # nothing to judge: the tick says so and ends
+        vague = Change(kind="tool_description", target="lookup_order", text="Look an order up.")
+        candidate = await loop.change(REF, vague)
+        salt = await canary_of(loop, candidate.candidate_id, golden, ("tool_error_rate <= 0.2",))
+        on, off = await serve(rt, salt)
+        watched = await tick()
+        assert (watched.action, watched.runs, watched.stable_runs) == ("rolled_back", on, off)
+        assert watched.judged == ["tool_error_rate <= 0.2: canary 0.5, stable 0.5 -> FAILED"]
+        [*_, last] = await loop.history("order-desk")
+    assert (last.decision.action, last.decision.candidate_id) == ("rollback", None)
+    assert last.decision.decided_by == "canary-watch (scheduled)"

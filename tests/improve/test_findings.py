@@ -52,6 +52,12 @@ def exhausted() -> Agent:
 
 
 def rejected() -> Agent:
+    budget = Budget(max_verification_attempts=1)
+    return agent(reply("maybe"), reply("perhaps"), verifier=says_done, budget=budget)
+
+
+def corrected() -> Agent:
+    """Rejected, then right once the check's gaps were written back: it was never told."""
     return agent(reply("maybe"), reply("yes, done"), verifier=says_done)
 
 
@@ -68,6 +74,7 @@ CASES = [
     (denied, K.POLICY_DENIED, C.INSTRUCTIONS, L.SCOPED_INSTRUCTION, "refund"),
     (exhausted, K.BUDGET_EXHAUSTED, C.RUN_CONSTRAINT, L.RUN_CONSTRAINT, "budget"),
     (rejected, K.VERIFICATION_FAILED, C.VERIFIER, L.GATE, "says_done"),
+    (corrected, K.VERIFICATION_FAILED, C.INSTRUCTIONS, L.SCOPED_INSTRUCTION, "says_done"),
     (off_schema, K.INVALID_ARGUMENTS, C.TOOL_CONTRACT, L.TOOL_CONTRACT, "count"),
 ]
 
@@ -90,10 +97,12 @@ async def test_each_kind_of_failure_lands_on_its_rung(
     [finding] = review.findings
     assert (finding.kind, finding.root_cause, finding.subject) == (kind, cause, subject)
     assert finding.runs == (first.run_id, second.run_id)
-    assert finding.recovered == 0
+    assert finding.recovered == (2 if make is corrected else 0)
     [proposal] = review.proposals
     assert proposal.layer is layer
     assert proposal.finding_id == finding.finding_id
+    if make is corrected:  # the instruction says what the check wrote back
+        assert proposal.change.endswith("the first time: say done")
 
 
 async def test_the_findings_job_runs_on_a_schedule(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ that change nothing."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import httpx
@@ -13,6 +14,23 @@ from test_improvement_loop import seed
 from contextos import Runtime
 from contextos.api import ApiConfig
 from contextos.improve import Improvements
+from contextos.models.base import ModelRequest, ModelResponse
+from contextos.testing import ScriptedModel, reply
+
+
+def reworded(request: ModelRequest) -> ModelResponse:
+    """A model's draft of the order desk's proposal, citing the finding's first evidence."""
+    finding = json.loads(request.messages[-1].content or "")["finding"]
+    first = finding["evidence"][0]
+    draft = {
+        "layer": "tool_description",
+        "scope": "agent order-desk, tool lookup_order",
+        "change": "Order ids start with ORD- (ORD-1234).",
+        "rationale": "bare numbers fail",
+        "impact": {"metric": "tool_error per run", "baseline": 1.0, "target": 0.0},
+        "trace_refs": [f"{first['run_id']}#{first['seq']}"],
+    }
+    return reply(json.dumps(draft))
 
 
 async def test_the_loop_over_http(tmp_path: Path) -> None:
@@ -21,6 +39,7 @@ async def test_the_loop_over_http(tmp_path: Path) -> None:
         _, golden = await seed(rt)
         loop = Improvements(rt)
         [proposal] = (await loop.scan()).proposals
+        drafted = await loop.draft(proposal.finding_id, ScriptedModel([reworded]))
         candidate = await loop.candidate(proposal.proposal_id)
         report = await loop.check(candidate.candidate_id, golden=[golden])
         asked = await loop.request_release(
@@ -35,7 +54,10 @@ async def test_the_loop_over_http(tmp_path: Path) -> None:
             found = (await http.get("/v1/findings", headers=bob)).json()
             assert [f["subject"] for f in found["findings"]] == ["lookup_order"]
             listed = (await http.get("/v1/proposals", headers=bob)).json()["proposals"]
-            assert [p["layer"] for p in listed] == ["tool_description"]
+            assert [p["proposal_id"] for p in listed] == [
+                proposal.proposal_id,
+                drafted.proposal_id,  # a model's draft, listed beside the rules'
+            ]
             kept = (await http.get("/v1/candidates", headers=bob)).json()["candidates"]
             assert [c["candidate_id"] for c in kept] == [candidate.candidate_id]
 

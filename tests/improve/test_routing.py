@@ -12,13 +12,14 @@ from pathlib import Path
 
 import httpx
 from api_server import serving
-from orders import desk
+from orders import Question, desk, desk_flow
 from test_governance import candidate_ready
 from test_improvement_loop import REF
 
 from contextos import RunStatus, Runtime
 from contextos.api import ApiConfig
 from contextos.events import RunCreated, ToolCompleted
+from contextos.improve import Improvements
 from contextos.releases import Binding, binding_of
 from support.processes import ROOT, ended, spawn_worker, stop_all
 
@@ -112,3 +113,41 @@ async def test_post_v1_runs_runs_the_release(tmp_path: Path) -> None:
     binding = binding_of(created.metadata)
     assert binding is not None and binding.candidate_id == candidate_id
     assert calls == [False]
+
+
+async def test_a_workflows_agent_node_runs_the_release_of_its_agent(backend_url: str) -> None:
+    """A workflow's child runs are created and driven like any run: each new child of the
+    node runs the release of the node's agent, recorded in its first event."""
+    flow_ref = f"{REF.rpartition(':')[0]}:flow"
+    async with Runtime(backend_url) as rt:
+
+        async def asked(question: str) -> str:
+            done = await rt.run(desk_flow(), Question(text=question), agent_ref=flow_ref)
+            assert done.status is RunStatus.COMPLETED
+            [child] = (await rt.tree(done.run_id)).child_run_ids()
+            return child
+
+        nodes = [await asked(f"Where is order {n}?") for n in ("1234", "77")]
+        golden = await asked("What are your opening hours?")
+        loop = Improvements(rt)
+        [proposal] = (await loop.scan()).proposals
+        assert proposal.agent_ref == f"{flow_ref}#ask" and proposal.trace_refs[0].startswith(
+            nodes[0]
+        )
+        candidate = await loop.candidate(proposal.proposal_id)
+        report = await loop.check(candidate.candidate_id, golden=[golden])
+        assert (report.count("fixed"), report.count("regressed")) == (2, 0)
+        asked_for = await loop.request_release(
+            candidate.candidate_id, report.report_id, releasers=("alice",)
+        )
+        release = await loop.approve(asked_for.id, approver="alice")
+
+        created, calls = await ran(rt, await asked("Where is order 42?"))
+        assert created.agent_hash == candidate.candidate_hash and calls == [False]
+        assert binding_of(created.metadata) == Binding(
+            decision=release.run_id, candidate_id=candidate.candidate_id, change=candidate.change
+        )
+        back = await loop.rollback("order-desk", by="bob")
+        created, calls = await ran(rt, await asked("Where is order 43?"))
+        assert created.agent_hash == desk().identity_hash() and calls == [True, False]
+        assert binding_of(created.metadata) == Binding(decision=back.run_id, candidate_id=None)

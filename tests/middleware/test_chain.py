@@ -201,3 +201,34 @@ async def test_each_call_records_its_manifest_with_the_answer(tmp_path: Path) ->
     assert rows["history"]["source"].endswith("events 1..1")
     for row in lineage["manifest"]:
         assert {"id", "type", "source", "version", "trust", "why", "tokens"} <= row.keys()
+
+
+class Closer(BaseMiddleware):
+    """A domain layer that keeps what its after_run was handed."""
+
+    name = "closer"
+
+    def __init__(self) -> None:
+        self.ends: list[tuple[RunStatus, list[str]]] = []
+
+    async def after_run(self, end: Any) -> None:
+        self.ends.append((end.status, [e.type for e in end.events]))
+
+
+async def test_after_run_is_handed_the_log_only_when_a_layer_has_one(tmp_path: Path) -> None:
+    from contextos.middleware.base import Chain
+
+    closer = Closer()
+    model = ScriptedModel([call_tool("lookup", {"order_id": "7"}), reply("done")])
+    agent = Agent(name="a", model=model, tools=[lookup], middleware=[closer])
+    async with Runtime(str(tmp_path / "r.db")) as rt:
+        result = await rt.run(agent, "where is order 7?")
+    assert result.status is RunStatus.COMPLETED
+    [(status, types)] = closer.ends
+    assert status is RunStatus.COMPLETED
+    assert types[0] == "run_created" and types[-1] == "run_completed"
+    # The platform guards have no after_run: a stack of them alone is not handed the log, so
+    # a stopping run does not read and decode its whole log once more for nobody.
+    model = ScriptedModel([])
+    assert not Chain([BudgetGate(), PiiRedaction(), Sanitizer()], model=model).acts_after_run
+    assert Chain([PiiRedaction(), closer], model=model).acts_after_run

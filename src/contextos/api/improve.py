@@ -63,8 +63,8 @@ async def findings(request: Request, principal: Operator) -> dict[str, Any]:
 
 @router.get("/v1/proposals")
 async def proposals(request: Request, principal: Operator) -> dict[str, Any]:
-    review = await _loop(request).review()
-    return {"proposals": [p.model_dump(mode="json") for p in review.proposals]}
+    listed = await _loop(request).proposals()
+    return {"proposals": [p.model_dump(mode="json") for p in listed]}
 
 
 @router.get("/v1/candidates")

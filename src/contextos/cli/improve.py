@@ -12,7 +12,7 @@ from rich.text import Text
 
 from contextos import ContextOSError, ReplayPacket, Runtime
 from contextos.cli.common import JsonOption, StoreOption, app, call, console, err, examples, fail
-from contextos.improve import METRICS, Change, Decided, Improvements, ReleaseReport
+from contextos.improve import METRICS, Change, Decided, Improvements, Proposal, ReleaseReport
 
 candidate_app = typer.Typer(
     help="Candidates: an exact change to an agent, kept beside its current release.",
@@ -69,14 +69,48 @@ def findings(
         )
 
 
-@app.command(epilog=examples("contextos proposals", "contextos proposals --json"))
-def proposals(store: StoreOption = None, as_json: JsonOption = False) -> None:
+@app.command(
+    epilog=examples(
+        "contextos proposals",
+        "contextos proposals --json",
+        "contextos proposals --draft fnd_3f2a9c --model openai:gpt-4.1-mini",
+    )
+)
+def proposals(
+    draft: Annotated[
+        str | None,
+        typer.Option(
+            metavar="FINDING",
+            help="Ask --model to draft one more proposal for this finding (checked, then "
+            "kept beside the others; it changes nothing until released).",
+        ),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="With --draft: a model string (openai:MODEL, local, …) or a reference "
+            "(path.py:attr) to a model adapter."
+        ),
+    ] = None,
+    store: StoreOption = None,
+    as_json: JsonOption = False,
+) -> None:
     """What the latest findings say should change, and on which rung of the ladder."""
-    review = call(store, lambda rt: Improvements(rt).review())
+    if (draft is None) != (model is None):
+        err.print("[bold red]error:[/] --draft FINDING and --model MODEL go together")
+        raise typer.Exit(code=1)
+
+    async def work(rt: Runtime) -> list[Proposal]:
+        loop = Improvements(rt)
+        if draft is not None and model is not None:
+            await loop.draft(draft, model)
+        return await loop.proposals()
+
+    listed = call(store, work)
     if as_json:
-        _dump(review.proposals)
+        _dump(listed)
         return
-    for p in review.proposals:
+    for p in listed:
         console.print(Text(f"{p.proposal_id} {p.layer} · {p.scope}", style="bold"))
         console.print(Text(f"  change: {p.change}"))
         console.print(Text(f"  why: {p.rationale}", style="dim"))
@@ -87,7 +121,7 @@ def proposals(store: StoreOption = None, as_json: JsonOption = False) -> None:
                 style="dim",
             )
         )
-    if not review.proposals:
+    if not listed:
         console.print("[dim]no proposals: the latest findings found nothing recurring[/]")
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 from bisect import bisect_right
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -278,14 +279,16 @@ class HistoryIndex:
             self._reset()  # not a continuation of what it has seen
             known = 0
         for m, seq in zip(messages[known:], seqs[known:], strict=True):
-            entry = entry_for(m, seq, self.trusted_tools)
-            self.entries.append(entry)
-            self.messages.append(m)
-            self._tokens.append(self._tokens[-1] + entry.tokens)
-            self._untrusted.append(self._untrusted[-1] + (entry.trust is TrustClass.UNTRUSTED))
+            self.append(entry_for(m, seq, self.trusted_tools))
         start = bisect_right(seqs, cursor) if cursor > 0 else 0
         pinned = cursor > 0 and start > 0 and bool(messages)
         return History(self, pinned, start, len(self.entries))
+
+    def append(self, entry: Entry) -> None:
+        self.entries.append(entry)
+        self.messages.append(entry.message)
+        self._tokens.append(self._tokens[-1] + entry.tokens)
+        self._untrusted.append(self._untrusted[-1] + (entry.trust is TrustClass.UNTRUSTED))
 
     def totals(self, pinned: bool, start: int, end: int) -> _Totals:
         first = self.entries[0] if pinned else None
@@ -302,6 +305,51 @@ class HistoryIndex:
             hasher.update(entry.canonical)
         self._hashers[(pinned, start)] = (end, hasher)
         return _Totals(tokens=tokens, untrusted=untrusted, digest=hasher.copy().hexdigest())
+
+
+class MappedHistory:
+    """What one rewrite (a content guard) made of a run's `HistoryIndex`, kept up to date.
+
+    A run's history only grows, so each call rewrites only the entries added since the last one
+    and reads its totals from an index of its own: a long run costs what a short one does per
+    call. What the rewrite found in each entry (`Counter`s of kinds) is replayed for the visible
+    range from running sums, in the order the entries come.
+    """
+
+    def __init__(self, fn: Callable[[Entry, Counter[str]], Entry]) -> None:
+        self._fn = fn
+        self._source: list[Entry] | None = None  # the index's entries this mirrors
+        self._index = HistoryIndex()
+        self._found: dict[int, Counter[str]] = {}  # position -> what was found there (if any)
+        self._sum: tuple[int, int, Counter[str]] = (0, 0, Counter())  # start, end, found
+
+    def map(self, history: Sequence[Entry], counts: Counter[str]) -> History | None:
+        """`history` rewritten, its findings added to `counts`; None if it is not a live view."""
+        if not isinstance(history, History) or history._entries is not history._index.entries:
+            return None
+        source = history._entries
+        if source is not self._source:  # another index, or one that started over
+            self._source, self._index, self._found = source, HistoryIndex(), {}
+            self._sum = (0, 0, Counter())
+        index = self._index
+        for position in range(len(index.entries), history._end):
+            found: Counter[str] = Counter()
+            index.append(self._fn(source[position], found))
+            if found:
+                self._found[position] = found
+        if history._pinned and 0 in self._found:
+            counts.update(self._found[0])
+        start, end = history._start, history._end
+        summed_from, fed, total = self._sum
+        if summed_from != start or fed > end:  # the compaction cursor moved: sum afresh
+            fed, total = start, Counter()
+        for position in range(fed, end):
+            hit = self._found.get(position)
+            if hit is not None:
+                total.update(hit)
+        self._sum = (start, end, total)
+        counts.update(total)
+        return History(index, history._pinned, start, end)
 
 
 SUMMARY_PREFIX = (

@@ -56,29 +56,26 @@ class RenderedLog:
     def __init__(self) -> None:
         self.known: set[str] = set()
         self.previous: list[str] = []
-        # The same message objects come back call after call (the guards keep what they made
-        # of each entry), so each is serialised and hashed once.
-        self._keys: dict[int, tuple[Message, str, dict[str, Any]]] = {}
-
-    def _keyed(self, m: Message, keys: dict[int, tuple[Message, str, dict[str, Any]]]) -> str:
-        hit = self._keys.get(id(m))
-        if hit is None or hit[0] is not m:
-            blob = _blob(m)
-            hit = (m, _key(blob), blob)
-        keys[id(m)] = hit
-        return hit[1]
+        self._messages: tuple[Message, ...] = ()  # the last call's messages, beside their keys
 
     def record(self, messages: Sequence[Message], tools: Iterable[str]) -> dict[str, Any]:
         """The delta of one call on the previous one (JSON data for its event's `context`)."""
-        seen: dict[int, tuple[Message, str, dict[str, Any]]] = {}
-        keys = [self._keyed(m, seen) for m in messages]
-        self._keys = seen
-        keep = 0
-        for old, new in zip(self.previous, keys, strict=False):
+        # Consecutive calls send the same message objects for the history, so the messages the
+        # last call began with are found by comparing references, and only the rest is hashed.
+        messages = tuple(messages)
+        keep = _common_prefix(messages, self._messages)
+        keys = self.previous[:keep]
+        new_blobs: dict[str, dict[str, Any]] = {}
+        for m in messages[keep:]:
+            blob = _blob(m)
+            key = _key(blob)
+            keys.append(key)
+            if key not in self.known:
+                new_blobs[key] = blob
+        for old, new in zip(self.previous[keep:], keys[keep:], strict=False):
             if old != new:
                 break
             keep += 1
-        new_blobs = {k: b for _, k, b in seen.values() if k not in self.known}
         delta = {
             "keep": keep,
             "add": keys[keep:],
@@ -87,7 +84,22 @@ class RenderedLog:
         }
         self.known.update(new_blobs)
         self.previous = keys
+        self._messages = messages
         return delta
+
+
+def _common_prefix(a: tuple[Message, ...], b: tuple[Message, ...]) -> int:
+    """How many leading messages `a` and `b` share (sequence comparison checks `is` first)."""
+    lo, hi = 0, min(len(a), len(b))
+    if a[:hi] == b[:hi]:
+        return hi
+    while lo < hi:  # the largest k with a[:k] == b[:k]; hi never holds
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -58,13 +58,15 @@ def trace_hex(correlation_id: str) -> str:
     return f"{trace_id_for(correlation_id):032x}"
 
 
-def build_record(events: Sequence[ev.Event]) -> DecisionRecord:
-    """The DecisionRecord of a run's log (or of a prefix of it)."""
+def build_record(events: Sequence[ev.Event], state: RunState | None = None) -> DecisionRecord:
+    """The DecisionRecord of a run's log (or of a prefix of it); `state` is that log folded,
+    when the caller has folded it already."""
     if not events or not isinstance(events[0], ev.RunCreated):
         raise RecordInvalid(
             "a decision record is built from a run's log, which starts with run_created"
         )
-    state = fold(list(events))
+    if state is None:
+        state = fold(list(events))
     created = events[0]
     b = _Builder()
     for e in events:
@@ -408,8 +410,8 @@ async def materialise(store: object, events: Sequence[ev.Event]) -> Artifact | N
     artifacts = artifacts_of(store)
     if artifacts is None:
         return None
-    record = build_record(events)
     state = fold(list(events))
+    record = build_record(events, state)
     levels = ["internal", *(a.classification for a in record.artifacts)]
     artifact, blob = make_artifact(
         state,

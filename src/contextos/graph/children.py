@@ -285,10 +285,11 @@ class Delegations:
             "message": message,
         }
 
-    async def cancel_running(self, reason: str) -> None:
-        """Cancel every child still running (the parent is failing or being cancelled)."""
-        for key, child in self.state.children.items():
-            if not child.finished:
+    async def cancel_running(self, reason: str, *, node: str | None = None) -> None:
+        """Cancel every child still running (the parent is failing or being cancelled), or
+        only those of one node."""
+        for key, child in list(self.state.children.items()):
+            if not child.finished and node in (None, child.contract.node):
                 spec = self.specs.get(key)
                 agent = spec.child_agent if spec is not None else None
                 await self.host.cancel(child.contract.child_run_id, reason, agent)

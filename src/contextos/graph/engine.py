@@ -24,6 +24,7 @@ from contextos.delegation import ChildRun, ChildStatus, DelegationContract, Node
 from contextos.events import utcnow
 from contextos.graph.children import WAIT_S, ChildHost, Delegations, child_input, remaining
 from contextos.graph.workflow import ClaimCheck, Node, Route, Workflow
+from contextos.records.interrupts import Interrupt, InterruptKind, interrupt_id_for
 from contextos.runs import FailureReason, RunStatus
 from contextos.state import RunState, apply
 from contextos.store.base import EventStore, load_state
@@ -94,7 +95,10 @@ class WorkflowDriver:
 
     def event(self, cls: type[Any], offset: int = 1, **fields: Any) -> Any:
         fields.setdefault("actor", self.actor)
-        return cls(run_id=self.state.run_id, seq=self.state.seq + offset, **fields)
+        seq = self.state.seq + offset
+        if cls is ev.InterruptRaised:  # its id names the seq it gets
+            fields["interrupt_id"] = interrupt_id_for(self.state.run_id, seq)
+        return cls(run_id=self.state.run_id, seq=seq, **fields)
 
     async def commit(self, *events: ev.Event, synchronous: bool = True) -> None:
         await self.store.append(
@@ -124,6 +128,8 @@ class WorkflowDriver:
             await self._fail(failure)
             return s
         if isinstance(result, _Waiting):
+            if s.pending_interrupts:
+                return s  # a person is asked; their answer queues the workflow again
             if not self.stop_requested:
                 self.stop_requested = True
                 self.stop_reason = "waiting for a child run that waits for a person"
@@ -265,27 +271,69 @@ class WorkflowDriver:
 
     async def _at_most_once(self, node: Node[Any], args: list[Any]) -> Any:
         """Run a code node that declares an effect at most once: its intent is on disk before
-        its code runs; an intent found without an outcome means it may have acted."""
-        if node.name in self.state.nodes:
-            raise _Failed(
-                node.name,
-                FailureReason.OUTCOME_UNKNOWN,
-                f"node {node.name} ({node.effect}) was stopped after it started and before its "
-                "output was recorded: whether its effect happened is unknown, so it is not run "
-                "again; check what it did, then start the workflow again",
-            )
+        its code runs; an intent found without an outcome means it may have acted, and only a
+        person can say whether it did."""
+        started = self.state.nodes.get(node.name)
+        if started is not None:
+            asked = self._asked_about(node.name, started.started_seq)
+            if asked is None:
+                return await self._ask_whether_it_acted(node)
+            if asked.status == "expired":
+                raise _Failed(
+                    node.name,
+                    FailureReason.OUTCOME_UNKNOWN,
+                    f"node {node.name} ({node.effect}) was stopped after it started and before "
+                    "its output was recorded, and nobody said whether its effect happened, so "
+                    "it is not run again",
+                )
+            if asked.status != "answered" or asked.answer is None:
+                return WAITING
+            if asked.answer.get("outcome") == "committed":
+                try:
+                    value = node.adapter.validate_python(asked.answer.get("output"))
+                except ValidationError as exc:
+                    return await self._ask_whether_it_acted(node, "; ".join(_problems(exc)))
+                return await self._complete(node, value)
+            # The person says it did not act: run it again, under a new intent.
         await self.record(ev.NodeStarted, node=node.name, kind=node.kind, effect=node.effect)
         return await self._complete(node, await self._call(node, node.fn, *args))
+
+    def _asked_about(self, node: str, since_seq: int) -> Interrupt | None:
+        """The latest question to a person about a node's unknown outcome, raised after its
+        latest intent (an answer about an earlier attempt says nothing of this one)."""
+        found = None
+        for asked in self.state.interrupts.values():
+            if asked.payload.get("node") == node and asked.raised_seq > since_seq:
+                found = asked
+        return found
+
+    async def _ask_whether_it_acted(self, node: Node[Any], problem: str = "") -> _Waiting:
+        """The workflow waits for a person to say whether the node's effect happened and, if
+        it did, what the node gave (`external_confirmation_required`)."""
+        again = f" The output given before was refused: {problem}." if problem else ""
+        question = (
+            f"Node {node.name} ({node.effect}) was stopped after it started and before its "
+            "output was recorded: did its effect happen? Answer outcome=committed with the "
+            f"node's output (a {_name(node.output)}) as `output` if it did, or outcome=failed "
+            f"to run it again.{again}"
+        )
+        payload = {
+            "question": question,
+            "node": node.name,
+            "effect": node.effect,
+            "output_schema": node.adapter.json_schema(),
+            "answers": ["committed", "failed"],
+        }
+        kind = InterruptKind.EXTERNAL_CONFIRMATION_REQUIRED.value
+        await self.record(ev.InterruptRaised, kind=kind, payload=payload)
+        return WAITING
 
     async def _complete(self, node: Node[Any], value: Any, **extra: Any) -> Any:
         """Validate the output against the node's type, then record it."""
         try:
             checked = node.adapter.validate_python(value)
         except ValidationError as exc:
-            errors = tuple(
-                f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}"
-                for e in exc.errors(include_url=False)
-            )
+            errors = _problems(exc)
             raise _Failed(
                 node.name,
                 FailureReason.OUTPUT_INVALID,
@@ -405,12 +453,14 @@ class WorkflowDriver:
         items = await self._items(node, upstream)
         ref = f"{self.state.run_id}#{self.state.nodes[node.name].started_seq}"
         slots = asyncio.Semaphore(node.concurrency)
-        # `first` starts no item once one has given a result (a child started before that,
-        # found in the log on resume, is still seen to its end).
+        # `first` starts no item once one has given a result, and cancels the children still
+        # running (on resume too: one found in flight is cancelled, then read back ended).
         found = node.merge == "first" and any(
             c.contract.node == node.name and c.status is ChildStatus.COMPLETED
             for c in self.state.children.values()
         )
+        if found:
+            await self._took_first(node)
 
         async def one(i: int, item: Any) -> Any:
             nonlocal found
@@ -428,7 +478,9 @@ class WorkflowDriver:
                     if node.merge == "all":
                         raise
                     return failure
-                found = found or (node.merge == "first" and not isinstance(output, _Waiting))
+                if node.merge == "first" and not found and not isinstance(output, _Waiting):
+                    found = True
+                    await self._took_first(node, i)
                 return output
 
         try:
@@ -442,6 +494,13 @@ class WorkflowDriver:
         if node.kind == "map":
             return await self._complete(node, _merged(node, items, outputs))
         return await self._complete(node, _gated(items, outputs))
+
+    async def _took_first(self, node: Node[Any], index: int | None = None) -> None:
+        """A `first` map has its result: its children still running are not needed."""
+        which = f"item {index}" if index is not None else "an item"
+        await self.children.cancel_running(
+            f"{which} of node {node.name} gave the result first", node=node.name
+        )
 
     async def _items(self, node: Node[Any], upstream: Any) -> list[Any]:
         """The items of a map or gate: recorded when it started, so every resume has the same
@@ -562,6 +621,13 @@ def _gated(items: list[Any], verdicts: list[Any]) -> dict[str, Any]:
         else:
             rejected.append({"item": item, "reason": check.reason})
     return {"passed": passed, "rejected": rejected}
+
+
+def _problems(exc: ValidationError) -> tuple[str, ...]:
+    return tuple(
+        f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}"
+        for e in exc.errors(include_url=False)
+    )
 
 
 def _objective(node: Node[Any], given: Any) -> str:

@@ -9,6 +9,7 @@ arm's. When any criterion fails, it rolls the release back, recorded like any ro
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,7 +24,12 @@ from contextos.runs import RunStatus
 from contextos.state import fold
 
 Metric = Literal[
-    "failure_rate", "tool_error_rate", "verification_pass_rate", "cost_per_run", "turns_per_run"
+    "failure_rate",
+    "tool_error_rate",
+    "verification_pass_rate",
+    "cost_per_run",
+    "turns_per_run",
+    "p95_duration_s",
 ]
 METRICS: dict[str, str] = {
     "failure_rate": "share of runs that failed or showed a pattern the findings job looks for",
@@ -31,6 +37,7 @@ METRICS: dict[str, str] = {
     "verification_pass_rate": "share of answers the verifier accepted",
     "cost_per_run": "mean cost of a run, in USD",
     "turns_per_run": "mean model calls of a run",
+    "p95_duration_s": "95th percentile of a run's duration, created to ended, in seconds",
 }
 _TEXT = re.compile(r"\s*(\w+)\s*(-\s*stable\s*)?(<=|>=)\s*(-?\d+(?:\.\d+)?)\s*")
 
@@ -99,6 +106,20 @@ def measure(metric: Metric, runs: Sequence[Sequence[ev.Event]]) -> float | None:
             return sum(fold(list(r)).usage.cost_usd for r in runs) / len(runs)
         case "turns_per_run":
             return sum(fold(list(r)).turns for r in runs) / len(runs)
+        case "p95_duration_s":
+            return percentile([duration_s(r) for r in runs], 0.95)
+
+
+def duration_s(events: Sequence[ev.Event]) -> float:
+    """How long a finished run took, as its log records it: from its first event (created) to
+    its last (ended), queueing and waiting for people included, as its caller saw it."""
+    return (events[-1].occurred_at - events[0].occurred_at).total_seconds()
+
+
+def percentile(values: Sequence[float], share: float) -> float:
+    """The nearest-rank percentile: the smallest value at least `share` of them are at most."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(share * len(ordered)) - 1)]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -179,7 +200,9 @@ __all__ = [
     "Criterion",
     "Judged",
     "Metric",
+    "duration_s",
     "failed",
     "judge",
     "measure",
+    "percentile",
 ]

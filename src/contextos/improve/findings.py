@@ -9,6 +9,7 @@ logs always give the same findings.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -90,10 +91,7 @@ def observe(events: Sequence[ev.Event]) -> RunLog:
                     _one(FindingKind.POLICY_DENIED, RootCause.INSTRUCTIONS, e.tool, rules, e)
                 )
             case ev.EvaluationRecorded(passed=False):
-                gaps = "; ".join(e.gaps)
-                out.append(
-                    _one(FindingKind.VERIFICATION_FAILED, RootCause.VERIFIER, e.evaluator, gaps, e)
-                )
+                out.append(_rejected(e, events))
             case ev.RunFailed(reason=FailureReason.BUDGET_EXHAUSTED):
                 out.append(
                     _one(
@@ -180,6 +178,30 @@ def _call(
             fix_hint=later or "",
         ),
     )
+
+
+def _rejected(e: ev.EvaluationRecorded, events: Sequence[ev.Event]) -> Observation:
+    """A rejected answer; a near miss when a later answer passed the same check (the model
+    met it once its gaps were written back: the instructions never said it)."""
+    gaps = "; ".join(e.gaps)
+    met = any(
+        isinstance(d, ev.EvaluationRecorded)
+        and d.seq > e.seq
+        and d.passed
+        and d.evaluator == e.evaluator
+        for d in events
+    )
+    seen = _one(
+        FindingKind.VERIFICATION_FAILED,
+        RootCause.INSTRUCTIONS if met else RootCause.VERIFIER,
+        e.evaluator,
+        gaps,
+        e,
+    )
+    if not met:
+        return seen
+    evidence = seen.evidence.model_copy(update={"recovered": True, "fix_hint": gaps})
+    return dataclasses.replace(seen, evidence=evidence)
 
 
 def cluster(logs: Iterable[RunLog], *, min_runs: int = 2) -> list[Finding]:

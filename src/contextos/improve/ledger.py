@@ -27,6 +27,7 @@ PREFIX = "contextos-improve-"
 _HINTS = {
     "candidate": "list them with `contextos candidate list`",
     "report": "make one with `contextos release check CANDIDATE --golden RUN`",
+    "proposal": "list them with `contextos proposals`",
 }
 SCAN_LIMIT = 10_000
 """Runs read when listing records of one kind (the most recent first)."""

@@ -7,7 +7,15 @@ from __future__ import annotations
 
 from contextos.agents import Agent
 from contextos.improve.findings import example_calls
-from contextos.improve.records import Finding, Impact, Layer, Proposal, RootCause, digest
+from contextos.improve.records import (
+    Finding,
+    FindingKind,
+    Impact,
+    Layer,
+    Proposal,
+    RootCause,
+    digest,
+)
 
 LADDER: dict[RootCause, Layer] = {
     RootCause.TOOL_DESCRIPTION: Layer.TOOL_DESCRIPTION,
@@ -70,6 +78,14 @@ def _words(finding: Finding, layer: Layer, agent: Agent | None) -> tuple[str, st
                 f"make {finding.subject}'s contract say what fails ({finding.signature}): "
                 "its argument schema, or its idempotency and reconciliation",
                 seen,
+            )
+        case Layer.SCOPED_INSTRUCTION if finding.kind is FindingKind.VERIFICATION_FAILED:
+            told = next((e.fix_hint for e in finding.evidence if e.fix_hint), finding.signature)
+            return (
+                f"Your answer is checked ({finding.subject}) before it is accepted; write it "
+                f"so that it passes the first time: {told}",
+                f"the check rejected the first answer and the model met it once told, {seen}; "
+                "the instructions do not say what the check requires",
             )
         case Layer.SCOPED_INSTRUCTION:
             return (

@@ -61,7 +61,8 @@ class RootCause(StrEnum):
     TOOL_FAILURE = "tool_failure"
     """The tool itself fails, whatever it is asked."""
     INSTRUCTIONS = "instructions"
-    """The model keeps choosing what policy forbids: it was never told."""
+    """The model was never told: it keeps choosing what policy forbids, or it meets a check
+    only once the check's gaps are written back to it."""
     VERIFIER = "verifier"
     """Answers miss what done means, the same way each time."""
     RUN_CONSTRAINT = "run_constraint"
@@ -99,7 +100,8 @@ class Evidence(BaseModel):
     recovered: bool = False
     """True when the run got past it (a near miss, not a failure)."""
     fix_hint: str = ""
-    """The arguments of the later call of the same tool that worked, when it recovered."""
+    """What got the run past it: the arguments of the later call of the same tool that
+    worked, or the gaps a rejected answer was told before the next one passed."""
 
 
 class Finding(_Record):

@@ -27,7 +27,15 @@ from contextos.evidence.canonical import ReplayPacket
 from contextos.evidence.replay import ReplayReport
 from contextos.improve.canary import Criterion
 from contextos.improve.candidates import load
-from contextos.improve.records import Candidate, Case, Finding, Outcome, ReleaseReport, digest
+from contextos.improve.records import (
+    Candidate,
+    Case,
+    Finding,
+    FindingKind,
+    Outcome,
+    ReleaseReport,
+    digest,
+)
 from contextos.messages import FinishReason, Message, ToolCall, Usage
 from contextos.models.base import ModelRequest, ModelResponse
 from contextos.policy import Decision as Ruling
@@ -74,9 +82,12 @@ def release_policy(releasers: Sequence[str]) -> Policy:
 # -- replay evidence ---------------------------------------------------------------------------
 
 
-def judge(report: ReplayReport, *, golden: bool, failing: Sequence[str]) -> Outcome:
+def judge(
+    report: ReplayReport, *, golden: bool, failing: Sequence[str], checks: Sequence[str] = ()
+) -> Outcome:
     """A replayed run's outcome: a golden run must replay equal; a finding's run is fixed when
-    the replay completes without making any of its failing calls again."""
+    the replay completes without making any of its failing calls again, and without any of
+    the `checks` (verifiers) that rejected its answers rejecting one again."""
     if report.equal:
         return "unchanged"
     if golden:
@@ -84,7 +95,10 @@ def judge(report: ReplayReport, *, golden: bool, failing: Sequence[str]) -> Outc
     completed = report.replayed.output[0].startswith("completed")
     if not completed and report.recorded.output[0].startswith("completed"):
         return "regressed"
-    if completed and not set(failing) & set(report.replayed.tool_calls):
+    rejected = any(
+        line.startswith(f"{c}: failed") for c in checks for line in report.replayed.verification
+    )
+    if completed and not set(failing) & set(report.replayed.tool_calls) and not rejected:
         return "fixed"
     return "unchanged"
 
@@ -106,12 +120,17 @@ async def check(
         seen.add(report.source_run_id)
         cases.append(_case(report, golden=True, outcome=judge(report, golden=True, failing=())))
     evidence = finding.evidence if finding is not None else ()
+    checks = (
+        [finding.subject]
+        if finding is not None and finding.kind is FindingKind.VERIFICATION_FAILED
+        else []
+    )
     for run_id in finding.runs if finding is not None else ():
         if run_id in seen:
             continue
         failing = [e.call for e in evidence if e.run_id == run_id and e.call]
         report = await rt.replay(run_id, agent)
-        outcome = judge(report, golden=False, failing=failing)
+        outcome = judge(report, golden=False, failing=failing, checks=checks)
         cases.append(_case(report, golden=False, outcome=outcome))
     return ReleaseReport(
         report_id="rpt_" + digest([candidate.candidate_id, [c.model_dump() for c in cases]])[:16],

@@ -4,6 +4,7 @@
     async with Runtime(store) as rt:
         loop = Improvements(rt)
         review = await loop.scan()                       # a run of the findings job
+        await loop.draft(review.findings[0].finding_id, model)  # a model's wording, checked
         candidate = await loop.candidate(review.proposals[0].proposal_id)
         report = await loop.check(candidate.candidate_id, golden=[good_run])
         asked = await loop.request_release(candidate.candidate_id, report.report_id,
@@ -24,6 +25,7 @@ from contextos.evidence.canonical import ReplayPacket
 from contextos.improve import ledger
 from contextos.improve.canary import CanaryVerdict, Criterion, judge
 from contextos.improve.candidates import make, propose_change
+from contextos.improve.drafting import draft_with, model_of
 from contextos.improve.job import JOB, FindingsRequest, Review, findings_job
 from contextos.improve.records import Candidate, Change, Decision, Finding, Proposal, ReleaseReport
 from contextos.improve.release import (
@@ -38,6 +40,7 @@ from contextos.improve.release import (
     release_policy,
     rollback_agent,
 )
+from contextos.models.base import ModelAdapter
 from contextos.records.interrupts import Interrupt
 from contextos.releases import binding_of, decision_run_id, release_line, route
 from contextos.runs import RunStatus
@@ -79,8 +82,26 @@ class Improvements:
                 return f
         raise ImprovementNotFound(f"no finding {finding_id} in the latest findings", id=finding_id)
 
+    async def draft(self, finding_id: str, model: ModelAdapter | str) -> Proposal:
+        """Ask `model` (an adapter, a model string, or a reference `path.py:attr` to an
+        adapter) to draft a proposal for a finding of the latest findings. The draft is
+        checked into a proposal (ProposalRefused, with nothing kept, when it is not one the
+        ladder allows) and kept beside the rules' proposals; like them, it changes nothing
+        until a candidate made from it is replayed and released."""
+        finding = await self.finding(finding_id)
+        drafted = await draft_with(model_of(model), finding)
+        await ledger.keep(self.rt, "proposal", drafted.proposal_id, drafted)
+        return drafted
+
+    async def proposals(self) -> list[Proposal]:
+        """The latest findings' proposals: the rules' first, then those models drafted."""
+        review = await self.review()
+        current = {f.finding_id for f in review.findings}
+        drafted = [p for _, p in await ledger.listing(self.rt, "proposal", Proposal)]
+        return [*review.proposals, *(p for p in drafted if p.finding_id in current)]
+
     async def proposal(self, proposal_id: str) -> Proposal:
-        for p in (await self.review()).proposals:
+        for p in await self.proposals():
             if p.proposal_id == proposal_id:
                 return p
         raise ImprovementNotFound(

@@ -30,7 +30,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 from pydantic import BaseModel
 
 from contextos import events as ev
-from contextos.context.compiled import CompiledContext, Entry
+from contextos.context.compiled import CompiledContext, Entry, MappedHistory
 from contextos.context.memory import Subject
 from contextos.errors import ConfigError
 from contextos.messages import Usage
@@ -309,11 +309,11 @@ class ContentGuard(BaseMiddleware):
     whatever an inner layer added passes through it too.
     """
 
-    _seen: dict[int, tuple[Entry, Entry, Counter[str]]] | None = None
+    _mapped: dict[bool, MappedHistory] | None = None
 
     def bind(self, services: Services) -> Middleware:
         bound = copy.copy(self)
-        bound._seen = {}  # per run: what this guard made of each history entry
+        bound._mapped = {}  # per run: what this guard made of the history, call and seal apart
         return bound
 
     def guard(self, context: CompiledContext) -> CompiledContext:
@@ -331,28 +331,25 @@ class ContentGuard(BaseMiddleware):
         remember: bool = True,
     ) -> CompiledContext:
         """`context.map_history(fn)`, with each entry rewritten once per run rather than once
-        per call: a run's history entries are the same objects call after call, so a long run
-        costs what a short one does per turn. `fn` counts what it found into its counter, and
-        those counts are replayed for an entry seen before. The final seal before the model passes
-        `remember=False`: it sees this guard's own output, which is not what the next call
-        starts from."""
-        seen = self._seen
-        current: dict[int, tuple[Entry, Entry, Counter[str]]] = {}
+        per call: a run's history only grows, so a long run costs what a short one does per
+        turn. `fn` counts what it found into its counter, and those counts are replayed for an
+        entry seen before. The final seal before the model passes `remember=False`: it sees this
+        guard's own output, which is kept apart from what the next call starts from."""
+        if self._mapped is not None:
+            mapped = self._mapped.get(remember)
+            if mapped is None:
+                mapped = self._mapped[remember] = MappedHistory(fn)
+            history = mapped.map(context.history, counts)
+            if history is not None:
+                return replace(context, history=history)
 
         def once(e: Entry) -> Entry:
-            hit = seen.get(id(e)) if seen is not None else None
-            if hit is None or hit[0] is not e:
-                found: Counter[str] = Counter()
-                hit = (e, fn(e, found), found)
-            if hit[2]:
-                counts.update(hit[2])
-            current[id(e)] = hit
-            return hit[1]
+            found: Counter[str] = Counter()
+            out = fn(e, found)
+            counts.update(found)
+            return out
 
-        context = context.map_history(once)
-        if seen is not None and remember:
-            self._seen = current  # only what the latest call held: memory stays bounded
-        return context
+        return context.map_history(once)
 
 
 PLATFORM_LAYERS: tuple[str, ...] = (
@@ -456,6 +453,13 @@ class Chain:
 
     async def tool_call(self, call: ToolCallInput) -> Any:
         return await self._tool_handler(call)
+
+    @property
+    def acts_after_run(self) -> bool:
+        """True when a layer has an `after_run` of its own (the platform guards have none)."""
+        return any(
+            getattr(type(m), "after_run", None) is not BaseMiddleware.after_run for m in self.layers
+        )
 
     async def after_run(self, end: RunEnd) -> None:
         end = replace(end, redact=self.redact)

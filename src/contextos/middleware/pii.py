@@ -31,9 +31,11 @@ from contextos.errors import ContentBlocked
 from contextos.middleware.base import (
     Compacted,
     ContentGuard,
+    Middleware,
     ModelCall,
     ModelHandler,
     ModelResult,
+    Services,
     Stop,
     ToolCallInput,
     ToolHandler,
@@ -118,6 +120,9 @@ def luhn_ok(number: str) -> bool:
     return total % 10 == 0
 
 
+# Cards, IBANs, phone numbers and IP addresses all hold a digit (the same `\d` their rules use):
+# text without one is ruled out by one search instead of a scan per rule.
+_DIGIT = re.compile(r"\d")
 _CARD_CANDIDATE = re.compile(r"(?<![\w-])\d(?:[ -]?\d){11,18}(?![\w-])")
 # Luhn-valid numbers that are not cards, told apart by a word just before them …
 _NOT_A_CARD = re.compile(
@@ -144,6 +149,8 @@ def _card_ok(candidate: str, context: bool) -> bool:
 
 
 def _card_spans(text: str) -> Iterable[tuple[int, int]]:
+    if _DIGIT.search(text) is None:
+        return
     for m in _CARD_CANDIDATE.finditer(text):
         before = max(0, m.start() - 40)
         if _NOT_A_CARD.search(text, before, m.start()):
@@ -181,6 +188,8 @@ _IBAN_CANDIDATE = re.compile(r"\b[A-Z]{2}\d{2}(?:[A-Z0-9]{11,30}|(?: [A-Z0-9]{1,
 
 def _iban_spans(text: str) -> Iterable[tuple[int, int]]:
     """IBAN candidates, trimming trailing words (`… 1332 BIC`) until the checksum holds."""
+    if _DIGIT.search(text) is None:
+        return
     for m in _IBAN_CANDIDATE.finditer(text):
         value = m.group(0)
         while True:
@@ -210,6 +219,8 @@ _NOT_A_PHONE = re.compile(
 
 
 def _phone_spans(text: str) -> Iterable[tuple[int, int]]:
+    if _DIGIT.search(text) is None:
+        return
     for m in _PHONE_CANDIDATE.finditer(text):
         before = max(0, m.start() - 40)
         if _NOT_A_PHONE.search(text, before, m.start()):
@@ -240,7 +251,8 @@ def _phone_ok(candidate: str, context: bool) -> bool:
 
 
 def _ip_finder(text: str) -> Iterable[tuple[int, int]]:
-    for m in _IPV6_CANDIDATE.finditer(text):
+    # An IPv6 candidate holds two colons at least (it may hold no digit: `ab::cd`).
+    for m in _IPV6_CANDIDATE.finditer(text) if text.count(":") >= 2 else ():
         value = m.group(0)
         if value.count(":") < 2 or not re.search(r"[0-9a-fA-F]", value):
             continue
@@ -250,7 +262,8 @@ def _ip_finder(text: str) -> Iterable[tuple[int, int]]:
             ":" in value and value.rsplit(":", 1)[1].isdigit() and _ipv6_ok(value.rsplit(":", 1)[0])
         ):
             yield m.start(), m.end() - len(value.rsplit(":", 1)[1]) - 1  # unbracketed, with a port
-    for m in _IPV4.finditer(text):  # after IPv6, which may end in one (::ffff:192.0.2.1)
+    # After IPv6, which may end in one (::ffff:192.0.2.1).
+    for m in _IPV4.finditer(text) if _DIGIT.search(text) else ():
         yield m.span()
 
 
@@ -268,24 +281,35 @@ _IPV6_CANDIDATE = re.compile(
     r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,8}(?:\d{1,3}(?:\.\d{1,3}){3}|[0-9A-Fa-f]{0,5})(?!\.?[\w:])"
 )
 
-_SECRET_PATTERNS = [
-    r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----[\s\S]+?-----END (?:[A-Z0-9]+ )*PRIVATE"
-    r" KEY(?: BLOCK)?-----",
-    r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[0-9A-Z]{16}\b",  # AWS access key ids
-    r"\bgh[pousr]_[A-Za-z0-9]{36,}\b",
-    r"\bgithub_pat_[A-Za-z0-9_]{40,}\b",
-    r"\bglpat-[A-Za-z0-9_-]{20,}\b",
-    r"\bxox[abposr]-[A-Za-z0-9-]{10,}",
-    r"\b(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}\b",
-    r"\bsk-(?:ant-|proj-)?[A-Za-z0-9_-]{20,}",
-    r"\bAIza[0-9A-Za-z_-]{35}\b",
-    r"\bSG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}\b",
-    r"\bnpm_[A-Za-z0-9]{36}\b",
-    r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",  # JWT
-    r"(?i)\bbearer\s+([A-Za-z0-9._~+/-]{16,}=*)",
-    r"(?i)\bauthorization\s*[:=]\s*basic\s+([A-Za-z0-9+/]{12,}={0,2})",
-    r"(?i)\b(?:postgres(?:ql)?|mysql|mongodb(?:\+srv)?|redis|amqps?|https?|ftp)://[^:\s/@]+"
-    r":([^@\s/]+)@",
+_SECRET_PATTERNS: list[tuple[str, tuple[str, ...]]] = [
+    # Each with the text at least one of which any match holds, as it is cased: text without
+    # any is ruled out by a substring search instead of a scan ((), for rules ignoring case).
+    (
+        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----[\s\S]+?-----END (?:[A-Z0-9]+ )*"
+        r"PRIVATE KEY(?: BLOCK)?-----",
+        ("-----BEGIN ",),
+    ),
+    (  # AWS access key ids
+        r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[0-9A-Z]{16}\b",
+        ("AKIA", "ASIA", "AGPA", "AIDA", "AROA", "ANPA", "ANVA", "AIPA"),
+    ),
+    (r"\bgh[pousr]_[A-Za-z0-9]{36,}\b", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_")),
+    (r"\bgithub_pat_[A-Za-z0-9_]{40,}\b", ("github_pat_",)),
+    (r"\bglpat-[A-Za-z0-9_-]{20,}\b", ("glpat-",)),
+    (r"\bxox[abposr]-[A-Za-z0-9-]{10,}", ("xox",)),
+    (r"\b(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}\b", ("_live_", "_test_")),
+    (r"\bsk-(?:ant-|proj-)?[A-Za-z0-9_-]{20,}", ("sk-",)),
+    (r"\bAIza[0-9A-Za-z_-]{35}\b", ("AIza",)),
+    (r"\bSG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}\b", ("SG.",)),
+    (r"\bnpm_[A-Za-z0-9]{36}\b", ("npm_",)),
+    (r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}", ("eyJ",)),  # JWT
+    (r"(?i)\bbearer\s+([A-Za-z0-9._~+/-]{16,}=*)", ()),
+    (r"(?i)\bauthorization\s*[:=]\s*basic\s+([A-Za-z0-9+/]{12,}={0,2})", ()),
+    (
+        r"(?i)\b(?:postgres(?:ql)?|mysql|mongodb(?:\+srv)?|redis|amqps?|https?|ftp)://[^:\s/@]+"
+        r":([^@\s/]+)@",
+        (),
+    ),
 ]
 # `name = value`, `name: value`, `"name": "value"`: only the value is secret.
 _SECRET_ASSIGNMENT = re.compile(
@@ -321,7 +345,7 @@ DEFAULT_DETECTORS: tuple[Detector, ...] = (
 )
 """Checked in this order; a later detector skips text an earlier one already claimed."""
 
-_SECRETS = [re.compile(p) for p in _SECRET_PATTERNS]
+_SECRETS = [(re.compile(p), hints) for p, hints in _SECRET_PATTERNS]
 
 _EMAIL = re.compile(
     r"(?<![\w.%+-])[A-Za-z0-9][A-Za-z0-9._%+-]*@(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?\.)+"
@@ -338,15 +362,24 @@ _SPELLED_EMAIL = re.compile(
 
 
 def _email_spans(text: str) -> Iterable[tuple[int, int]]:
-    for pattern in (_EMAIL, _SPELLED_EMAIL):
+    for pattern in (_EMAIL, _SPELLED_EMAIL) if "@" in text else (_SPELLED_EMAIL,):
         for m in pattern.finditer(text):
             yield m.span()
 
 
+# Every name `_SECRET_ASSIGNMENT` accepts holds one of these words (same flags, same folding):
+# text without any cannot hold an assignment, and this is many times cheaper to rule out.
+_SECRET_NAME_HINT = re.compile(r"(?i)pass|pwd|secret|key|token|credential")
+
+
 def _secret_spans(text: str) -> Iterable[tuple[int, int]]:
-    for pattern in _SECRETS:
+    for pattern, hints in _SECRETS:
+        if hints and not any(h in text for h in hints):
+            continue
         for m in pattern.finditer(text):
             yield m.span(1) if pattern.groups else m.span()
+    if _SECRET_NAME_HINT.search(text) is None:
+        return
     for m in _SECRET_ASSIGNMENT.finditer(text):
         if _assignment_ok(m):
             yield m.span("value")
@@ -390,6 +423,10 @@ def mask(value: str, keep: int = 4) -> str:
     return "".join(out)
 
 
+_SCANNED = 16
+"""Texts whose detections a guard keeps, newest last."""
+
+
 class PiiRedaction(ContentGuard):
     """Finds PII and secrets and redacts, masks, hashes or blocks them."""
 
@@ -417,6 +454,7 @@ class PiiRedaction(ContentGuard):
         self.tool_results = tool_results
         self.model_output = model_output
         self._items: dict[str, tuple[str, Counter[str]]] = {}
+        self._scanned: dict[str, tuple[Detection, ...]] = {}
 
     def fingerprint(self) -> dict[str, Any]:
         return {
@@ -433,8 +471,20 @@ class PiiRedaction(ContentGuard):
     def strategy_for(self, kind: str) -> Strategy:
         return self.strategies.get(kind, self.strategy)
 
+    def bind(self, services: Services) -> Middleware:
+        bound = super().bind(services)
+        assert isinstance(bound, PiiRedaction)
+        bound._scanned = {}  # per run: a tool's result is scanned as it arrives, then in history
+        return bound
+
     def scan(self, text: str) -> list[Detection]:
-        return detect(text, self.detectors)
+        # Detectors are pure functions of the text, so a text seen lately is not scanned again.
+        hit = self._scanned.get(text)
+        if hit is None:
+            hit = self._scanned[text] = tuple(detect(text, self.detectors))
+            if len(self._scanned) > _SCANNED:
+                del self._scanned[next(iter(self._scanned))]  # the oldest
+        return list(hit)
 
     def apply(self, text: str, *, allow_block: bool = True) -> tuple[str, list[Detection]]:
         """Rewrite `text`; raise PiiBlocked when a `block` type is present and `allow_block`."""

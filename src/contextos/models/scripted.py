@@ -7,9 +7,10 @@ appended to a JSON-lines file so tests that kill processes can count requests ac
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from itertools import count
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,13 @@ from contextos.errors import ScriptExhausted
 from contextos.messages import FinishReason, Message, ToolCall, Usage
 from contextos.models.base import ModelRequest, ModelResponse
 
-Step = ModelResponse | Callable[[ModelRequest], ModelResponse]
+Step = (
+    ModelResponse
+    | Callable[[ModelRequest], ModelResponse]
+    | Callable[[ModelRequest], Awaitable[ModelResponse]]
+)
+"""A response, or a function of the request giving one (a coroutine function to model a slow
+provider)."""
 
 _ids = count(1)
 
@@ -104,6 +111,8 @@ class ScriptedModel:
             )
         step = self.steps[index]
         response = step(request) if callable(step) else step
+        if inspect.isawaitable(response):
+            response = await response
         if not response.model:
             return ModelResponse(
                 message=response.message,

@@ -80,6 +80,9 @@ class ExternalConfirmationAnswer(_Answer):
     outcome: Literal["committed", "failed"]
     receipt: str = ""
     note: str = ""
+    output: Any = None
+    """What the action gave when it took effect, where the run needs it: a workflow code
+    node's output (checked against the node's type when the workflow goes on)."""
 
 
 class ReviewAnswer(_Answer):

@@ -86,6 +86,8 @@ def check_finite(value: Any, *, tool: str) -> None:
 
 
 def _too_deep(text: str, max_depth: int) -> bool:
+    if text.count("[") + text.count("{") <= max_depth:
+        return False  # no deeper than its opening brackets, those inside strings included
     level = 0
     for bracket in _BRACKET.finditer(_STRING.sub("", text)):
         level += 1 if bracket.group() in "[{" else -1
