@@ -115,10 +115,9 @@ JUDGE_INSTRUCTIONS = (
 )
 
 
-def one_line(text: str, *, limit: int = 200) -> str:
-    """A model's reason as one line of at most `limit` characters."""
-    line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
+def one_line(text: str) -> str:
+    """A model's reason (at most 120 characters, by its schema) as one line."""
+    return " ".join(text.split())
 
 
 def _text(body: str) -> str:
