@@ -6,10 +6,10 @@ instead of the deterministic `scan_kb` call.
 
 For each size, in a fresh process: generate a synthetic knowledge base (faults planted at 5%),
 run a full scan (checks, gate against the loopback fixture, reduce, report), change 1% of the
-pages and run an incremental scan (the workflow reuses the link verdicts it made that day);
-change another 1% and scan again as the next day would, every link fetched again (for
-`scan_kb`, which keeps no verdicts, the two are the same); then a second full scan on a fresh
-index under tracemalloc for the peak of Python memory. Prints one row per size. The scan
+pages and run an incremental scan (which reuses the link verdicts it made that day); change
+another 1% and scan again as the next day would, every link fetched again; then a second
+full scan on a fresh index under tracemalloc for the peak of Python memory. Prints one row per
+size. The scan
 streams (one page in memory at a time, summaries in the index), so peak memory should stay
 flat as the size grows while the text of the knowledge base grows with it. `python -m bench`
 (`make bench`) runs it too, in the section `kb`.
@@ -64,7 +64,8 @@ async def _scan(
     verifier = LinkVerifier(
         root, network=site.network, resolver=site.resolver, aliases=site.aliases, timeout_s=5
     )
-    return await scan_kb(root, index=index, verifier=verifier, full=full)
+    again = {"recheck_links_after_s": 0.0} if recheck else {}
+    return await scan_kb(root, index=index, verifier=verifier, full=full, **again)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -205,11 +206,10 @@ def bench(size: str, report: Findings) -> None:
         f"{rounds} fresh process(es): a synthetic knowledge base of {pages:,} pages "
         f"({first['text_mb']:.1f} MB of Markdown, {first['findings']} planted faults, all "
         f"found), a full scan; then 1% of the pages edited ({first['edited']}) and an "
-        f"incremental scan ({first['reread']} pages re-read: the edited ones and those linking "
-        "to them), which for the workflow reuses the link verdicts it made within 20 hours; "
-        "then another 1% edited and a scan as the next day's would run it, every external "
-        "link fetched again (`scan_kb` keeps no verdicts: for it both are alike); then a full "
-        "scan on a fresh index under tracemalloc.\n\n"
+        f"incremental scan ({first['reread']} pages re-read: the edited ones), which reuses the "
+        "link verdicts it made within 20 hours; then another 1% edited and a scan as the next "
+        "day's would run it, every external link fetched again; then a full scan on a fresh "
+        "index under tracemalloc.\n\n"
         + table(
             [
                 "scan",

@@ -32,3 +32,9 @@ def verifier_for(root: Path, site: Fixture, **options: Any) -> LinkVerifier:
     return LinkVerifier(
         root, network=site.network, resolver=site.resolver, aliases=site.aliases, **options
     )
+
+
+def soft_404s() -> dict[str, tuple[str, ...]]:
+    """The manifest's links that work but lead nowhere useful: URL, the pages linking to it."""
+    listed: list[dict[str, Any]] = json.loads((SAMPLE / "FAULTS.json").read_text())["soft_404"]
+    return {s["url"]: tuple(s["pages"]) for s in listed}

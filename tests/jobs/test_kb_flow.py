@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -22,18 +23,20 @@ from kb_targets import flow, nonsense
 from kbsample import SAMPLE, key, planted, verifier_for
 
 from contextos import RunId, RunStatus, Runtime
-from contextos.jobs.kb import SCANNER, Fixture, Report, ScanRequest, scan_kb
+from contextos.jobs.kb import SCANNER, Finding, Fixture, Report, ScanRequest, scan_kb
 from contextos.state import RunState, fold
 from contextos.store import SqliteStore
 from support.crashes import crash_env, kill_after_command
 
 ROOT = Path(__file__).resolve().parents[2]
 FLOW = "tests/jobs/kb_targets.py:flow"
-APPENDS_IN_A_CLEAN_RUN = 21
-"""To the workflow's own log: 8 nodes started and completed, the writer's child run."""
-DURING_EACH_STAGE = (3, 5, 7, 9, 11, 13, 15, 16, 17, 19)
-"""The appends after which a stage is under way: each node's `node_started`, and the
-writer's child run started and finished."""
+APPENDS_IN_A_CLEAN_RUN = 29
+"""To the workflow's own log: 10 nodes started and completed, the judge's two child runs (one
+per doubted link) and the writer's."""
+DURING_EACH_STAGE = (3, 5, 7, 9, 11, 13, 14, 15, 19, 21, 23, 24, 25, 27)
+"""The appends after which a stage is under way: each node's `node_started`, the first
+judge's child run started and finished, and the writer's child run started and finished."""
+CHILDREN = ["run_k", "run_k.judge.0", "run_k.judge.1", "run_k.synthesis"]
 
 
 async def scan(db: Path, request: ScanRequest, which: Any = flow) -> Report:
@@ -93,7 +96,24 @@ async def test_the_second_run_reports_what_the_deterministic_scan_reports(
         assert [key(f) for f in mine] == [key(f) for f in theirs]
     assert second.counts.open == again.report.counts.open
     assert second.counts.new > 0 and second.counts.fixed > 0
-    assert second.reread == again.plan.read == 9
+    assert second.reread == again.plan.read == 3
+
+
+async def test_removed_directories_are_forgotten_as_a_full_scan_would(
+    kb: Path, tmp_path: Path, site: Fixture
+) -> None:
+    """A top-level directory that is gone, and the root's own files: no scan node is given
+    them any more, and the reduce forgets what the index had of them."""
+    request = ScanRequest(root=str(kb), index=str(tmp_path / "i.db"), sample_site=site.port)
+    await scan(tmp_path / "runs.db", request)
+    shutil.rmtree(kb / "decisions")
+    (kb / "FAULTS.json").unlink()
+    second = await scan(tmp_path / "runs.db", request)
+    full = await scan_kb(kb, index=tmp_path / "fresh.db", verifier=verifier_for(kb, site))
+    assert sorted(second.current(), key=Finding.sort_key) == list(full.report.new)
+    assert second.pages == full.report.pages < 61
+    assert any(f.path.startswith("decisions/") for f in second.fixed)
+    assert any(f.target and "decisions/" in f.target for f in second.new)  # links to them
 
 
 async def test_a_writer_that_answers_badly_changes_the_prose_never_the_counts(
@@ -199,26 +219,26 @@ def clean(tmp_path_factory: pytest.TempPathFactory) -> Report:
 
 def check_resumed(tmp: Path, site: Fixture, clean: Report, kept: set[str]) -> None:
     before = states(tmp / "runs.db")
-    asked = Counter(json.loads(x)["pid"] for x in _lines(tmp / "model.jsonl"))
+    asked = Counter(json.loads(x)["run_id"] for x in _lines(tmp / "model.jsonl"))
     hits = fetched(site)
     assert resume(tmp)["status"] == "completed"
     after = states(tmp / "runs.db")
     run = after["run_k"]
     assert Report.model_validate(run.structured_output) == clean
-    assert sorted(after) == ["run_k", "run_k.synthesis"]  # the writer started once
+    assert sorted(after) == CHILDREN  # each judge and the writer started once
     # no node ran twice: each started once and completed once
     events = asyncio.run(_events(tmp / "runs.db"))
     for kind in ("node_started", "node_completed"):
         counted = Counter(e.node for e in events if e.type == kind)
-        assert set(counted.values()) == {1} and len(counted) == 8, kind
+        assert set(counted.values()) == {1} and len(counted) == 10, kind
     # a link whose verdict was kept before the kill was not fetched again
     again = fetched(site) - hits
     assert not [url for url in kept if again[path_of(url)]]
-    # the writer's recorded answer was not asked for again
-    if before.get("run_k.synthesis") and before["run_k.synthesis"].turns:
-        assert sum(Counter(json.loads(x)["pid"] for x in _lines(tmp / "model.jsonl")).values()) == (
-            sum(asked.values())
-        )
+    # a recorded answer was not asked for again: no page judged twice, no summary written twice
+    now = Counter(json.loads(x)["run_id"] for x in _lines(tmp / "model.jsonl"))
+    for child in CHILDREN[1:]:
+        if child in before and before[child].turns:
+            assert now[child] == asked[child], child
 
 
 async def _events(db: Path) -> list[Any]:

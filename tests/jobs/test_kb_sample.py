@@ -7,13 +7,15 @@ from __future__ import annotations
 import os
 import shutil
 import sqlite3
+from collections import Counter
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from kbsample import SAMPLE, key, planted, verifier_for
 
 from contextos.errors import ConfigError
-from contextos.jobs.kb import FindingKind, Fixture, scan_kb
+from contextos.jobs.kb import Finding, FindingKind, Fixture, scan_kb
 
 
 async def test_every_planted_fault_is_found_and_nothing_else(tmp_path: Path, site: Fixture) -> None:
@@ -57,7 +59,8 @@ async def test_the_second_run_reports_only_what_three_edits_changed(
         "docs/getting-started.md",
         "runbooks/alert-storm.md",
     )
-    # the pages that link to an edited one (found with grep over the sample)
+    # the pages that link to an edited one (found with grep over the sample): their links are
+    # checked again from the index, and they are not read
     assert plan.linking == (
         "decisions/index.md",
         "docs/alerts.md",
@@ -66,7 +69,7 @@ async def test_the_second_run_reports_only_what_three_edits_changed(
         "runbooks/index.md",
         "runbooks/on-call.md",
     )
-    assert plan.read == 9 and (plan.added, plan.removed) == ((), ())
+    assert plan.read == 3 and (plan.added, plan.removed) == ((), ())
     report = second.report
     assert {key(f) for f in report.new} == {
         (
@@ -103,10 +106,14 @@ async def test_nothing_changed_nothing_read_nothing_new(
 ) -> None:
     age(kb)  # files written long before they are indexed, as in a real knowledge base
     first = (await scan_kb(kb, index=tmp_path / "i.db", verifier=verifier_for(kb, site))).report
+    before = Counter(site.hits)
     again = await scan_kb(
         kb, index=tmp_path / "i.db", verifier=verifier_for(kb, site), previous=first.current()
     )
     assert again.plan.read == 0 and not again.plan.full
+    # the same day, a link found alive or dead is not fetched again; an unsure one is
+    unsure = {urlsplit(f.target or "").path for f in first.new if f.unsure}
+    assert {hit.split()[1] for hit in Counter(site.hits) - before} == unsure
     assert (again.report.counts.new, again.report.counts.fixed) == (0, 0)
     assert len(again.report.open) == len(planted())
 
@@ -132,6 +139,42 @@ async def test_a_removed_page_makes_the_links_to_it_dead(
     }
     # its own fault went with it
     assert [f.target for f in second.report.fixed] == ["../docs/concepts/storage.md"]
+
+
+async def test_an_incremental_scan_reports_what_a_full_scan_of_the_same_tree_reports(
+    kb: Path, tmp_path: Path, site: Fixture
+) -> None:
+    """Unchanged pages are not read again: their links, anchors and titles come from the
+    index. Edits that change what unchanged pages' findings are (an anchor they point to
+    removed, a file they point to added or removed, a title they share) must still show."""
+    age(kb)  # so that unchanged pages are trusted on their size and time
+    index = tmp_path / "i.db"
+    first = (await scan_kb(kb, index=index, verifier=verifier_for(kb, site))).report
+    edit(kb / "runbooks/alert-storm.md", "## Check the alertmanager queue", "## Check it")
+    (kb / "runbooks/disk-full.md").unlink()
+    (kb / "docs/img").mkdir(exist_ok=True)
+    (kb / "docs/img/tiers.png").write_bytes(b"\x89PNG\r\n")
+    (kb / "docs/new.md").write_text(
+        "---\ntitle: Glossary\n---\n\n# Glossary\n\nSee [the FAQ](faq.md#nowhere).\n"
+    )
+
+    incremental = await scan_kb(
+        kb, index=index, verifier=verifier_for(kb, site), previous=first.current()
+    )
+    full = await scan_kb(kb, index=tmp_path / "fresh.db", verifier=verifier_for(kb, site))
+
+    assert incremental.plan.read == 2 and not incremental.plan.full
+    assert sorted(incremental.report.current(), key=Finding.sort_key) == list(full.report.new)
+    assert incremental.report.verified == full.report.verified
+    kinds = {(f.kind, f.path) for f in incremental.report.new}
+    assert (FindingKind.DEAD_ANCHOR, "runbooks/on-call.md") in kinds  # an unchanged page
+    assert (FindingKind.DEAD_LINK, "runbooks/index.md") in kinds  # an unchanged page
+    assert (FindingKind.DUPLICATE_TITLE, "docs/glossary.md") in kinds  # an unchanged page
+    fixed = {(f.kind, f.path, f.target) for f in incremental.report.fixed}
+    assert (FindingKind.DEAD_LINK, *TIERS) in fixed  # an unchanged page's link, alive now
+
+
+TIERS = ("decisions/0009-object-storage-for-cold-tier.md", "../docs/img/tiers.png")
 
 
 async def test_an_edit_that_keeps_size_and_time_is_still_seen(

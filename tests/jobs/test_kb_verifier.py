@@ -14,7 +14,7 @@ from kbsample import SAMPLE, verifier_for
 
 from contextos import NetworkPolicy
 from contextos.jobs.kb import Fixture, LinkStatus, LinkVerifier, Reason
-from contextos.jobs.kb.fixture import FLAKY, ORIGIN
+from contextos.jobs.kb.fixture import FLAKY, ORIGIN, SITE
 
 
 @pytest.mark.parametrize(
@@ -25,7 +25,9 @@ from contextos.jobs.kb.fixture import FLAKY, ORIGIN
         ("/community/forum", LinkStatus.DEAD, Reason.NOT_FOUND, 404),
         ("/downloads/agent-1.2.tar.gz", LinkStatus.DEAD, Reason.NOT_FOUND, 410),
         ("/docs/legacy-setup", LinkStatus.DEAD, Reason.REDIRECT_TO_MISSING, 404),
-        ("/help/retention-faq", LinkStatus.UNSURE, Reason.SEMANTIC, 200),
+        ("/help/retention-faq", LinkStatus.ALIVE, Reason.OK, 200),  # HTTP alone decides
+        ("/docs/upgrade-guide", LinkStatus.ALIVE, Reason.OK, 200),
+        ("/account/audit-log", LinkStatus.UNSURE, Reason.NEEDS_AUTH, 401),
     ],
 )
 async def test_verdicts_from_the_site(
@@ -43,10 +45,30 @@ async def test_a_redirect_is_reported_where_it_ends(site: Fixture) -> None:
     assert site.hits["GET /docs/legacy-setup"] == site.hits["GET /docs/setup-v0"] == 1
 
 
-async def test_a_page_that_says_not_found_is_left_to_judge(site: Fixture) -> None:
+async def test_a_page_that_says_not_found_is_alive_with_a_doubt(site: Fixture) -> None:
     verdict = await verifier_for(SAMPLE, site).verify_url(f"{ORIGIN}/help/retention-faq")
-    assert verdict.status is LinkStatus.UNSURE
-    assert "page says 'Page not found'" in verdict.detail
+    assert verdict.status is LinkStatus.ALIVE
+    assert verdict.doubt == "the page says 'Page not found'"
+    assert verdict.excerpt is not None and verdict.excerpt.startswith("title: Page not found\n")
+    assert "could not find the page you were looking for" in verdict.excerpt
+
+
+async def test_a_redirect_to_the_home_page_is_alive_with_a_doubt(site: Fixture) -> None:
+    verdict = await verifier_for(SAMPLE, site).verify_url(f"{ORIGIN}/docs/upgrade-guide")
+    assert (verdict.status, verdict.final_url) == (LinkStatus.ALIVE, f"{ORIGIN}/")
+    assert verdict.doubt == f"redirected to the site's home page, {ORIGIN}/"
+
+
+async def test_ordinary_pages_raise_no_doubt(site: Fixture) -> None:
+    """The pre-filter picks the few pages worth asking a model about, not every alive one."""
+    soft = {"/help/retention-faq", "/docs/upgrade-guide"}
+    verifier = verifier_for(SAMPLE, site, backoff_s=0.01)
+    for path in SITE:
+        verdict = await verifier.verify_url(ORIGIN + path)
+        if verdict.status is LinkStatus.ALIVE and path not in soft:
+            assert (path, verdict.doubt, verdict.excerpt) == (path, None, None)
+    home = await verifier.verify_url(f"{ORIGIN}/")  # the home page itself is not doubted
+    assert (home.status, home.doubt) == (LinkStatus.ALIVE, None)
 
 
 async def test_a_server_error_is_tried_again(site: Fixture) -> None:

@@ -3,10 +3,12 @@
 Everything here is deterministic and needs no model: contained read-only tools for a scan
 node, the checks, the index that makes scans incremental and streaming, the reduce, the link
 verifier and the report. `scan_kb` runs them end to end; `kb_scan` is the same scan as a
-durable workflow, with a model writing the report's prose.
+durable workflow, with a model writing the report's prose and judging the working links that
+look moved (listed apart, never counted).
 """
 
 from contextos.jobs.kb.checks import Rules
+from contextos.jobs.kb.doubts import Doubt, Judgement, Suspect
 from contextos.jobs.kb.findings import Finding, FindingKind
 from contextos.jobs.kb.fix import (
     FixOutcome,
@@ -36,12 +38,14 @@ from contextos.jobs.kb.verify import LinkStatus, LinkVerdict, LinkVerifier, Reas
 __all__ = [
     "Counts",
     "Delta",
+    "Doubt",
     "Finding",
     "FindingKind",
     "FixOutcome",
     "Fixture",
     "Gated",
     "Index",
+    "Judgement",
     "LinkStatus",
     "LinkVerdict",
     "LinkVerifier",
@@ -58,6 +62,7 @@ __all__ = [
     "ScanRequest",
     "Scanner",
     "Summary",
+    "Suspect",
     "dedupe",
     "default_index",
     "fix_frontmatter",

@@ -61,8 +61,8 @@ class Finding(BaseModel):
     detail: str = ""
     """Why it is a problem, in one sentence for a person."""
     unsure: bool = False
-    """The verifier could neither prove nor disprove it (a page that answers 200 but reads
-    "not found", a timeout): a person or a model judges it."""
+    """The verifier could neither prove nor disprove it (a timeout, a login page, a host the
+    policy does not allow): a person judges it."""
 
     @computed_field  # type: ignore[prop-decorator]
     @property

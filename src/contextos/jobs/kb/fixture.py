@@ -64,10 +64,13 @@ SITE: dict[str, Route] = {
     "/help/retention-faq": _page(
         "Page not found", "Sorry, we could not find the page you were looking for."
     ),
+    "/docs/upgrade-guide": Route(status=301, location="/"),
+    "/account/audit-log": Route(status=401, title="Sign in", text="Sign in to see this page."),
     "/releases": _page("Releases", "Release notes and upgrade guides."),
 }
-"""The site: alive pages, an alive redirect, 404s, a 410, a redirect to a 404 and a page
-that answers 200 but says it is missing. `/releases` fails once with 503 before it answers
+"""The site: alive pages, an alive redirect, 404s, a 410, a redirect to a 404, a page behind a
+login, and two soft 404s: a page that answers 200 but says it is missing, and a guide that
+redirects to the home page. `/releases` fails once with 503 before it answers
 (a verifier must try again), and `/slow` answers only after the fixture's `delay_s`."""
 
 

@@ -1,14 +1,17 @@
-"""The knowledge-base scan as a workflow: durable node by node, with a model only for prose.
+"""The knowledge-base scan as a workflow: durable node by node; a model writes prose and
+judges doubted links, and never moves a count.
 
     plan ─▶ scan (map: one node per top-level directory) ─▶ reduce ─▶ verify (gate per link)
-         ─▶ tally ─▶ digest ─▶ synthesis (agent) ─▶ report
+         ─▶ doubts ─▶ judge (map: an agent per doubted page) ─▶ tally ─▶ digest
+         ─▶ synthesis (agent) ─▶ report
 
 Each scan node gets its directory, the rules and the previous findings of that directory,
-and reads through its own read-only `ReadOnlyDir`. The reduce (code) re-reads what links to a
-change and derives the findings across pages; the gate re-verifies every candidate dead link,
-trying to disprove it; the tally splits findings into new, still open and fixed and computes
-every count; the synthesis agent writes prose from a digest of the gated findings, and that
-prose is the only part of the report a model touches.
+and reads through its own read-only `ReadOnlyDir`. The reduce (code) derives the findings
+across pages from the index, where every page's links, anchors and title are kept; the gate
+re-verifies every candidate dead link, trying to disprove it; the tally splits findings into
+new, still open and fixed and computes every count. A model touches two parts of the report,
+neither counted: the judge says yes or no about the few alive pages a pre-filter doubts (soft
+404s), and the synthesis agent writes prose from a digest of the gated findings.
 
 Every step notes what it decided in the scan's index (its journal), in the same transaction
 as the index changes it made, so a step killed after its work and before the workflow
@@ -24,17 +27,27 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from contextos import Agent, Budget, ModelAdapter, NetworkPolicy, Principal, Subagent, Workflow
-from contextos.graph import ClaimCheck
+from contextos.graph import ClaimCheck, Collected
 from contextos.graph import Gated as Checked
 from contextos.jobs.kb.checks import Rules
+from contextos.jobs.kb.doubts import (
+    JUDGE_INSTRUCTIONS,
+    MAX_DOUBTS,
+    Doubt,
+    Judgement,
+    Suspect,
+    one_line,
+)
 from contextos.jobs.kb.findings import Finding, FindingKind
 from contextos.jobs.kb.fixture import Fixture, reach
+from contextos.jobs.kb.gate import RECHECK_LINKS_AFTER_S, carry_links, url_key
 from contextos.jobs.kb.index import Index
 from contextos.jobs.kb.reduce import Delta, dedupe, reduce
 from contextos.jobs.kb.report import Report
@@ -75,7 +88,7 @@ class ScanRequest(BaseModel):
     sample_site: int | None = None
     """Check the sample's external links against its loopback site instead: 0 serves the
     site in this process, a port uses one serving there."""
-    recheck_links_after_s: float = 72_000.0
+    recheck_links_after_s: float = RECHECK_LINKS_AFTER_S
     """An external link found alive or dead is fetched again once that verdict is this old:
     20 hours by default, so a daily scan checks every link again and a second scan the same
     day does not; 0 fetches every link on every scan. An unsure link is always tried again."""
@@ -133,14 +146,11 @@ class LinkCheck(BaseModel):
     finding: Finding | None = None
     url: str | None = None
 
-    URL_KEY: ClassVar[str] = "link:http"
-    """How the journal's keys of external links start (those of internal ones go on with a
-    hexadecimal fingerprint)."""
-
     @property
     def key(self) -> str:
+        """Its key in the scan's journal."""
         if self.url is not None:
-            return f"link:{self.url}"
+            return url_key(self.url)
         assert self.finding is not None
         return f"link:{self.finding.fingerprint}"
 
@@ -152,6 +162,14 @@ class Candidates(BaseModel):
     links: list[LinkCheck]
     findings: tuple[Finding, ...] = ()
     """Findings across pages that are not links (shared titles, orphans)."""
+
+
+class Doubts(BaseModel):
+    """The alive pages worth a second look, for the judge (at most `MAX_DOUBTS`)."""
+
+    doubts: list[Doubt]
+    pages: dict[str, list[str]] = {}
+    """The pages linking to each doubted URL."""
 
 
 class Digest(BaseModel):
@@ -189,7 +207,7 @@ def plan(request: ScanRequest) -> ScanPlan:
         )
         last = index.last("report")
         previous = Report.model_validate_json(last).current() if last else ()
-        _carry_links(index, older_than=time.time() - request.recheck_links_after_s)
+        carry_links(index, older_than=time.time() - request.recheck_links_after_s)
         index.forget_before("report")
         index.put_other("", kind="dir")  # the root itself, for links to it
         index.commit()
@@ -233,24 +251,22 @@ def scan_part(task: PartTask) -> PartScan:
 
 
 def converge(scan: ScanPlan, found: list[PartScan]) -> Candidates:
-    """The reduce, in code: re-read the pages linking to what changed, derive the findings
-    across pages, deduplicate them, and list every link the gate must re-verify."""
+    """The reduce, in code: derive the findings across pages from the index, deduplicate
+    them, and list every link the gate must re-verify."""
     at = scan.at
     with _lock(at.index), Index(at.index, at.root, run=at.scan) as index:
         done = index.recall("reduce")
         if done is not None:
             return Candidates.model_validate_json(done)
         scanner = Scanner(at.root, index=index, rules=scan.rules)
-        removed = [*(path for part in found for path in part.removed), *index.drop_unseen()]
-        touched = [path for part in found for path in (*part.added, *part.changed)]
-        linking = [] if scan.full else scanner.follow(touched, removed)
+        index.drop_parts_but(part.part for part in found)  # directories that are gone
         across = dedupe(scanner.across())
         links = [LinkCheck(at=at, finding=f) for f in across if f.kind in LINK_KINDS]
         links += [LinkCheck(at=at, url=url) for url in index.external_urls()]
         result = Candidates(
             at=at,
             pages=index.pages(),
-            read=sum(part.read for part in found) + len(linking),
+            read=sum(part.read for part in found),
             links=links,
             findings=tuple(f for f in across if f.kind not in LINK_KINDS),
         )
@@ -283,6 +299,29 @@ def tally(
 ) -> Report:
     """Split every gated finding into new, still open and fixed; every count is computed
     here, from the lists, never by a model."""
+    return _tally(scan, found, candidates, gated, suspects=())
+
+
+def tally_judged(
+    scan: ScanPlan,
+    found: list[PartScan],
+    candidates: Candidates,
+    gated: Checked[LinkCheck],
+    asked: Doubts,
+    judged: Collected[Doubt, Judgement],
+) -> Report:
+    """`tally`, with the links the judge said yes about listed apart (never counted)."""
+    return _tally(scan, found, candidates, gated, suspects=suspects(asked, judged))
+
+
+def _tally(
+    scan: ScanPlan,
+    found: list[PartScan],
+    candidates: Candidates,
+    gated: Checked[LinkCheck],
+    *,
+    suspects: tuple[Suspect, ...],
+) -> Report:
     at = scan.at
     with _lock(at.index), Index(at.index, at.root, run=at.scan) as index:
         verified = dict.fromkeys(LinkStatus, 0)
@@ -317,10 +356,45 @@ def tally(
             pages=candidates.pages,
             reread=candidates.read,
             verified=verified,
+            suspects=suspects,
         )
         index.note("report", report.model_dump_json())
         index.commit()
     return report
+
+
+def doubts(gated: Checked[LinkCheck]) -> Doubts:
+    """The alive external links the pre-filter doubts (their page reads "not found", they
+    landed on the site's home page), from the verdicts the gate kept: the first by URL."""
+    found: list[Doubt] = []
+    alive = sorted((r.item for r in gated.rejected if r.item.url), key=lambda link: link.key)
+    for link in alive:
+        kept = _journal(link.at, link.key)
+        if kept is None:
+            raise RuntimeError(f"no verdict kept for {link.key}: the gate did not record it")
+        verdict = LinkVerdict.model_validate_json(kept)
+        if verdict.doubt is not None and link.url is not None and len(found) < MAX_DOUBTS:
+            found.append(Doubt(url=link.url, why=verdict.doubt, excerpt=verdict.excerpt or ""))
+    if not found:  # the usual case: the index is not opened
+        return Doubts(doubts=[])
+    at = alive[0].at
+    with _lock(at.index), Index(at.index, at.root, run=at.scan) as index:
+        pages = {d.url: [use.path for use in index.uses_of(d.url)] for d in found}
+    return Doubts(doubts=found, pages=pages)
+
+
+def suspects(asked: Doubts, judged: Collected[Doubt, Judgement]) -> tuple[Suspect, ...]:
+    """The doubted links the judge said yes about, with its one line. A page whose judge gave
+    no valid answer is left out: a model that answers nonsense changes nothing."""
+    failed = {failure.item.url for failure in judged.failed}
+    answered = [doubt for doubt in asked.doubts if doubt.url not in failed]
+    return tuple(
+        Suspect(
+            url=doubt.url, pages=tuple(asked.pages.get(doubt.url, ())), reason=one_line(j.reason)
+        )
+        for doubt, j in zip(answered, judged.results, strict=True)
+        if j.soft_404
+    )
 
 
 def digest(report: Report, *, limit: int = 20) -> Digest:
@@ -361,10 +435,13 @@ knowledge base, and a scheduled scan gone wrong cannot spend more."""
 def kb_scan_workflow(
     model: str | ModelAdapter = "local",
     *,
+    judge: str | ModelAdapter | None = None,
     budget: Budget | None = None,
     daily_tokens: int | None = DAILY_TOKENS,
 ) -> Workflow:
-    """The scan as a workflow; `model` writes the summary only.
+    """The scan as a workflow; `model` writes the summary, and `judge` (a model, often the
+    same one) says which working links a pre-filter doubts look moved: those are listed
+    apart in the report, never counted. Without a `judge` no link is judged.
 
     `budget` caps one scan; `daily_tokens` caps what the run's bound principal (`SCANNER`
     from the command line) spends in a UTC day, counted by the store: a model call that would
@@ -387,7 +464,30 @@ def kb_scan_workflow(
     scanned = flow.map("scan", scan_part, over="parts", concurrency=4)
     found = flow.code("reduce", converge, after=[planned, scanned])
     gated = flow.gate("verify", disprove, over="links", claim="this link is dead", concurrency=8)
-    counted = flow.code("tally", tally, after=[planned, scanned, found, gated])
+    counted_from = [planned, scanned, found, gated]
+    counting: Callable[..., Report] = tally
+    if judge is not None:
+        judged_by = Agent(
+            name="kb-link-judge",
+            model=judge,
+            instructions=JUDGE_INSTRUCTIONS,
+            output_type=Judgement,
+            # one answer or none: a page the model cannot judge at once is left to a person
+            budget=Budget(max_turns=1, max_tokens=1_500),
+            middleware=daily,
+        )
+        doubted = flow.code("doubts", doubts)
+        judged = flow.map(
+            "judge",
+            Subagent(agent=judged_by, forbidden_effects=("write",)),
+            over="doubts",
+            objective="Is this linked page an error page, missing, or moved?",
+            merge="collect",
+            concurrency=1,  # a few pages, one at a time: the local model runs one at a time
+        )
+        counted_from += [doubted, judged]
+        counting = tally_judged
+    counted = flow.code("tally", counting, after=counted_from)
     flow.code("digest", digest)
     summary = flow.agent(
         "synthesis",
@@ -398,8 +498,9 @@ def kb_scan_workflow(
     return flow
 
 
-kb_scan = kb_scan_workflow()
-"""The scan with the embedded local model writing its summary (`contextos kb scan`)."""
+kb_scan = kb_scan_workflow("local", judge="local")
+"""The scan with the embedded local model writing its summary and judging the doubted links
+(`contextos kb scan`)."""
 
 
 def default_index(root: str | os.PathLike[str]) -> str:
@@ -467,17 +568,6 @@ def _journal(at: Where, key: str, value: str | None = None) -> str | None:
             "SELECT value FROM journal WHERE run=? AND key=?", (at.scan, key)
         ).fetchone()
         return None if row is None else str(row[0])
-
-
-def _carry_links(index: Index, *, older_than: float) -> None:
-    """Keep for this scan the verdicts on external links an earlier one made since
-    `older_than` (but unsure ones): the gate finds them in the journal, and fetches only the
-    rest."""
-    for key, value in list(index.earlier(LinkCheck.URL_KEY)):
-        verdict = LinkVerdict.model_validate_json(value)
-        fresh = verdict.checked_s is not None and verdict.checked_s >= older_than
-        if fresh and verdict.status is not LinkStatus.UNSURE:
-            index.note(key, value)
 
 
 def _verdict(index: Index, link: LinkCheck) -> LinkVerdict:

@@ -24,7 +24,7 @@ from contextos.jobs.kb.markdown import Page, TargetKind, resolve
 
 KIND = "contextos-kb-index"
 """Marks a SQLite file as a scan index: any other file is refused, never overwritten."""
-VERSION = "2"
+VERSION = "3"
 ROOT_PART = "."
 """How a scan step names the files directly in the root."""
 
@@ -37,7 +37,6 @@ CREATE TABLE files (
     mtime_ns INTEGER NOT NULL DEFAULT 0,
     sha256 TEXT,                  -- pages only
     indexed_ns INTEGER NOT NULL DEFAULT 0,
-    seen INTEGER NOT NULL,        -- the last run that found the file
     title TEXT, title_key TEXT, title_line INTEGER,
     findings TEXT NOT NULL DEFAULT '[]'  -- what the page alone shows, as JSON
 );
@@ -137,6 +136,9 @@ class Index:
             self.rebuilt = db.execute("SELECT count(*) FROM files").fetchone()[0] == 0
         # readers (the workflow's steps) do not wait for a writer, and a commit is one sync
         db.execute("PRAGMA journal_mode=WAL")
+        # The files this connection found: in memory, so that an unchanged file costs no write
+        # (marking each row would rewrite the whole table on every scan).
+        db.execute("CREATE TEMP TABLE seen (path TEXT PRIMARY KEY) WITHOUT ROWID")
         db.execute("BEGIN IMMEDIATE")
         if self._carry_on is not None:
             self.run = self._carry_on
@@ -218,25 +220,25 @@ class Index:
         }
 
     def mark_seen(self, paths: Iterable[str]) -> None:
-        """These files are still there, as the index has them."""
-        self._db.executemany(
-            "UPDATE files SET seen=? WHERE path=?", ((self.run, path) for path in paths)
-        )
+        """These files are still there (what `drop_unseen` keeps)."""
+        self._db.executemany("INSERT OR IGNORE INTO seen VALUES (?)", ((p,) for p in paths))
 
     def keep(self, path: str, *, size: int, mtime_ns: int) -> None:
         """The file's content was compared just now and is unchanged."""
         self._db.execute(
-            "UPDATE files SET seen=?, size=?, mtime_ns=?, indexed_ns=? WHERE path=?",
-            (self.run, size, mtime_ns, time.time_ns(), path),
+            "UPDATE files SET size=?, mtime_ns=?, indexed_ns=? WHERE path=?",
+            (size, mtime_ns, time.time_ns(), path),
         )
+        self.mark_seen((path,))
 
     def put_other(self, path: str, *, kind: str, size: int = 0, mtime_ns: int = 0) -> None:
         """A directory, or a file that is not a page: a link target, nothing more."""
         self._forget(path)
         self._db.execute(
-            "INSERT INTO files (path, kind, size, mtime_ns, seen) VALUES (?, ?, ?, ?, ?)",
-            (path, kind, size, mtime_ns, self.run),
+            "INSERT INTO files (path, kind, size, mtime_ns) VALUES (?, ?, ?, ?)",
+            (path, kind, size, mtime_ns),
         )
+        self.mark_seen((path,))
 
     def put_page(
         self,
@@ -252,15 +254,14 @@ class Index:
         self._forget(path)
         title = page.title
         self._db.execute(
-            "INSERT INTO files (path, kind, size, mtime_ns, sha256, indexed_ns, seen, title, "
-            "title_key, title_line, findings) VALUES (?, 'page', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO files (path, kind, size, mtime_ns, sha256, indexed_ns, title, "
+            "title_key, title_line, findings) VALUES (?, 'page', ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 path,
                 size,
                 mtime_ns,
                 sha256,
                 time.time_ns(),
-                self.run,
                 title,
                 title_key(title) if title else None,
                 page.title_line,
@@ -279,29 +280,51 @@ class Index:
             row = (path, link.line, link.target, target.kind.value, target.path, target.anchor)
             rows.append((*row, target.url))
         self._db.executemany("INSERT INTO links VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+        self.mark_seen((path,))
 
     def put_unreadable(self, path: str, finding: Finding, *, size: int, mtime_ns: int) -> None:
         """A page the scan could not read: it exists, and that is all that is known."""
         self._forget(path)
         self._db.execute(
-            "INSERT INTO files (path, kind, size, mtime_ns, seen, findings) "
-            "VALUES (?, 'page', ?, ?, ?, ?)",
-            (path, size, mtime_ns, self.run, _dump([finding])),
+            "INSERT INTO files (path, kind, size, mtime_ns, findings) VALUES (?, 'page', ?, ?, ?)",
+            (path, size, mtime_ns, _dump([finding])),
         )
+        self.mark_seen((path,))
 
     def _forget(self, path: str) -> None:
         for table in ("files", "anchors", "links"):
             self._db.execute(f"DELETE FROM {table} WHERE path=?", (path,))
 
     def drop_unseen(self, under: str | None = None) -> list[str]:
-        """Forget the files this scan did not find (`under` a top-level directory, or the
-        root's own files for `.`); their paths, sorted."""
-        query = "SELECT path, kind FROM files WHERE seen < ? ORDER BY path"
+        """Forget the files this connection did not find (`under` a top-level directory, or
+        the root's own files for `.`); their paths, sorted."""
+        query = (
+            "SELECT path, kind FROM files WHERE path NOT IN (SELECT path FROM seen) ORDER BY path"
+        )
         gone = [
             path
-            for path, kind in self._db.execute(query, (self.run,))
+            for path, kind in self._db.execute(query)
             # a top-level directory belongs to its own part, not to the root's files
             if _within(path, under) and not (under == ROOT_PART and kind == "dir")
+        ]
+        for path in gone:
+            self._forget(path)
+        return gone
+
+    def drop_parts_but(self, parts: Iterable[str]) -> list[str]:
+        """Forget the files of every part but `parts` (top-level directories that are gone,
+        or `.` when the root has no files of its own any more); their paths, sorted."""
+        part = (
+            "CASE WHEN instr(path, '/') > 0 THEN substr(path, 1, instr(path, '/') - 1) "
+            "WHEN kind = 'dir' THEN path ELSE '.' END"
+        )
+        gone = [
+            str(path)
+            for (path,) in self._db.execute(
+                f"SELECT path FROM files WHERE path != '' AND {part} NOT IN "
+                "(SELECT value FROM json_each(?)) ORDER BY path",
+                (json.dumps(list(parts)),),
+            )
         ]
         for path in gone:
             self._forget(path)

@@ -7,12 +7,13 @@ only add the report's prose (`Report.with_summary`) and judge the links left `un
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from contextos.jobs.kb.checks import Rules
 from contextos.jobs.kb.findings import Finding
-from contextos.jobs.kb.gate import gate
+from contextos.jobs.kb.gate import RECHECK_LINKS_AFTER_S, carry_links, gate
 from contextos.jobs.kb.index import Index
 from contextos.jobs.kb.reduce import reduce
 from contextos.jobs.kb.report import Report
@@ -37,25 +38,32 @@ async def scan_kb(
     previous: Iterable[Finding] = (),
     full: bool = False,
     concurrency: int = 8,
+    recheck_links_after_s: float = RECHECK_LINKS_AFTER_S,
 ) -> Outcome:
     """Scan the knowledge base at `root` and report against `previous` (the last report's
     `current()` findings).
 
     `index` is a file kept between runs (the last run's summaries and hashes); without the
     previous index, or with `full`, every page is read. Without a `verifier`, no URL is
-    reachable and every external link is reported as unsure.
+    reachable and every external link is reported as unsure. A verdict on an external link
+    that an earlier scan with this index made (alive or dead) is kept for
+    `recheck_links_after_s` (20 hours by default; 0 fetches every link again).
     """
     rules = rules or Rules()
     verifier = verifier or LinkVerifier(root)
     with Index(index, root) as kept:
         scan = Scanner(root, index=kept, rules=rules).scan(full=full)
+        carry_links(kept, older_than=time.time() - recheck_links_after_s)
+        kept.forget_before("report")
         gated = await gate(
             scan.findings,
             kept.external_urls(),
             verifier,
             uses=kept.uses_of,
             concurrency=concurrency,
+            journal=kept,
         )
+        kept.commit()
     report = Report.of(
         reduce(gated.findings, previous),
         pages=scan.plan.pages,

@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, computed_field
 
+from contextos.jobs.kb.doubts import Suspect
 from contextos.jobs.kb.findings import Finding, FindingKind
 from contextos.jobs.kb.reduce import Delta
 from contextos.jobs.kb.verify import LinkStatus
@@ -55,6 +56,9 @@ class Report(BaseModel):
     fixed: tuple[Finding, ...] = ()
     summary: str | None = None
     """Prose written by a model from the findings; never read by code."""
+    suspects: tuple[Suspect, ...] = ()
+    """Links that work but that a model judged possibly moved or a soft 404, for a person to
+    check: never findings, never counted."""
 
     @classmethod
     def of(cls, delta: Delta, **fields: object) -> Report:
@@ -119,6 +123,17 @@ class Report(BaseModel):
         ):
             if findings:
                 out += [f"## {title} ({len(findings)})", "", *_listing(findings)]
+        if self.suspects:
+            out += [
+                f"## Possibly moved or soft 404, for a person to check ({len(self.suspects)})",
+                "",
+                "*These links work; a model read each page's opening and doubts it is the page "
+                "meant. They are not findings and not in the counts above.*",
+                "",
+            ]
+            for suspect in self.suspects:
+                pages = ", ".join(_code(page) for page in suspect.pages)
+                out.append(f"- {_code(suspect.url)} (linked from {pages}): {suspect.reason}")
         return "\n".join(out).rstrip() + "\n"
 
 

@@ -2,10 +2,12 @@
 re-read only what changed (and what links to it), and derive every finding from the index.
 
 Which files are re-read: a file whose size or modification time changed is hashed; one whose
-sha256 changed (or that is new) is re-read, and so is every page that links to a changed, new
-or removed file. `full` re-reads everything. A file whose timestamps match but that was written
-within `RACY_NS` of being indexed is hashed anyway: file-system clocks are coarse, so a quick
-second edit can keep the same size and time (git calls these "racily clean").
+sha256 changed (or that is new) is re-read. A page that links to a changed, new or removed file
+is not: its links are in the index, and the checks across pages are queries over the index, so
+they see the change without reading the page. `full` re-reads everything. A file whose
+timestamps match but that was written within `RACY_NS` of being indexed is hashed anyway:
+file-system clocks are coarse, so a quick second edit can keep the same size and time (git
+calls these "racily clean").
 """
 
 from __future__ import annotations
@@ -54,14 +56,15 @@ class Plan:
     changed: tuple[str, ...] = ()
     """Pages whose content hash changed."""
     linking: tuple[str, ...] = ()
-    """Unchanged pages re-read because they link to an added, changed or removed file."""
+    """Unchanged pages whose links to an added, changed or removed file were checked again
+    (from the index: they are not read)."""
     removed: tuple[str, ...] = ()
     """Files (pages or not) that are gone."""
 
     @property
     def reread(self) -> tuple[str, ...]:
         """The pages an incremental scan read, sorted (empty for a full scan)."""
-        return tuple(sorted({*self.added, *self.changed, *self.linking}))
+        return tuple(sorted({*self.added, *self.changed}))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -112,7 +115,7 @@ class Scanner:
         plan = Plan(
             full=full,
             pages=self.index.pages(),
-            read=read + len(linking),
+            read=read,
             added=tuple(added),
             changed=tuple(changed),
             linking=tuple(linking),
@@ -140,13 +143,9 @@ class Scanner:
         )
 
     def follow(self, touched: list[str], removed: list[str]) -> list[str]:
-        """Re-read the unchanged pages that link to a `touched` or `removed` file; those
-        pages, sorted."""
+        """The unchanged pages that link to a `touched` or `removed` file, sorted."""
         seen = set(touched)
-        linking = [p for p in self.index.linking_to([*touched, *removed]) if p not in seen]
-        for path in linking:
-            self._reread(path)
-        return linking
+        return [p for p in self.index.linking_to([*touched, *removed]) if p not in seen]
 
     def findings(self) -> Iterator[Finding]:
         """Every candidate finding the index shows now."""

@@ -4,8 +4,8 @@ An internal link is resolved again from the files themselves (the file, then its
 An external link is fetched through the project's network-contained HTTP tool: every hop of a
 redirect is checked against the network policy on the address it resolves to, so a link to a
 denied address is refused, never fetched. Timeouts, refused connections and 5xx/429 answers
-are tried again. A page that answers 200 but reads "not found" or "moved" is `unsure`, with
-reason `semantic`: only a model or a person can judge that.
+are tried again. HTTP alone decides: a page that answers 200 is alive, and one that reads "not
+found" or "moved" carries a `doubt` (see `doubts`) for a model or a person to judge apart.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
-import re
 import ssl
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from enum import StrEnum
@@ -25,6 +24,7 @@ from pydantic import BaseModel, ConfigDict
 
 from contextos import NetworkPolicy, Tool, ToolContext
 from contextos.errors import ContainmentViolation
+from contextos.jobs.kb.doubts import doubt_of, excerpt
 from contextos.jobs.kb.markdown import TargetKind, normalise_url, parse, resolve
 from contextos.jobs.kb.tools import ReadOnlyDir
 from contextos.tools import http_tools
@@ -52,8 +52,6 @@ class Reason(StrEnum):
     """404 or 410."""
     REDIRECT_TO_MISSING = "redirect_to_missing"
     """A redirect that ends at a 404 or 410."""
-    SEMANTIC = "semantic"
-    """200, but the page says it is missing or has moved."""
     UNRESOLVABLE = "unresolvable"
     """The host name does not resolve."""
     CONNECTION_FAILED = "connection_failed"
@@ -88,34 +86,14 @@ class LinkVerdict(BaseModel):
     """Requests made (more than one when a failure was tried again)."""
     checked_s: float | None = None
     """When the scan that kept this verdict made it (seconds since the epoch)."""
+    doubt: str | None = None
+    """Why an alive page is worth a second look (it reads "not found", it landed on the
+    site's home page), when the pre-filter says so; the page's excerpt is kept with it."""
+    excerpt: str | None = None
+    """The doubted page's title, first heading and opening text, for the judge."""
 
 
-_MISSING_WORDS = re.compile(
-    r"\b(?:(?:page|file|article|document|resource)\s+(?:was\s+|is\s+)?not\s+found"
-    r"|not\s+found|404|no\s+longer\s+(?:exists|available)|does\s*n[o']t\s+exist"
-    r"|(?:has|have)\s+(?:been\s+)?(?:moved|removed|deleted))\b",
-    re.I,
-)
 _PAGES = (".md", ".markdown")
-_TITLE = re.compile(r"<title[^>]*>(.*?)</title>", re.I | re.S)
-_H1 = re.compile(r"<h1[^>]*>(.*?)</h1>", re.I | re.S)
-_TAG = re.compile(r"<[^>]+>")
-
-
-def reads_missing(body: str) -> str | None:
-    """The words by which a page that answered 200 says it is missing, if it does.
-
-    Only the title, the first heading and the opening of the text are read: a page about 404
-    errors further down is not a missing page.
-    """
-    parts = [m.group(1) for pattern in (_TITLE, _H1) for m in pattern.finditer(body[:20_000])]
-    text = _TAG.sub(" ", re.sub(r"(?is)<(script|style|head)\b.*?</\1>", " ", body))
-    parts.append(" ".join(text.split())[:300])
-    for part in parts:
-        found = _MISSING_WORDS.search(_TAG.sub(" ", part))
-        if found:
-            return " ".join(found.group(0).split())
-    return None
 
 
 class LinkVerifier:
@@ -149,8 +127,7 @@ class LinkVerifier:
             network or NetworkPolicy(),
             timeout_s=timeout_s,
             max_bytes=max_bytes,
-            # one TLS context for every request: loading the CA bundle takes ~0.1 s each time
-            verify=ssl.create_default_context(),
+            verify=_tls(),
             **extra,
         )[0]
 
@@ -260,13 +237,17 @@ class LinkVerifier:
         if status >= 400 and status != 416:  # 416: a range past the end of a file that exists
             return made(status=LinkStatus.UNSURE, reason=Reason.CLIENT_ERROR, detail=hops)
         kind = str(answer.get("content_type", "")).lower()
-        words = None
-        if "html" in kind or "text" in kind:
-            words = reads_missing(str(answer.get("body", "")))
-        if words:
-            detail = f"{hops} but the page says {words!r}"
-            return made(status=LinkStatus.UNSURE, reason=Reason.SEMANTIC, detail=detail)
-        return made(status=LinkStatus.ALIVE, reason=Reason.OK, detail=hops)
+        body = str(answer.get("body", "")) if "html" in kind or "text" in kind else ""
+        doubt = doubt_of(url, moved, body)
+        if doubt is None:
+            return made(status=LinkStatus.ALIVE, reason=Reason.OK, detail=hops)
+        return made(
+            status=LinkStatus.ALIVE,
+            reason=Reason.OK,
+            detail=f"{hops}, but {doubt}",
+            doubt=doubt,
+            excerpt=excerpt(body),
+        )
 
     def _alias(self, url: str) -> str:
         origin = _origin(url)
@@ -291,6 +272,13 @@ _HEADERS = {
     # by servers that honour ranges
     "Range": "bytes=0-65535",
 }
+
+
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    """One TLS context for every verifier in the process: loading the CA bundle takes ~0.1 s,
+    a fixed cost an incremental scan would otherwise pay in full."""
+    return ssl.create_default_context()
 
 
 def _origin(url: str) -> str:
