@@ -36,10 +36,11 @@ install: $(VENV)/.test-installed
 demo: install-demo
 	$(BIN)/contextos kb scan examples/kb --sample-site
 
+# Two test processes, one per core; a file's tests stay in one process (they share fixtures).
 test: install
 	$(BIN)/ruff check src tests examples
 	$(BIN)/mypy
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 2 --dist loadfile
 
 lint: install
 	$(BIN)/ruff check src tests examples

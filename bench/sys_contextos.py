@@ -54,7 +54,16 @@ def _agent(turns: int, *, crash: bool, delay_s: float = 0.0) -> Any:
     model: Any = ScriptedModel(steps, by_turn=True)
     if delay_s:
         model = _Sleepy(model, delay_s)
-    return Agent(name="bench", model=model, tools=[echo], budget=Budget(max_turns=turns + 1))
+    # The bare turn, like LangGraph's bare agent: the platform guards are measured on their
+    # own in the governed table (bench/stack.py).
+    bare = "the bare turn is compared with a bare agent; the governed table measures the guards"
+    return Agent(
+        name="bench",
+        model=model,
+        tools=[echo],
+        budget=Budget(max_turns=turns + 1),
+        opt_out=dict.fromkeys(("budget", "pii", "sanitize"), bare),
+    )
 
 
 class _Sleepy:

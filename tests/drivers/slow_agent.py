@@ -10,7 +10,7 @@ import os
 import time
 from pathlib import Path
 
-from contextos import Agent
+from contextos import Agent, tool
 from contextos.testing import ScriptedModel, call_tool, reply
 
 
@@ -18,6 +18,10 @@ def _dir() -> Path:
     return Path(os.environ["CONTEXTOS_TEST_DIR"])
 
 
+# The test says when a step ends ("go"); on a busy machine the CLI calls it makes meanwhile can
+# take longer than the default 30 s time limit, which would leave the step running in its
+# thread while the run goes on.
+@tool(timeout_s=600)
 def slow_step(n: int) -> str:
     """Do step n of the job (slowly)."""
     log = _dir() / "calls.log"
