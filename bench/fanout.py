@@ -65,7 +65,13 @@ def _flow(n: int) -> Any:
     def summarize(answers: list[str]) -> Summary:
         return Summary(answers=len(answers), first=min(answers))
 
-    child = Agent(name="child", model=ScriptedModel([answer], by_turn=True))
+    # Like LangGraph's bare agent child: no platform guards (the governed table measures them).
+    bare = "compared with a bare agent child; the governed table measures the guards"
+    child = Agent(
+        name="child",
+        model=ScriptedModel([answer], by_turn=True),
+        opt_out=dict.fromkeys(("budget", "pii", "sanitize"), bare),
+    )
     flow = Workflow("fanout", input=Batch)
     flow.map("children", child, over="items", concurrency=n)
     flow.reduce("summary", summarize)
