@@ -250,7 +250,7 @@ async def test_block_names_every_blocked_type_of_a_read_tools_output(tmp_path: P
         result = await rt.run(agent, "read it")
         events = await rt.events(result.run_id)
     completed = next(e for e in events if isinstance(e, ev.ToolCompleted))
-    assert completed.is_error
+    assert completed.is_error and completed.error_code == "content_blocked"
     assert completed.output.endswith(
         "the output of vault contained email, secret, which the PII policy blocks; it was withheld"
     )

@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from contextos.errors import (
+    ContentBlocked,
     ToolArgumentsInvalid,
     ToolCrashed,
     ToolOutcomeUnknown,
@@ -307,7 +308,7 @@ def unshowable_outcome(
 
 def failure_outcome(tool: Tool, exc: Exception, *, started: float | None = None) -> ToolOutcome:
     """What the model is told about a call that raised (or whose output cannot be shown)."""
-    if isinstance(exc, ToolCrashed | ToolOutputInvalid):
+    if isinstance(exc, ToolCrashed | ToolOutputInvalid | ContentBlocked):
         code = exc.code
         message = f"{tool.name} failed: {safe_text(exc)}"
     elif isinstance(exc, ValidationError):
