@@ -143,6 +143,14 @@ class Entry:
             object.__setattr__(self, "_canonical", canonical)
         return self._canonical
 
+    def marked(self, guard: str) -> Entry:
+        """The same message, marked as seen by `guard`: a guard that changed nothing keeps the
+        message and what was derived from it (a long run holds one copy, not one per guard)."""
+        copy = replace(self, guards=self.guards | {guard})
+        object.__setattr__(copy, "_tokens", self.tokens)
+        object.__setattr__(copy, "_canonical", self.canonical)
+        return copy
+
     def with_content(self, content: str, guard: str | None = None) -> Entry:
         guards = self.guards | {guard} if guard else self.guards
         return replace(self, message=replace(self.message, content=content), guards=guards)

@@ -532,9 +532,17 @@ class PiiRedaction(ContentGuard):
             if GUARD_PII in e.guards:
                 return e
             m = e.message
+            content = text(m.content, counts)
             # The model's tool-call arguments are context too: they may quote what it was told.
-            calls = tuple(replace(c, arguments=text(c.arguments, counts)) for c in m.tool_calls)
-            message = replace(m, content=text(m.content, counts), tool_calls=calls)
+            arguments = [text(c.arguments, counts) for c in m.tool_calls]
+            if content == m.content and all(
+                a == c.arguments for a, c in zip(arguments, m.tool_calls, strict=True)
+            ):
+                return e.marked(GUARD_PII)
+            calls = tuple(
+                replace(c, arguments=a) for c, a in zip(m.tool_calls, arguments, strict=True)
+            )
+            message = replace(m, content=content, tool_calls=calls)
             return replace(e, message=message, guards=e.guards | {GUARD_PII})
 
         def item(i: ContextItem) -> ContextItem:
