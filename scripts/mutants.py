@@ -136,8 +136,8 @@ MUTANTS = (
         name="pii-skips-tool-call-arguments",
         breaks="tool-call arguments are redacted before the model sees them",
         path="middleware/pii.py",
-        old="replace(c, arguments=text(c.arguments, counts))",
-        new="c",
+        old="[text(c.arguments, counts) for c in m.tool_calls]",
+        new="[c.arguments for c in m.tool_calls]",
         tests=("tests/middleware/test_pii.py",),
     ),
     Mutant(
