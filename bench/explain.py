@@ -19,6 +19,7 @@ def recovery(turns: int, events: int, resume_ms: float, langgraph_resume_ms: flo
     if resume_ms <= langgraph_resume_ms:
         return ""
     return (
+        "**Why resuming is slower than LangGraph's.** "
         f"Resuming takes {resume_ms:,.0f} ms against LangGraph's {langgraph_resume_ms:,.0f} "
         "ms: the end of a run builds its decision record (`evidence/record.py`), and the "
         f"{turns:,}-turn run's history weighs on that last step. Its {events:,} events are read "
@@ -155,7 +156,7 @@ def _loading(facts: Mapping[str, Any]) -> str:
     elif slowest >= 10:
         head += (
             f"is met with little room: {load:.1f} ms, but the slowest round took "
-            f"{slowest:.1f} ms (busy neighbours push single loads past 10 ms)."
+            f"{slowest:.1f} ms (single loads move with the machine's load)."
         )
     else:
         head += f"is met: {load:.1f} ms, the slowest round {slowest:.1f} ms."

@@ -826,7 +826,9 @@ def document(
         "run of a few minutes. The command creates `bench/.venv`, installs the peers pinned "
         "in `bench/requirements.txt` and ContextOS from this checkout, and rewrites this file. "
         "The PostgreSQL table uses the server `CONTEXTOS_TEST_POSTGRES` names, or starts a "
-        "throwaway one with `scripts/pg-test-server`.",
+        "throwaway one with `scripts/pg-test-server`. `python -m bench --only SECTION …` "
+        f"measures some sections ({', '.join(BENCHMARKS)}) and prints them without writing "
+        "this file.",
         "",
         "## Machine and versions",
         "",
