@@ -16,12 +16,14 @@ GUARD_SITES = ("context/compiled.py", "middleware/pii.py", "middleware/sanitize.
 
 def recovery(turns: int, events: int, resume_ms: float, langgraph_resume_ms: float) -> str:
     """Why resuming a long run takes longer than LangGraph's, when it does."""
+    from bench.run import ms
+
     if resume_ms <= langgraph_resume_ms:
         return ""
     return (
         "**Why resuming is slower than LangGraph's.** "
-        f"Resuming takes {resume_ms:,.0f} ms against LangGraph's {langgraph_resume_ms:,.0f} "
-        "ms: the end of a run builds its decision record (`evidence/record.py`), and the "
+        f"Resuming takes {ms(resume_ms)} against LangGraph's {ms(langgraph_resume_ms)}: "
+        "the end of a run builds its decision record (`evidence/record.py`), and the "
         f"{turns:,}-turn run's history weighs on that last step. Its {events:,} events are read "
         "and decoded again for the record, which is then built, hashed and encoded; and the "
         "first model call after a resume rebuilds the history index and records the whole "
@@ -62,14 +64,15 @@ def long_run(sites: Sequence[tuple[str, float]], per_turn_kb: float) -> str:
     theirs = guard_sites(sites)
     if not theirs:
         return ""
-    named = ", ".join(f"`{where}`" for where, _ in theirs)
+    files = dict.fromkeys(where.split(":")[0] for where, _ in theirs)
+    named = ", ".join(f"`{f}`" for f in files)
     kb = sum(kb for _, kb in theirs)
     return (
         "The platform guards are on in this run (the default). The history index of the "
         "context compiler and the content guards (PII redaction, the sanitizer) keep what "
         "they made of each message, so that a model call rewrites only the messages it adds "
         "instead of walking the whole history: less CPU per turn for more memory per turn. "
-        f"Their sites above ({named}) hold {kb:,.0f} kB per 1,000 turns of the "
+        f"Their sites above (in {named}) hold {kb:,.0f} kB per 1,000 turns of the "
         f"{per_turn_kb:,.0f} kB the process grows."
     )
 

@@ -33,7 +33,7 @@ HOTSPOTS = [
 def test_resuming_is_explained_only_when_contextos_is_the_slower() -> None:
     assert explain.recovery(1000, 2000, resume_ms=60, langgraph_resume_ms=73) == ""
     why = explain.recovery(1000, 2001, resume_ms=325, langgraph_resume_ms=73)
-    assert "325 ms against LangGraph's 73 ms" in why
+    assert "325 ms against LangGraph's 73.0 ms" in why
     assert "2,001 events" in why and "1,000-turn run" in why
 
 
@@ -47,7 +47,7 @@ def test_fan_out_storage_is_explained_only_when_a_child_stores_more_than_a_tenth
 def test_a_long_runs_growth_names_the_guards_only_when_their_sites_grow() -> None:
     assert explain.long_run([("store/snapshots.py:127", 641.0)], per_turn_kb=900) == ""
     why = explain.long_run(SITES, per_turn_kb=7_732)
-    assert "`context/compiled.py:142`, `middleware/pii.py:538`" in why
+    assert "(in `context/compiled.py`, `middleware/pii.py`)" in why
     assert "1,764 kB per 1,000 turns of the 7,732 kB" in why
     assert "snapshots" not in why
 
@@ -75,6 +75,6 @@ def test_loading_reads_met_missed_or_met_with_little_room_from_the_rounds() -> N
 
 def test_the_knowledge_base_target_is_read_from_the_medians() -> None:
     met = kb._reading([("`scan_kb`", [0.03, 0.05, 0.2]), ("workflow", [0.08, 0.09, 0.04])])
-    assert "is met by both scans" in met
+    assert "`scan_kb` meets it (0.050); workflow meets it (0.080)." in met
     missed = kb._reading([("`scan_kb`", [0.05]), ("workflow", [0.12, 0.11, 0.02])])
-    assert "is missed by workflow." in missed
+    assert "`scan_kb` meets it (0.050); workflow misses it (0.110)." in missed
