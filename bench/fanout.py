@@ -282,7 +282,7 @@ def bench_fanout(plan: Plan, work: Path, report: Report) -> None:
         '`Send` per item, then a reduce node, on `SqliteSaver` with `durability="sync"`; the '
         "child is a one-turn `create_agent`, either as the node each `Send` targets (its "
         "messages reduced into the parent's state: map-reduce over agent nodes as LangGraph "
-        "writes it, and the shape the figures in ANCHORS were taken on), or invoked inside a "
+        "writes it, and the shape the target is measured on), or invoked inside a "
         "plain node that returns only the answer (its checkpoints still go to the thread). All "
         "give the same output; items and answers are 200 characters, like every message of "
         "the benchmark. Storage is what the run added to an empty database on disk "
