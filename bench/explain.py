@@ -190,7 +190,7 @@ NOTES = """## Reading the figures
   version, another run or a later seq is ignored and the whole log is folded.
 - **A LangGraph turn** writes a checkpoint holding every channel that changed (for an agent,
   the whole message list) plus pending writes: about six rows in four commits, each
-  re-serialising the history. Hence its storage grows with the square of the turns (k ≈ 2 in
+  re-serialising the history. Hence its storage grows nearly with the square of the turns (its k in
   table 3) and its time per turn rises as a thread grows.
 - **DBOS** records each step's output in its system database; on SQLite it keeps SQLite's
   default rollback journal, which costs several fsyncs per step. DBOS is built for
