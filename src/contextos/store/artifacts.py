@@ -232,7 +232,7 @@ WHERE a.artifact_id = :artifact_id
 
 def _pack(content: bytes) -> bytes:
     """The blob as stored: compressed when that makes it shorter, else as it is."""
-    packed = zlib.compress(content)
+    packed = zlib.compress(content, 1)  # the fastest level: nearly all the gain, in less time
     return packed if len(packed) < len(content) else content
 
 
