@@ -17,6 +17,11 @@ old shape under tests/fixtures/events/):
 - node_started: the optional `effect` (a code node's declared effect, recorded before its code
   runs; rows written before it read with none); no version bump, since no graph without
   effects writes one.
+- every type: a stored row leaves out the fields that hold their default, `type` included (the
+  row's own column names it), and reads them back as those defaults; rows written whole
+  before read as ever. No version bump: the events are the same. A field's default is thus
+  part of its type's schema: changing one needs a version bump whose upcaster writes the old
+  default into the rows that left it out.
 """
 
 from __future__ import annotations
@@ -30,8 +35,6 @@ from pydantic import TypeAdapter, ValidationError
 from contextos.errors import EventDecodeError
 from contextos.events import EVENT_TYPES, Event
 
-_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
-
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("run_completed", 1): lambda payload: payload,  # v2 only added `answer_seq`
@@ -39,18 +42,27 @@ UPCASTERS: dict[tuple[str, int], Upcaster] = {
 """(type, old version) -> function turning that payload into the next version's shape."""
 
 
-# One serializer per type, built on first use: the union's serializer must first find which
-# member an event is, which costs several times the encoding itself; the bytes are the same.
-_ENCODERS: dict[type[Any], TypeAdapter[Any]] = {}
+# One adapter per type, built on first use: the union's must first find which member an event
+# is, which costs several times the encoding itself; and a packed row does not name its type.
+_ADAPTERS: dict[type[Any], TypeAdapter[Any]] = {}
+
+
+def _adapter(cls: type[Any]) -> TypeAdapter[Any]:
+    adapter = _ADAPTERS.get(cls)
+    if adapter is None:
+        adapter = _ADAPTERS[cls] = TypeAdapter(cls)
+    return adapter
 
 
 def encode(event: Event) -> bytes:
     """The event as JSON bytes, envelope included."""
-    cls = type(event)
-    encoder = _ENCODERS.get(cls)
-    if encoder is None:
-        encoder = _ENCODERS[cls] = TypeAdapter(cls)
-    return encoder.dump_json(event)
+    return _adapter(type(event)).dump_json(event)
+
+
+def pack(event: Event) -> bytes:
+    """The event as a stored row's payload: its JSON without the fields that hold their
+    default (an empty list, a null, a zero usage; `type`, which the row holds)."""
+    return _adapter(type(event)).dump_json(event, exclude_defaults=True)
 
 
 def decode(run_id: str, seq: int, event_type: str, version: int, payload: bytes | str) -> Event:
@@ -68,7 +80,7 @@ def decode(run_id: str, seq: int, event_type: str, version: int, payload: bytes 
             )
         return _upcast(run_id, seq, event_type, version, payload)
     try:
-        event = _ADAPTER.validate_json(payload)
+        event: Event = _adapter(cls).validate_json(payload)
     except ValidationError as exc:
         raise EventDecodeError(run_id, seq, f"corrupt {event_type} payload: {exc}") from exc
     if event.run_id != run_id or event.seq != seq or event.type != event_type:
@@ -89,6 +101,7 @@ def _upcast(run_id: str, seq: int, event_type: str, version: int, payload: bytes
         data = step(data)
         version += 1
     try:
-        return _ADAPTER.validate_python(data)
+        upcast: Event = _adapter(EVENT_TYPES[event_type]).validate_python(data)
+        return upcast
     except ValidationError as exc:
         raise EventDecodeError(run_id, seq, f"corrupt {event_type} payload: {exc}") from exc

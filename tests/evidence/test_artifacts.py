@@ -152,6 +152,36 @@ async def test_a_changed_blob_is_refused_and_an_unknown_id_is_named(tmp_path: Pa
             await rt.artifact(found.artifact_id)
 
 
+async def test_a_blob_is_stored_compressed_and_one_stored_whole_still_reads(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "c.db"
+    report = {"findings": [{"order": f"A-{i}", "verdict": "refunded in full"} for i in range(40)]}
+    async with Runtime(str(db)) as rt:
+        done = await rt.run(support(), "Refund order A-1")
+        fields = await record_artifact(rt.store, await rt.state(done.run_id), report, type="report")
+        assert fields is not None
+        _, content = await rt.artifact(fields["artifact_id"])
+    assert json.loads(content) == report
+    conn = sqlite3.connect(db)
+    digest = fields["content_hash"]
+    size, stored = conn.execute(
+        "SELECT size, content FROM blobs WHERE sha256 = ?", (digest,)
+    ).fetchone()
+    assert size == len(content) and len(stored) < size / 4  # compressed, the size of the bytes
+    conn.execute("DROP TRIGGER blobs_are_append_only_u")
+    conn.execute("UPDATE blobs SET content = ? WHERE sha256 = ?", (content, digest))  # as before
+    conn.commit()
+    async with Runtime(str(db)) as rt:
+        assert (await rt.artifact(fields["artifact_id"]))[1] == content
+    conn.execute("UPDATE blobs SET content = ? WHERE sha256 = ?", (stored[:-3], digest))
+    conn.commit()
+    conn.close()
+    async with Runtime(str(db)) as rt:  # a cut compressed row is refused, never half-read
+        with pytest.raises(ArtifactCorrupt, match="does not match its hash"):
+            await rt.artifact(fields["artifact_id"])
+
+
 def test_artifacts_and_artifact_commands(tmp_path: Path) -> None:
     cli = cli_for(tmp_path)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -435,6 +436,7 @@ async def assert_snapshot_is_the_fold(store: EventStore, raw: Raw, run_id: str) 
     assert snap is not None
     seq, fmt, blob = snap
     assert fmt == snapshots.FORMAT
+    assert zlib.decompress(blob).startswith(b"{")  # stored compressed
     restored = snapshots.restore(RunId(run_id), seq, fmt, blob)
     assert restored == await truth(store, run_id, seq)
     return seq
@@ -577,7 +579,8 @@ async def prepared(store: EventStore, raw: Raw) -> tuple[Log, int, RunState]:
 async def test_a_valid_snapshot_is_what_a_load_starts_from(store: EventStore, raw: Raw) -> None:
     log, seq, full = await prepared(store, raw)
     # A doctored snapshot in the right format, at the right seq, is believed: the load starts
-    # from it and folds only the events after it.
+    # from it and folds only the events after it. Stored as plain JSON, as snapshots were
+    # before they were compressed.
     state = await truth(store, "r1", seq)
     state.agent_name = "doctored"
     raw.put_snapshot("r1", seq, snapshots.FORMAT, snapshots.encode(state))
@@ -586,7 +589,7 @@ async def test_a_valid_snapshot_is_what_a_load_starts_from(store: EventStore, ra
     assert loaded.seq == full.seq and loaded.messages == full.messages
 
 
-@pytest.mark.parametrize("flaw", ["format", "seq", "run", "garbage", "shape", "ahead"])
+@pytest.mark.parametrize("flaw", ["format", "seq", "run", "garbage", "cut", "shape", "ahead"])
 async def test_a_snapshot_that_does_not_match_is_ignored(
     store: EventStore, raw: Raw, flaw: str
 ) -> None:
@@ -607,6 +610,8 @@ async def test_a_snapshot_that_does_not_match_is_ignored(
         blob = snapshots.encode(state)
     elif flaw == "garbage":
         blob = b'{"run_id": "r1", "seq": '
+    elif flaw == "cut":  # a compressed snapshot that lost its end
+        blob = zlib.compress(blob)[:-4]
     else:
         blob = blob.replace(b'"messages":[', b'"messages":[7,')
     raw.put_snapshot("r1", seq, fmt, blob)

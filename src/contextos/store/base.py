@@ -215,7 +215,7 @@ def encode_batch(run_id: RunId, events: Sequence[ev.Event]) -> list[bytes]:
     payloads: list[bytes] = []
     for event in events:
         try:
-            payload = codec.encode(event)
+            payload = codec.pack(event)
             codec.decode(run_id, event.seq, event.type, type(event).SCHEMA_VERSION, payload)
         except PydanticSerializationError as exc:
             raise EventEncodeError(run_id, event.seq, str(exc)) from exc
