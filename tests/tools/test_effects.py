@@ -22,6 +22,7 @@ from payments_tools import ALL, ChargeCard
 from contextos import Agent, Budget, FailureReason, RunStatus, Runtime
 from contextos import events as ev
 from contextos.ledger import EffectState
+from contextos.records.interrupts import interrupt_id_for
 from contextos.runs import RunId
 from contextos.store import SqliteStore
 from contextos.testing import ScriptedModel, call_tool, reply
@@ -318,8 +319,18 @@ async def test_crash_without_reconcile_or_safe_retry_asks_a_person(
         (effect,) = state.effects.values()
         assert interrupt.effect_id == effect.effect_id
         assert effect.state is EffectState.OUTCOME_UNKNOWN
-        assert interrupt.payload["idempotency_key"] == effect.idempotency_key
-        assert interrupt.payload["tool"] == name
+        assert interrupt.id == interrupt_id_for(rid, interrupt.raised_seq)
+        assert interrupt.payload == {
+            "question": f"Did the call to {name} take effect? The runtime cannot tell: it has no "
+            "way to look the call up and re-sending it is not declared safe.",
+            "tool": name,
+            "effect_kind": "irreversible",
+            "arguments": ORDER,
+            "idempotency_key": effect.idempotency_key,
+            "attempts": 1,
+            "receipts": effect.receipts,
+            "answers": ["committed", "failed"],
+        }
         # resuming again neither re-sends nor asks twice
         again = await rt.resume(rid, agent(model))
         assert again.status is RunStatus.INPUT_REQUIRED

@@ -186,6 +186,15 @@ async def test_write_tool_timeout_is_an_unknown_outcome_not_a_failure(runtime: R
     state = await runtime.state(result.run_id)
     (effect,) = state.effects.values()
     assert effect.state == "outcome_unknown" and effect.attempts == 1
+    events = await runtime.events(result.run_id)
+    unknown = next(
+        e for e in events if isinstance(e, ev.EffectChanged) and e.state == "outcome_unknown"
+    )
+    assert unknown.error_code == "outcome_unknown"
+    assert (
+        unknown.note
+        == "post_message did not finish within its time limit (0.2s); it may have acted"
+    )
 
 
 async def test_huge_output_is_truncated_and_marked_untrusted(runtime: Runtime) -> None:
