@@ -269,6 +269,14 @@ async def test_crash_before_the_service_acted_reconciles_to_failed(
     assert effect_states(events)[-3:] == ["outcome_unknown", "reconciling", "failed"]
     done = next(e for e in events if isinstance(e, ev.ToolCompleted))
     assert done.is_error and done.error_code == "not_committed"
+    assert done.output == (
+        "The call to charge_card did not take effect (checked with the provider by its "
+        "idempotency key). Nothing was done; call it again if needed."
+    )
+    failed = [e for e in events if isinstance(e, ev.EffectChanged)][-1]
+    assert (failed.output, failed.error_code) == (done.output, done.error_code)
+    assert failed.note == "reconcile: the provider has no record of the call"
+    assert done.effect_id == failed.effect_id
     assert payments.stats()["charges"] == 0
 
 
@@ -493,3 +501,56 @@ async def test_cancel_with_a_write_in_flight_reconciles_then_compensates(
     assert refund.state is EffectState.COMMITTED
     (charge_id,) = payments.query("SELECT charge_id FROM charges")[0]
     assert payments.query("SELECT charge_id FROM refunds") == [(charge_id,)]
+
+
+@pytest.mark.parametrize(
+    ("before_call", "states", "refunds"),
+    [
+        (False, ["reconciling", "committed", "compensating", "compensated"], 1),
+        (True, ["reconciling", "failed"], 0),
+    ],
+    ids=["charged", "never charged"],
+)
+async def test_cancelling_a_crashed_run_settles_its_write_in_flight_in_one_go(
+    tmp_path: Path, payments: PaymentsService, before_call: bool, states: list[str], refunds: int
+) -> None:
+    db = str(tmp_path / "runs.db")
+    name = "charge_refundable"
+    async with Runtime(DiesAround(db, name, before_call=before_call)) as rt:
+        with pytest.raises(Crash):
+            await rt.run(agent(ScriptedModel(script(name))), "go")
+        (summary,) = await rt.runs()
+    async with Runtime(db) as rt:
+        # the dead worker still holds the run: the cancel is recorded, and the resume that
+        # takes the run over looks the charge up, then undoes it, in one go
+        await rt.cancel(summary.run_id, agent=agent(ScriptedModel([])))
+        result = await rt.resume(summary.run_id, agent(ScriptedModel([])))
+        assert result.status is RunStatus.CANCELLED
+        state = await rt.state(summary.run_id)
+    charge = next(e for e in state.effects.values() if e.tool == name)
+    assert [s.value for _, s in charge.history][-len(states) :] == states
+    assert payments.stats()["refunds"] == refunds
+
+
+async def test_a_look_up_that_cannot_reach_the_provider_asks_a_person(
+    tmp_path: Path, payments: PaymentsService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = str(tmp_path / "runs.db")
+    async with Runtime(DiesAround(db, "charge_card")) as rt:
+        with pytest.raises(Crash):
+            await rt.run(agent(ScriptedModel(script("charge_card"))), "go")
+        (summary,) = await rt.runs()
+    monkeypatch.setenv("PAYMENTS_URL", "http://127.0.0.1:9")  # nothing listens there
+    async with Runtime(db) as rt:
+        model = ScriptedModel(script("charge_card"), by_turn=True)
+        result = await rt.resume(summary.run_id, agent(model))
+        assert result.status is RunStatus.INPUT_REQUIRED
+        events = await rt.events(summary.run_id)
+        state = await rt.state(summary.run_id)
+    assert effect_states(events)[-3:] == ["outcome_unknown", "reconciling", "outcome_unknown"]
+    failed = [e for e in events if isinstance(e, ev.EffectChanged)][-1]
+    assert failed.error_code == "reconcile_failed"
+    assert failed.note.startswith("reconcile failed: ConnectError")
+    (asked,) = state.pending_interrupts.values()
+    assert asked.kind == "external_confirmation_required" and asked.effect_id == failed.effect_id
+    assert payments.stats()["charges"] == 1  # charged once, and never sent again
