@@ -148,6 +148,11 @@ async def test_unsafe_error_is_not_retried(runtime: Runtime, payments: PaymentsS
     done = next(e for e in events if isinstance(e, ev.ToolCompleted))
     assert done.is_error and "CardDeclined" in done.output
     assert block_body(model.requests[1].messages[-1].content) == done.output
+    settled = [e for e in events if isinstance(e, ev.EffectChanged)][-1]
+    assert (settled.output, settled.error_code) == (done.output, done.error_code)
+    assert done.error_code is not None
+    assert settled.note == "CardDeclined is not declared safe to retry"
+    assert done.effect_id == settled.effect_id
 
 
 async def test_two_runs_making_the_same_call_get_keys_of_their_own(
@@ -179,6 +184,8 @@ async def test_safe_error_is_retried_with_the_same_key(
         (1, "ServiceUnavailable", True),
         (2, "ServiceUnavailable", True),
     ]
+    (proposed,) = [e for e in events if isinstance(e, ev.EffectProposed)]
+    assert {a.effect_id for a in attempts} == {proposed.effect_id}
     dispatches = [
         e.attempt for e in events if isinstance(e, ev.EffectChanged) and e.state == "dispatched"
     ]
