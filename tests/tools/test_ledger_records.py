@@ -15,6 +15,7 @@ from contextos import Agent, RunStatus, Runtime, ToolContext, tool
 from contextos import events as ev
 from contextos.ledger import Effect, EffectState, action_key, compensable, unsettled
 from contextos.policy import Decision, Policy, Rule
+from contextos.records.interrupts import interrupt_id_for
 from contextos.testing import ScriptedModel, call_tool, reply
 from contextos.tools import Tool, ToolResult
 
@@ -203,3 +204,46 @@ def test_the_same_action_is_the_same_tool_and_arguments_whatever_their_order_and
     # arguments that are no JSON are compared as written
     assert action_key("pay", "to bob") != action_key("pay", "to carol")
     assert action_key("pay", "to bob") == action_key("pay", "to bob")
+
+
+async def test_an_approved_read_runs_once_policy_allows_it_again(tmp_path: Path) -> None:
+    looked_up: list[str] = []
+
+    @tool
+    def lookup(customer: str) -> str:
+        """Read a customer's record."""
+        looked_up.append(customer)
+        return f"record of {customer}"
+
+    policy = Policy(
+        rules=(
+            Rule(
+                id="personal-data",
+                decision=Decision.REQUIRE_APPROVAL,
+                tools=("lookup",),
+                reason="personal data",
+                approver_role="privacy",
+            ),
+        ),
+        roles={"privacy": ("alice",)},
+    )
+    model = ScriptedModel([call_tool("lookup", {"customer": "cus_1"}), reply("ok")], by_turn=True)
+    agent = Agent(name="reader", model=model, tools=[lookup])
+    async with Runtime(str(tmp_path / "runs.db"), policy=policy) as rt:
+        waiting = await rt.run(agent, "look")
+        assert waiting.status is RunStatus.INPUT_REQUIRED and looked_up == []
+        (pending,) = await rt.inbox()
+        (raised,) = [
+            e for e in await rt.events(waiting.run_id) if isinstance(e, ev.InterruptRaised)
+        ]
+        assert pending.id == interrupt_id_for(waiting.run_id, raised.seq)
+        approval = await rt.approve(pending.id, approver="alice")
+        result = await rt.resume(waiting.run_id, agent)
+        events = await rt.events(waiting.run_id)
+    assert result.status is RunStatus.COMPLETED and looked_up == ["cus_1"]
+    first, again = [e for e in events if isinstance(e, ev.PolicyDecided)]
+    assert first.decision == "require_approval" and first.effect_id is None
+    assert again.decision == "allow" and again.approval_id == approval.id
+    assert not any(isinstance(e, ev.EffectProposed | ev.EffectChanged) for e in events)
+    done = completed(events)
+    assert done.output == "record of cus_1" and done.effect_id is None
