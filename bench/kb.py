@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bench.common import median
 from contextos import Runtime
 from contextos.jobs.kb import (
     SCANNER,
@@ -166,8 +167,10 @@ def bench(size: str, report: Findings) -> None:
     """The knowledge-base section of `python -m bench`: both scans, a few fresh processes each."""
     from bench.run import log, spread, table
 
-    pages, rounds = {"quick": (1000, 1), "full": (5000, 3)}.get(size, (5000, 2))
+    # A median of two rounds is their mean: three at least, each a fresh process.
+    pages, rounds = {"quick": (1000, 1), "full": (5000, 5)}.get(size, (5000, 3))
     rows: list[list[str]] = []
+    medians: list[tuple[str, list[float]]] = []
     for workflow in (False, True):
         name = "`kb_scan` workflow" if workflow else "`scan_kb`"
         got = []
@@ -183,20 +186,25 @@ def bench(size: str, report: Findings) -> None:
         rows.append(
             [
                 name,
+                str(rounds),
                 col("full_s", lambda v: f"{v:.1f} s"),
                 col("incremental_s", lambda v: f"{v:.2f} s"),
-                spread(incr, lambda v: f"{v:.3f}"),
+                f"**{spread(incr, lambda v: f'{v:.3f}')}**",
                 col("next_day_s", lambda v: f"{v:.2f} s"),
                 spread(nxt, lambda v: f"{v:.3f}"),
                 col("peak_mb", lambda v: f"{v:.1f} MB"),
                 col("max_rss_mb", lambda v: f"{v:.0f} MB"),
             ]
         )
-        report.target(
-            f"kb: {name} incremental after 1% edits at most {TARGET} of a full scan",
-            spread(incr, lambda v: f"{v:.3f}"),
-            max(incr) <= TARGET,
-        )
+        medians.append((name, incr))
+    met = all(median(incr) <= TARGET for _, incr in medians)
+    measured = ", ".join(f"{name} {spread(incr, lambda v: f'{v:.3f}')}" for name, incr in medians)
+    report.target(
+        f"Knowledge-base scan: incremental after 1% edits ≤ 1/{1 / TARGET:.0f} of a full scan "
+        f"({pages:,} pages; `python -m bench.kb --pages {pages} [--workflow]`)",
+        f"{measured}, medians of {rounds} round(s)",
+        met,
+    )
     first = got[0]
     report.add(
         "## The knowledge-base scan\n\n"
@@ -209,10 +217,12 @@ def bench(size: str, report: Findings) -> None:
         f"incremental scan ({first['reread']} pages re-read: the edited ones), which reuses the "
         "link verdicts it made within 20 hours; then another 1% edited and a scan as the next "
         "day's would run it, every external link fetched again; then a full scan on a fresh "
-        "index under tracemalloc.\n\n"
+        "index under tracemalloc. `python -m bench --only kb` runs this section alone; the "
+        "ratios, each taken within one process, are steadier than the times.\n\n"
         + table(
             [
                 "scan",
+                "rounds",
                 "full",
                 "incremental",
                 "incr. / full",
@@ -223,6 +233,38 @@ def bench(size: str, report: Findings) -> None:
             ],
             rows,
         )
+        + "\n\n"
+        + _reading(medians)
+    )
+
+
+def _reading(medians: list[tuple[str, list[float]]]) -> str:
+    """Whether the target is met, from the medians, and what keeps an incremental scan small."""
+    verdicts = [
+        f"{name} {'meets' if median(incr) <= TARGET else 'misses'} it ({median(incr):.3f})"
+        for name, incr in medians
+    ]
+    verdict = (
+        f"The target (an incremental scan after 1% of the pages changed costs at most "
+        f"{TARGET:g} of a full one, the median of the rounds): {'; '.join(verdicts)}."
+    )
+    return (
+        verdict + " What keeps an incremental scan small:\n\n"
+        "- a page is read only when its own content changed: its links, anchors and title are "
+        "in the index, and the checks across pages are queries over it, so the pages that link "
+        "to an edited one are not read again (a test compares an incremental scan with a full "
+        "one of the same tree after edits that change unchanged pages' findings);\n"
+        "- the files a scan finds are noted in an in-memory table, not by updating each one's "
+        "row (which would rewrite the whole `files` table into the WAL on every scan);\n"
+        "- the verdicts on external links are kept for 20 hours (the next day's scan fetches "
+        "them all again, hence its higher ratio);\n"
+        "- one TLS context per process, not a CA bundle loaded per verifier.\n\n"
+        "What is left is fixed: the stat of every file (a content edit does not change its "
+        "folder's time, so no folder can be skipped), the reduce's queries over every link, "
+        "and, for the workflow, its own run (ten nodes recorded in the store, each a commit), "
+        "which is the part a busy machine stretches most. Peak memory is flat in the knowledge "
+        "base's size: pages are read one at a time and only their summaries are kept, in the "
+        "index."
     )
 
 

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench import explain
 from bench.common import MESSAGE, rss_mb
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -210,6 +211,7 @@ def bench(plan: str, where: Path, report: Any) -> None:
             f"{per_turn:,.0f} kB per 1,000 turns",
         ]
     )
+    guarded = explain.long_run(sites["sites"], per_turn)
     report.add(
         "## Long-run memory\n\n"
         f"Resident memory (RSS) of one `contextos worker` process (`--concurrency 1`) driving "
@@ -233,6 +235,7 @@ def bench(plan: str, where: Path, report: Any) -> None:
             ["allocated in", "kB per 1,000 turns"],
             [[f"`{where}`", f"{kb:,.0f}"] for where, kb in sites["sites"]],
         )
+        + (f"\n\n{guarded}" if guarded else "")
     )
     report.target(
         f"Memory flat over {runs:,} runs in one worker",
@@ -243,6 +246,7 @@ def bench(plan: str, where: Path, report: Any) -> None:
     report.target(
         f"Memory flat over one {turns:,}-turn run",
         f"{per_turn:,.0f} kB per 1,000 turns, {per_turn / history_kb:.1f}× the conversation's "
-        f"text ({long['points'][-1][1]:,.1f} MB at the end): the run holds its history",
+        f"text ({long['points'][-1][1]:,.1f} MB at the end): the run holds its history"
+        + (", and the guards their rewrite of it" if explain.guard_sites(sites["sites"]) else ""),
         per_turn <= FLAT_KB if turns >= 10_000 else None,
     )

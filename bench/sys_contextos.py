@@ -162,7 +162,12 @@ async def _load(db: Path, n: int) -> dict[str, Any]:
         t3 = now()
     assert state.turns == n, state.turns
     assert result.ok, result
-    return {"open_ms": (t1 - t0) * 1e3, "load_ms": (t2 - t1) * 1e3, "resume_ms": (t3 - t2) * 1e3}
+    return {
+        "open_ms": (t1 - t0) * 1e3,
+        "load_ms": (t2 - t1) * 1e3,
+        "resume_ms": (t3 - t2) * 1e3,
+        "events": state.seq,
+    }
 
 
 def concurrent(db: str, runs: int) -> dict[str, Any]:

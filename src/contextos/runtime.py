@@ -734,7 +734,9 @@ class Runtime:
         if not (state.is_terminal or state.status is RunStatus.INPUT_REQUIRED):
             return
         try:
-            await materialise(self.store, await self.events(state.run_id))
+            # The state is the log folded up to its seq: the record needs no second fold.
+            events = (await self.events(state.run_id))[: state.seq]
+            await materialise(self.store, events, state)
         except Exception:
             log.warning("run %s: could not store its decision record", state.run_id, exc_info=True)
 

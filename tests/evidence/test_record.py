@@ -20,7 +20,7 @@ from support_agents import POLICY, support
 from contextos import Agent, Principal, RunStatus, Runtime
 from contextos import events as ev
 from contextos.errors import RecordInvalid
-from contextos.evidence import DecisionRecord, build_record
+from contextos.evidence import DecisionRecord, build_record, record_data
 from contextos.evidence.canonical import (
     ActionPart,
     ApprovalPart,
@@ -171,6 +171,43 @@ async def test_the_record_hash_is_the_same_rebuilt_in_another_process(tmp_path: 
     waiting = next(e.seq for e in events if isinstance(e, ev.InterruptRaised))
     assert [(r.at_seq, r.matches) for r in stored] == [(waiting, True), (events[-1].seq, True)]
     assert stored[-1].record_hash == here
+
+
+async def test_the_stored_record_is_the_models_dump_whatever_a_person_decided(
+    tmp_path: Path,
+) -> None:
+    """The runtime stores a record made without the models: the same JSON, so the same hash,
+    for approved, denied and revoked approvals and a forked run."""
+    db = tmp_path / "c.db"
+    approved, _ = await approved_run(db)
+    async with Runtime(str(db), policy=POLICY) as rt:
+        agent = support()
+        denied = await rt.run(agent, "Refund order A-2", principal=BOB)
+        [asked] = await rt.inbox()
+        await rt.deny(asked.id, approver="alice", reason="not this one")
+        await rt.resume(denied.run_id, agent)
+        revoked = await rt.run(agent, "Refund order A-3", principal=BOB)
+        [asked] = await rt.inbox()
+        approval = await rt.approve(asked.id, approver="alice")
+        await rt.revoke(approval.id, revoked_by="alice", reason="changed my mind")
+        await rt.resume(revoked.run_id, agent)
+        forked = await rt.fork(approved, at=4)
+        await rt.resume(forked, agent)
+        for run_id in (approved, denied.run_id, revoked.run_id, forked):
+            events = await rt.events(run_id)
+            data = record_data(events)
+            dumped = DecisionRecord.model_validate(data).model_dump(mode="json")
+            assert json.dumps(data, sort_keys=True) == json.dumps(dumped, sort_keys=True)
+            receipts = await rt.receipts(run_id)
+            assert receipts and all(r.matches for r in receipts), run_id
+        outcomes = {
+            a["outcome"]
+            for run_id in (denied.run_id, revoked.run_id)
+            for action in record_data(await rt.events(run_id))["actions"]
+            for a in action["approvals"]
+        }
+        assert {"denied", "revoked"} <= outcomes
+        assert record_data(await rt.events(forked))["ask"]["forked_from"] == f"{approved}#4"
 
 
 async def test_a_log_changed_after_its_record_was_stored_no_longer_matches(

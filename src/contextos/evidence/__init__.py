@@ -14,7 +14,7 @@ from contextos.evidence.canonical import (
 from contextos.evidence.decisions import Difference, Trail, trail
 from contextos.evidence.emit import authority_of, compiled_contexts, run_context, tool_envelopes
 from contextos.evidence.packet import make_packet, packet_events
-from contextos.evidence.record import Receipt, build_record, materialise, receipts
+from contextos.evidence.record import Receipt, build_record, materialise, receipts, record_data
 from contextos.evidence.replay import ReplayReport, replay
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "compiled_contexts",
     "make_packet",
     "materialise",
+    "record_data",
     "packet_events",
     "receipts",
     "replay",

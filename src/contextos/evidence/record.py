@@ -22,23 +22,7 @@ from typing import Any
 
 from contextos import events as ev
 from contextos.errors import ArtifactCorrupt, RecordInvalid
-from contextos.evidence.canonical import (
-    ActionPart,
-    ApprovalPart,
-    ArtifactPart,
-    Ask,
-    CostPart,
-    DecisionPart,
-    DecisionRecord,
-    EffectPart,
-    EvaluationPart,
-    ModelCallPart,
-    OutcomePart,
-    PolicyPart,
-    PrincipalPart,
-    ResultPart,
-    ToolCallPart,
-)
+from contextos.evidence.canonical import DecisionRecord, canonical_hash
 from contextos.policy.identity import classification_rank
 from contextos.runs import RunStatus
 from contextos.state import RunState, fold
@@ -47,6 +31,16 @@ from contextos.telemetry import trace_id_for
 
 RECORD_TYPE = "decision_record"
 """The artifact type a materialised DecisionRecord is stored as."""
+
+RECORD_VERSION = DecisionRecord.model_fields["record_type"].default
+
+_APPROVAL_DEFAULTS: dict[str, Any] = {
+    "approval_id": None,
+    "approver": None,
+    "expires_at": None,
+    "reason": "",
+}
+"""What an approval part holds before anyone answers (its roles are added as a new list)."""
 
 
 def sha(text: str) -> str:
@@ -61,6 +55,13 @@ def trace_hex(correlation_id: str) -> str:
 def build_record(events: Sequence[ev.Event], state: RunState | None = None) -> DecisionRecord:
     """The DecisionRecord of a run's log (or of a prefix of it); `state` is that log folded,
     when the caller has folded it already."""
+    return DecisionRecord.model_validate(record_data(events, state))
+
+
+def record_data(events: Sequence[ev.Event], state: RunState | None = None) -> dict[str, Any]:
+    """The DecisionRecord of a log as JSON data, its hash included: what `build_record` gives
+    dumped to JSON, made without building a model per part (a long run has thousands of parts,
+    and the runtime stores its record every time it stops)."""
     if not events or not isinstance(events[0], ev.RunCreated):
         raise RecordInvalid(
             "a decision record is built from a run's log, which starts with run_created"
@@ -74,76 +75,78 @@ def build_record(events: Sequence[ev.Event], state: RunState | None = None) -> D
     b.finish()
     correlation = created.correlation_id or created.run_id
     forked = b.forked
-    record = DecisionRecord(
-        run_id=created.run_id,
-        trace_id=trace_hex(correlation),
-        correlation_id=correlation,
-        at_seq=state.seq,
-        ask=Ask(
-            input=created.input,
-            agent_name=state.agent_name,
-            agent_version=state.agent_version,
-            agent_hash=state.agent_hash,
-            agent_ref=state.agent_ref,
-            tool_manifest_hash=state.tool_manifest_hash,
-            budget=budget_of(created),
-            caused_by=created.caused_by,
-            forked_from=f"{forked.source_run_id}#{forked.at_seq}" if forked else None,
-            seqs=[created.seq, *([forked.seq] if forked else [])],
-        ),
-        principal=b.principal,
-        policy=b.policy,
-        model_calls=b.model_calls,
-        actions=[ActionPart(**a) for a in b.actions.values()],
-        evaluations=b.evaluations,
-        artifacts=b.artifacts,
-        costs=CostPart(
-            model_calls=state.turns,
-            input_tokens=state.usage.input_tokens,
-            output_tokens=state.usage.output_tokens,
-            cost_usd=round(state.usage.cost_usd, 10),
-            seqs=b.cost_seqs,
-        ),
-        outcome=_outcome(state, b.end),
-        record_hash="",
-    )
-    return record.model_copy(update={"record_hash": record.content_hash()})
+    record: dict[str, Any] = {
+        "record_type": RECORD_VERSION,
+        "run_id": created.run_id,
+        "trace_id": trace_hex(correlation),
+        "correlation_id": correlation,
+        "at_seq": state.seq,
+        "ask": {
+            "input": created.input,
+            "agent_name": state.agent_name,
+            "agent_version": state.agent_version,
+            "agent_hash": state.agent_hash,
+            "agent_ref": state.agent_ref,
+            "tool_manifest_hash": state.tool_manifest_hash,
+            "budget": budget_of(created),
+            "caused_by": created.caused_by,
+            "forked_from": f"{forked.source_run_id}#{forked.at_seq}" if forked else None,
+            "seqs": [created.seq, *([forked.seq] if forked else [])],
+        },
+        "principal": b.principal,
+        "policy": b.policy,
+        "model_calls": b.model_calls,
+        "actions": list(b.actions.values()),
+        "evaluations": b.evaluations,
+        "artifacts": b.artifacts,
+        "costs": {
+            "model_calls": state.turns,
+            "input_tokens": state.usage.input_tokens,
+            "output_tokens": state.usage.output_tokens,
+            "cost_usd": float(round(state.usage.cost_usd, 10)),
+            "seqs": b.cost_seqs,
+        },
+        "outcome": _outcome(state, b.end),
+    }
+    record["record_hash"] = canonical_hash(record)
+    return record
 
 
 def budget_of(created: ev.RunCreated) -> dict[str, Any]:
     return {k: getattr(created.budget, k) for k in type(created.budget).__dataclass_fields__}
 
 
-def _outcome(state: RunState, end: ev.Event | None) -> OutcomePart:
+def _outcome(state: RunState, end: ev.Event | None) -> dict[str, Any]:
     if state.is_terminal:
         checkpoint = "terminal"
     elif state.status is RunStatus.INPUT_REQUIRED:
         checkpoint = "governed_checkpoint"
     else:
         checkpoint = "in_progress"
-    return OutcomePart(
-        status=state.status.value,
-        checkpoint=checkpoint,
-        reason=state.failure_reason.value if state.failure_reason else None,
-        message=state.failure_message,
-        output_sha256=sha(state.output) if state.output is not None else None,
-        seqs=[end.seq if end is not None else state.seq],
-    )
+    return {
+        "status": state.status.value,
+        "checkpoint": checkpoint,
+        "reason": state.failure_reason.value if state.failure_reason else None,
+        "message": state.failure_message,
+        "output_sha256": sha(state.output) if state.output is not None else None,
+        "seqs": [end.seq if end is not None else state.seq],
+    }
 
 
 class _Builder:
-    """Walks a log once, gathering each part with the seqs it comes from."""
+    """Walks a log once, gathering each part (as the JSON its model dumps to) with the seqs it
+    comes from."""
 
     def __init__(self) -> None:
-        self.principal: PrincipalPart | None = None
-        self.policy: PolicyPart | None = None
-        self.model_calls: list[ModelCallPart] = []
+        self.principal: dict[str, Any] | None = None
+        self.policy: dict[str, Any] | None = None
+        self.model_calls: list[dict[str, Any]] = []
         self.actions: dict[str, dict[str, Any]] = {}
         self.effect_calls: dict[str, str] = {}
         self.asked: dict[str, dict[str, Any]] = {}
         self.approvals: dict[str, dict[str, Any]] = {}
-        self.evaluations: list[EvaluationPart] = []
-        self.artifacts: list[ArtifactPart] = []
+        self.evaluations: list[dict[str, Any]] = []
+        self.artifacts: list[dict[str, Any]] = []
         self.cost_seqs: list[int] = []
         self.end: ev.Event | None = None
         self.forked: ev.RunForked | None = None
@@ -174,28 +177,28 @@ class _Builder:
                 self._completed(e)
             case ev.EvaluationRecorded():
                 self.evaluations.append(
-                    EvaluationPart(
-                        evaluator=e.evaluator,
-                        evaluator_kind=e.evaluator_kind,
-                        evaluator_version=e.evaluator_version,
-                        subject_seq=e.subject_seq,
-                        passed=e.passed,
-                        gaps=list(e.gaps),
-                        seqs=[e.seq],
-                    )
+                    {
+                        "evaluator": e.evaluator,
+                        "evaluator_kind": e.evaluator_kind,
+                        "evaluator_version": e.evaluator_version,
+                        "subject_seq": e.subject_seq,
+                        "passed": e.passed,
+                        "gaps": list(e.gaps),
+                        "seqs": [e.seq],
+                    }
                 )
             case ev.ArtifactRecorded():
                 self.artifacts.append(
-                    ArtifactPart(
-                        artifact_id=e.artifact_id,
-                        type=e.artifact_type,
-                        schema_version=e.schema_version,
-                        content_hash=e.content_hash,
-                        classification=e.classification,
-                        source_events=list(e.source_events),
-                        input_artifacts=list(e.input_artifacts),
-                        seqs=[e.seq],
-                    )
+                    {
+                        "artifact_id": e.artifact_id,
+                        "type": e.artifact_type,
+                        "schema_version": e.schema_version,
+                        "content_hash": e.content_hash,
+                        "classification": e.classification,
+                        "source_events": list(e.source_events),
+                        "input_artifacts": list(e.input_artifacts),
+                        "seqs": [e.seq],
+                    }
                 )
             case ev.RunCompleted() | ev.RunFailed() | ev.RunCancelled() | ev.RunExpired():
                 self.end = e
@@ -208,52 +211,54 @@ class _Builder:
         ctx = e.context
         principal = ctx.get("principal", {})
         scopes = ctx.get("scopes")
-        self.principal = PrincipalPart(
-            principal=f"{principal.get('kind')}:{principal.get('id')}@{principal.get('tenant')}",
-            tenant=str(principal.get("tenant", "")),
-            scopes=list(scopes if scopes is not None else principal.get("scopes", ())),
-            roles=list(principal.get("roles", ())),
-            clearance=str(ctx.get("clearance", "")),
-            safety_mode=str(ctx.get("safety_mode", "")),
-            principal_chain=list(ctx.get("principal_chain", ())),
-            context_hash=e.context_hash,
-            seqs=[e.seq],
-        )
+        self.principal = {
+            "principal": f"{principal.get('kind')}:{principal.get('id')}@{principal.get('tenant')}",
+            "tenant": str(principal.get("tenant", "")),
+            "scopes": [
+                str(s) for s in (scopes if scopes is not None else principal.get("scopes", ()))
+            ],
+            "roles": [str(r) for r in principal.get("roles", ())],
+            "clearance": str(ctx.get("clearance", "")),
+            "safety_mode": str(ctx.get("safety_mode", "")),
+            "principal_chain": [str(p) for p in ctx.get("principal_chain", ())],
+            "context_hash": e.context_hash,
+            "seqs": [e.seq],
+        }
         if e.snapshot_hash:
-            self.policy = PolicyPart(
-                name=e.policy_name,
-                version=e.policy_version,
-                snapshot_hash=e.snapshot_hash,
-                seqs=[e.seq],
-            )
+            self.policy = {
+                "name": e.policy_name,
+                "version": e.policy_version,
+                "snapshot_hash": e.snapshot_hash,
+                "seqs": [e.seq],
+            }
 
     def _model_call(self, e: ev.ModelResponded) -> None:
         self.cost_seqs.append(e.seq)
         manifest = [dict(row) for row in e.context.get("manifest", ())]
         self.model_calls.append(
-            ModelCallPart(
-                turn=len(self.model_calls) + 1,
-                model=e.model,
-                context_hash=e.context_hash,
-                manifest=manifest,
-                stack=[str(layer) for layer in e.context.get("stack", ())],
-                tools_visible=[
+            {
+                "turn": len(self.model_calls) + 1,
+                "model": e.model,
+                "context_hash": e.context_hash,
+                "manifest": manifest,
+                "stack": [str(layer) for layer in e.context.get("stack", ())],
+                "tools_visible": [
                     str(row.get("id", "")).removeprefix("tool:")
                     for row in manifest
                     if row.get("type") == "tool_schema"
                 ],
-                finish_reason=str(e.finish_reason),
-                tool_calls=[
-                    ToolCallPart(call_id=c.id, tool=c.name, arguments_sha256=sha(c.arguments))
+                "finish_reason": str(e.finish_reason),
+                "tool_calls": [
+                    {"call_id": c.id, "tool": c.name, "arguments_sha256": sha(c.arguments)}
                     for c in e.message.tool_calls
                 ],
-                answer_sha256=sha(e.message.content) if e.message.content else None,
-                input_tokens=e.usage.input_tokens,
-                output_tokens=e.usage.output_tokens,
-                cost_usd=e.usage.cost_usd,
-                latency_ms=e.latency_ms,
-                seqs=[e.seq],
-            )
+                "answer_sha256": sha(e.message.content) if e.message.content else None,
+                "input_tokens": int(e.usage.input_tokens),
+                "output_tokens": int(e.usage.output_tokens),
+                "cost_usd": float(e.usage.cost_usd),
+                "latency_ms": float(e.latency_ms),
+                "seqs": [e.seq],
+            }
         )
         for c in e.message.tool_calls:
             self.actions[c.id] = {
@@ -279,16 +284,16 @@ class _Builder:
         if action is None:
             return
         action["decisions"].append(
-            DecisionPart(
-                decision=e.decision,
-                rule_ids=list(e.rule_ids),
-                reasons=list(e.reasons),
-                snapshot_hash=e.snapshot_hash,
-                action_hash=e.action_hash,
-                approval_id=e.approval_id,
-                checks=[dict(c) for c in e.checks],
-                seqs=[e.seq],
-            )
+            {
+                "decision": str(e.decision),
+                "rule_ids": [str(r) for r in e.rule_ids],
+                "reasons": [str(r) for r in e.reasons],
+                "snapshot_hash": e.snapshot_hash,
+                "action_hash": e.action_hash,
+                "approval_id": e.approval_id,
+                "checks": [{str(k): str(v) for k, v in c.items()} for c in e.checks],
+                "seqs": [e.seq],
+            }
         )
 
     def _proposed(self, e: ev.EffectProposed) -> None:
@@ -327,7 +332,9 @@ class _Builder:
         action = self._action(call_id, e.seq)
         if action is not None:
             if action["decisions"]:  # the decision that asked froze the action
-                entry["frozen_hash"] = action["decisions"][-1].action_hash or entry["frozen_hash"]
+                entry["frozen_hash"] = (
+                    action["decisions"][-1]["action_hash"] or entry["frozen_hash"]
+                )
             action["approvals"].append(entry)
 
     def _answered(
@@ -370,19 +377,21 @@ class _Builder:
         action = self._action(e.call_id, e.seq)
         if action is None:
             return
-        action["result"] = ResultPart(
-            is_error=e.is_error,
-            error_code=e.error_code,
-            output_sha256=sha(e.output),
-            seqs=[e.seq],
-        )
+        action["result"] = {
+            "is_error": e.is_error,
+            "error_code": e.error_code,
+            "output_sha256": sha(e.output),
+            "seqs": [e.seq],
+        }
 
     def finish(self) -> None:
         for action in self.actions.values():
-            action["approvals"] = [ApprovalPart(**a) for a in action["approvals"]]
+            action["approvals"] = [
+                {**_APPROVAL_DEFAULTS, "approver_roles": [], **a} for a in action["approvals"]
+            ]
             effect = action["effect"]
             if effect is not None:
-                action["effect"] = EffectPart(state=effect["states"][-1], **effect)
+                effect["state"] = effect["states"][-1]
 
 
 # -- materialised records ---------------------------------------------------------------------
@@ -404,22 +413,27 @@ class Receipt:
     """Why it does not match, in one line ("" when it does)."""
 
 
-async def materialise(store: object, events: Sequence[ev.Event]) -> Artifact | None:
+async def materialise(
+    store: object, events: Sequence[ev.Event], state: RunState | None = None
+) -> Artifact | None:
     """Store the run's DecisionRecord as a `decision_record` artifact (once per log prefix);
-    None when the store keeps no artifacts."""
+    None when the store keeps no artifacts. `state` is the log folded, when the caller has
+    folded it already."""
     artifacts = artifacts_of(store)
     if artifacts is None:
         return None
-    state = fold(list(events))
-    record = build_record(events, state)
-    levels = ["internal", *(a.classification for a in record.artifacts)]
+    if state is None:
+        state = fold(list(events))
+    record = record_data(events, state)
+    parts = record["artifacts"]
+    levels = ["internal", *(a["classification"] for a in parts)]
     artifact, blob = make_artifact(
         state,
-        record.model_dump(mode="json"),
+        record,
         type=RECORD_TYPE,
-        source_events=[record.at_seq],
-        input_artifacts=[a.artifact_id for a in record.artifacts],
-        schema_version=record.record_type,
+        source_events=[record["at_seq"]],
+        input_artifacts=[a["artifact_id"] for a in parts],
+        schema_version=record["record_type"],
         classification=max(levels, key=classification_rank),
     )
     await artifacts.put_artifact(artifact, blob)
@@ -467,4 +481,4 @@ async def receipts(store: object, events: Sequence[ev.Event]) -> list[Receipt]:
     return sorted(out, key=lambda r: r.at_seq)
 
 
-__all__ = ["RECORD_TYPE", "Receipt", "build_record", "materialise", "receipts"]
+__all__ = ["RECORD_TYPE", "Receipt", "build_record", "materialise", "receipts", "record_data"]

@@ -17,11 +17,12 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 from contextos import events as ev
 from contextos.errors import ArtifactCorrupt, ArtifactNotFound
 from contextos.state import RunState
+from contextos.store.base import conforms
 from contextos.store.statements import Op, Start, all_rows, first_row
 
 TEXT = "text/plain; charset=utf-8"
@@ -159,7 +160,7 @@ class ArtifactStore(Protocol):
 
 def artifacts_of(store: object) -> ArtifactStore | None:
     """The store's artifacts, when the backend keeps them."""
-    return store if isinstance(store, ArtifactStore) else None
+    return cast(ArtifactStore, store) if conforms(store, ArtifactStore) else None
 
 
 async def record_artifact(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
@@ -165,10 +165,27 @@ def run_filter(
     return (" WHERE " + " AND ".join(clauses) if clauses else ""), tuple(params)
 
 
+def conforms(obj: object, protocol: type) -> bool:
+    """`isinstance(obj, protocol)` for a runtime-checkable protocol, answered once per type:
+    the check looks up every member of the protocol and costs tens of microseconds, and the
+    runtime asks it of its store several times a run."""
+    key = (type(obj), protocol)
+    if key not in _CONFORMING:
+        try:
+            _CONFORMING[key] = issubclass(key[0], protocol)
+        except TypeError:  # a protocol with data members: only an instance can tell
+            _CONFORMING[key] = None
+    known = _CONFORMING[key]
+    return isinstance(obj, protocol) if known is None else known
+
+
+_CONFORMING: dict[tuple[type, type], bool | None] = {}
+
+
 async def load_state(store: EventStore, run_id: RunId) -> RunState:
     """A run's folded state: the store's own way when it has one, else the fold of its log."""
-    if isinstance(store, StateStore):
-        return await store.state(run_id)
+    if conforms(store, StateStore):
+        return await cast(StateStore, store).state(run_id)
     return fold(await store.read(run_id), run_id)
 
 

@@ -12,10 +12,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 
 from contextos.errors import ConfigError
 from contextos.runs import RunId
+from contextos.store.base import conforms
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -389,7 +390,7 @@ def trigger_key(trigger: str, source: str) -> str:
 
 def queue_of(store: object) -> RunQueue | None:
     """The store's queue, when the backend keeps one."""
-    return store if isinstance(store, RunQueue) else None
+    return cast(RunQueue, store) if conforms(store, RunQueue) else None
 
 
 def require_queue(store: object) -> RunQueue:

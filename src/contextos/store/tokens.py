@@ -11,9 +11,10 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, runtime_checkable
 
 from contextos.errors import ConfigError
+from contextos.store.base import conforms
 from contextos.store.statements import Start, all_rows, changed_rows, first_row
 
 T = TypeVar("T")
@@ -60,8 +61,8 @@ class TokenStore(Protocol):
 
 def tokens_of(store: object) -> TokenStore:
     """The store's tokens; ConfigError for a store that keeps none."""
-    if isinstance(store, TokenStore):
-        return store
+    if conforms(store, TokenStore):
+        return cast(TokenStore, store)
     raise ConfigError(
         f"{type(store).__name__} keeps no API tokens; use a SQLite or PostgreSQL store"
     )
