@@ -8,10 +8,17 @@ mutants, killed, survived, no test reached the code, timed out, and the score.
 
     python scripts/mutmut_modules.py              # every module (slow; make mutate)
     python scripts/mutmut_modules.py retry pii    # some of them
+    python scripts/mutmut_modules.py --survivors retry  # only what the last run left uncaught
     cd .mutmut/retry && python -m mutmut show NAME # a surviving mutant's diff
 
 The score is killed (timeouts included: the mutant hung the tests) over every mutant, the ones
 no test reached included.
+
+`--survivors` keeps a module's work directory and mutmut's verdicts: it copies today's src/,
+tests/ and settings over it, first runs the mutants never checked (a run stopped half way, a
+function changed since), then runs again every mutant not caught (survived, no test reached it,
+interrupted) against today's tests. Killed mutants are not run again, so it takes minutes where
+the full run takes hours; it proves that new tests kill the survivors they were written for.
 """
 
 from __future__ import annotations
@@ -47,9 +54,21 @@ PAIRS: dict[str, Pair] = {
         ["tests/tools/test_retry_contract.py"],
         ("contextos.tools.contract.xǁRetryPolicyǁ*",),
     ),
+    # The runner also carries policy, approvals, confirmations, forks and the concurrent reads
+    # of one turn through the ledger.
     "effects": Pair(
         ["src/contextos/tools/effects.py", "src/contextos/ledger.py"],
-        ["tests/tools/test_effects.py", "tests/tools/test_retry_contract.py"],
+        [
+            "tests/tools/test_effects.py",
+            "tests/tools/test_ledger_records.py",
+            "tests/tools/test_concurrent_reads.py",
+            "tests/interrupts/test_approvals.py",
+            "tests/tools/test_retry_contract.py",
+            "tests/tools/test_gateway.py",
+            "tests/tools/test_wedging.py",
+            "tests/interrupts/test_confirmation.py",
+            "tests/evidence/test_fork.py",
+        ],
     ),
     "fold": Pair(
         ["src/contextos/state.py", "src/contextos/events.py"],
@@ -89,22 +108,27 @@ PAIRS: dict[str, Pair] = {
 EXTRAS = ("docs", "examples")
 """Folders besides src/ and tests/ that the tests read."""
 
-STATUS = ("killed", "survived", "no tests", "timeout")
+CAUGHT = ("killed", "timeout", "caught by type check")
+"""The verdicts a rerun of the survivors leaves alone."""
 
 
 def _toml_list(items: list[str]) -> str:
     return "[" + ", ".join(f'"{i}"' for i in items) + "]"
 
 
-def prepare(name: str, modules: list[str], tests: list[str]) -> Path:
+def prepare(name: str, modules: list[str], tests: list[str], *, keep: bool = False) -> Path:
+    """Copy today's code, tests and settings into the module's work directory; with `keep`,
+    over the one an earlier run left (its `mutants/` and verdicts stay)."""
     work = WORK / name
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    ignore = shutil.ignore_patterns("__pycache__")
-    shutil.copytree(ROOT / "src", work / "src", ignore=ignore)
-    shutil.copytree(ROOT / "tests", work / "tests", ignore=ignore)
-    for extra in EXTRAS:  # some tests read the docs' samples or the examples
-        shutil.copytree(ROOT / extra, work / extra, ignore=ignore)
+    if keep and not (work / "mutants").is_dir():
+        sys.exit(f"{name} has no earlier run to take up: run `make mutate MODULES={name}` first")
+    folders = ("src", "tests", *EXTRAS)  # some tests read the docs' samples or the examples
+    for gone in [work / folder for folder in folders] if keep else [work]:
+        shutil.rmtree(gone, ignore_errors=True)
+    work.mkdir(parents=True, exist_ok=True)
+    # copytree keeps modification times: mutmut regenerates only a mutated file that changed.
+    for folder in folders:
+        shutil.copytree(ROOT / folder, work / folder, ignore=shutil.ignore_patterns("__pycache__"))
     settings = f"""
 [tool.mutmut]
 source_paths = ["src/"]
@@ -118,28 +142,52 @@ also_copy = {_toml_list([f"{extra}/" for extra in EXTRAS])}
     return work
 
 
-def score(name: str, children: int) -> Counter[str]:
+def score(name: str, children: int, *, survivors: bool = False) -> Counter[str]:
     pair = PAIRS[name]
-    work = prepare(name, pair.modules, pair.tests)
+    work = prepare(name, pair.modules, pair.tests, keep=survivors)
     # The copy under mutants/ must be the code the tests import, not a PYTHONPATH entry.
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    mutmut = [sys.executable, "-m", "mutmut"]
-    run = [*mutmut, "run", "--max-children", str(children), *pair.only]
-    subprocess.run(run, cwd=work, env=env, stdout=subprocess.DEVNULL, check=False)
-    out = subprocess.run(
-        [*mutmut, "results", "--all", "true"], cwd=work, env=env, capture_output=True, text=True
-    ).stdout
-    counts: Counter[str] = Counter()
-    for name, status in re.findall(r"^\s*(\S+__mutmut_\d+): (.+)$", out, re.MULTILINE):
-        if not pair.only or any(fnmatch(name, pattern) for pattern in pair.only):
-            counts[status.strip()] += 1
-    return counts
+
+    def mutmut(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "mutmut", *args], cwd=work, env=env, capture_output=True
+        )
+        return done.stdout.decode(errors="replace")
+
+    run = ("run", "--max-children", str(children))
+    # Without names mutmut runs only the mutants it has no verdict for (all of them, the first
+    # time); named mutants are run again whatever their verdict.
+    mutmut(*run, *pair.only)
+    if survivors:
+        uncaught = [
+            m
+            for m, status in verdicts(mutmut("results", "--all", "true"), pair.only)
+            if status not in CAUGHT
+        ]
+        if uncaught:
+            mutmut(*run, *uncaught)
+    return Counter(status for _, status in verdicts(mutmut("results", "--all", "true"), pair.only))
+
+
+def verdicts(results: str, only: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(mutant, verdict) from `mutmut results --all true`, for the functions the pair names."""
+    found = re.findall(r"^\s*(\S+__mutmut_\d+): (.+)$", results, re.MULTILINE)
+    return [
+        (name, status.strip())
+        for name, status in found
+        if not only or any(fnmatch(name, pattern) for pattern in only)
+    ]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", metavar="MODULE", help=", ".join(PAIRS))
     parser.add_argument("--children", type=int, default=1, help="mutants run at once")
+    parser.add_argument(
+        "--survivors",
+        action="store_true",
+        help="take up the last run: check what it left unchecked, rerun what it did not catch",
+    )
     opts = parser.parse_args()
     unknown = set(opts.names) - set(PAIRS)
     if unknown:
@@ -147,7 +195,7 @@ def main() -> int:
     print("| module | tests | mutants | killed | survived | no test | timeout | score |")
     print("|---|---|---|---|---|---|---|---|")
     for name in opts.names or list(PAIRS):
-        c = score(name, opts.children)
+        c = score(name, opts.children, survivors=opts.survivors)
         total = sum(c.values())
         caught = c["killed"] + c["timeout"]
         pct = f"{100 * caught / total:.0f}%" if total else "-"

@@ -138,6 +138,8 @@ async def test_approve_then_resume_runs_the_action_once(rt: Runtime, refunds_db:
     last = decisions(events)[-1]
     assert last.decision == "allow" and last.approval_id == approval.id
     assert f"approval:{approval.id}" in last.rule_ids
+    (proposed,) = [e for e in events if isinstance(e, ev.EffectProposed)]
+    assert last.effect_id == proposed.effect_id  # the new decision is the effect's
     assert ledger(refunds_db) == ([(f"{run_id}/call_1_0", "A-0", 500.0)], 1)
     assert await rt.inbox() == []
 

@@ -69,3 +69,37 @@ async def test_a_person_confirms_what_happened(tmp_path: Path, outcome: str, sta
     (completed,) = [e for e in events if isinstance(e, ev.ToolCompleted)]
     assert completed.is_error is (outcome == "failed")
     assert sum(isinstance(e, ev.InterruptRaised) for e in events) == 1
+
+
+@pytest.mark.parametrize(
+    ("answer", "output", "error_code"),
+    [
+        (
+            '{"outcome": "committed", "note": "seen on the statement"}',
+            "seen on the statement",
+            None,
+        ),
+        ('{"outcome": "committed"}', "confirmed done by a person", None),
+        ('{"outcome": "failed"}', "confirmed not done by a person", "not_committed"),
+    ],
+)
+async def test_the_model_is_told_what_the_person_confirmed(
+    tmp_path: Path, answer: str, output: str, error_code: str | None
+) -> None:
+    db = str(tmp_path / "runs.db")
+    run_id, a, iid = await unknown_outcome(db)
+    async with Runtime(db) as rt:
+        await rt.answer(iid, answer, answered_by="ops")
+        await rt.resume(run_id, a)
+        events = await rt.events(run_id)
+    (settled,) = [e for e in events if isinstance(e, ev.EffectChanged) and e.actor == "user:ops"]
+    assert settled.note == output
+    assert settled.receipts == {}  # no receipt was given, so none is recorded
+    assert (settled.output, settled.error_code) == (f"wire: {output}", error_code)
+    (completed,) = [e for e in events if isinstance(e, ev.ToolCompleted)]
+    assert (completed.output, completed.error_code, completed.is_error) == (
+        f"wire: {output}",
+        error_code,
+        error_code is not None,
+    )
+    assert completed.effect_id == settled.effect_id

@@ -22,6 +22,7 @@ from payments_tools import ALL, ChargeCard
 from contextos import Agent, Budget, FailureReason, RunStatus, Runtime
 from contextos import events as ev
 from contextos.ledger import EffectState
+from contextos.records.interrupts import interrupt_id_for
 from contextos.runs import RunId
 from contextos.store import SqliteStore
 from contextos.testing import ScriptedModel, call_tool, reply
@@ -147,6 +148,11 @@ async def test_unsafe_error_is_not_retried(runtime: Runtime, payments: PaymentsS
     done = next(e for e in events if isinstance(e, ev.ToolCompleted))
     assert done.is_error and "CardDeclined" in done.output
     assert block_body(model.requests[1].messages[-1].content) == done.output
+    settled = [e for e in events if isinstance(e, ev.EffectChanged)][-1]
+    assert (settled.output, settled.error_code) == (done.output, done.error_code)
+    assert done.error_code is not None
+    assert settled.note == "CardDeclined is not declared safe to retry"
+    assert done.effect_id == settled.effect_id
 
 
 async def test_two_runs_making_the_same_call_get_keys_of_their_own(
@@ -178,6 +184,8 @@ async def test_safe_error_is_retried_with_the_same_key(
         (1, "ServiceUnavailable", True),
         (2, "ServiceUnavailable", True),
     ]
+    (proposed,) = [e for e in events if isinstance(e, ev.EffectProposed)]
+    assert {a.effect_id for a in attempts} == {proposed.effect_id}
     dispatches = [
         e.attempt for e in events if isinstance(e, ev.EffectChanged) and e.state == "dispatched"
     ]
@@ -268,6 +276,14 @@ async def test_crash_before_the_service_acted_reconciles_to_failed(
     assert effect_states(events)[-3:] == ["outcome_unknown", "reconciling", "failed"]
     done = next(e for e in events if isinstance(e, ev.ToolCompleted))
     assert done.is_error and done.error_code == "not_committed"
+    assert done.output == (
+        "The call to charge_card did not take effect (checked with the provider by its "
+        "idempotency key). Nothing was done; call it again if needed."
+    )
+    failed = [e for e in events if isinstance(e, ev.EffectChanged)][-1]
+    assert (failed.output, failed.error_code) == (done.output, done.error_code)
+    assert failed.note == "reconcile: the provider has no record of the call"
+    assert done.effect_id == failed.effect_id
     assert payments.stats()["charges"] == 0
 
 
@@ -318,8 +334,18 @@ async def test_crash_without_reconcile_or_safe_retry_asks_a_person(
         (effect,) = state.effects.values()
         assert interrupt.effect_id == effect.effect_id
         assert effect.state is EffectState.OUTCOME_UNKNOWN
-        assert interrupt.payload["idempotency_key"] == effect.idempotency_key
-        assert interrupt.payload["tool"] == name
+        assert interrupt.id == interrupt_id_for(rid, interrupt.raised_seq)
+        assert interrupt.payload == {
+            "question": f"Did the call to {name} take effect? The runtime cannot tell: it has no "
+            "way to look the call up and re-sending it is not declared safe.",
+            "tool": name,
+            "effect_kind": "irreversible",
+            "arguments": ORDER,
+            "idempotency_key": effect.idempotency_key,
+            "attempts": 1,
+            "receipts": effect.receipts,
+            "answers": ["committed", "failed"],
+        }
         # resuming again neither re-sends nor asks twice
         again = await rt.resume(rid, agent(model))
         assert again.status is RunStatus.INPUT_REQUIRED
@@ -482,3 +508,56 @@ async def test_cancel_with_a_write_in_flight_reconciles_then_compensates(
     assert refund.state is EffectState.COMMITTED
     (charge_id,) = payments.query("SELECT charge_id FROM charges")[0]
     assert payments.query("SELECT charge_id FROM refunds") == [(charge_id,)]
+
+
+@pytest.mark.parametrize(
+    ("before_call", "states", "refunds"),
+    [
+        (False, ["reconciling", "committed", "compensating", "compensated"], 1),
+        (True, ["reconciling", "failed"], 0),
+    ],
+    ids=["charged", "never charged"],
+)
+async def test_cancelling_a_crashed_run_settles_its_write_in_flight_in_one_go(
+    tmp_path: Path, payments: PaymentsService, before_call: bool, states: list[str], refunds: int
+) -> None:
+    db = str(tmp_path / "runs.db")
+    name = "charge_refundable"
+    async with Runtime(DiesAround(db, name, before_call=before_call)) as rt:
+        with pytest.raises(Crash):
+            await rt.run(agent(ScriptedModel(script(name))), "go")
+        (summary,) = await rt.runs()
+    async with Runtime(db) as rt:
+        # the dead worker still holds the run: the cancel is recorded, and the resume that
+        # takes the run over looks the charge up, then undoes it, in one go
+        await rt.cancel(summary.run_id, agent=agent(ScriptedModel([])))
+        result = await rt.resume(summary.run_id, agent(ScriptedModel([])))
+        assert result.status is RunStatus.CANCELLED
+        state = await rt.state(summary.run_id)
+    charge = next(e for e in state.effects.values() if e.tool == name)
+    assert [s.value for _, s in charge.history][-len(states) :] == states
+    assert payments.stats()["refunds"] == refunds
+
+
+async def test_a_look_up_that_cannot_reach_the_provider_asks_a_person(
+    tmp_path: Path, payments: PaymentsService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = str(tmp_path / "runs.db")
+    async with Runtime(DiesAround(db, "charge_card")) as rt:
+        with pytest.raises(Crash):
+            await rt.run(agent(ScriptedModel(script("charge_card"))), "go")
+        (summary,) = await rt.runs()
+    monkeypatch.setenv("PAYMENTS_URL", "http://127.0.0.1:9")  # nothing listens there
+    async with Runtime(db) as rt:
+        model = ScriptedModel(script("charge_card"), by_turn=True)
+        result = await rt.resume(summary.run_id, agent(model))
+        assert result.status is RunStatus.INPUT_REQUIRED
+        events = await rt.events(summary.run_id)
+        state = await rt.state(summary.run_id)
+    assert effect_states(events)[-3:] == ["outcome_unknown", "reconciling", "outcome_unknown"]
+    failed = [e for e in events if isinstance(e, ev.EffectChanged)][-1]
+    assert failed.error_code == "reconcile_failed"
+    assert failed.note.startswith("reconcile failed: ConnectError")
+    (asked,) = state.pending_interrupts.values()
+    assert asked.kind == "external_confirmation_required" and asked.effect_id == failed.effect_id
+    assert payments.stats()["charges"] == 1  # charged once, and never sent again

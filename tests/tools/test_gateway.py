@@ -186,6 +186,15 @@ async def test_write_tool_timeout_is_an_unknown_outcome_not_a_failure(runtime: R
     state = await runtime.state(result.run_id)
     (effect,) = state.effects.values()
     assert effect.state == "outcome_unknown" and effect.attempts == 1
+    events = await runtime.events(result.run_id)
+    unknown = next(
+        e for e in events if isinstance(e, ev.EffectChanged) and e.state == "outcome_unknown"
+    )
+    assert unknown.error_code == "outcome_unknown"
+    assert (
+        unknown.note
+        == "post_message did not finish within its time limit (0.2s); it may have acted"
+    )
 
 
 async def test_huge_output_is_truncated_and_marked_untrusted(runtime: Runtime) -> None:
@@ -323,17 +332,18 @@ async def test_a_changed_tool_contract_stops_the_run_on_resume(tmp_path: Path) -
 
 
 async def test_context_carries_the_stable_key(runtime: Runtime) -> None:
-    keys: list[str | None] = []
+    seen: list[tuple[str | None, str | None, int]] = []
 
     @tool(effect="write")
     def note(text: str, ctx: ToolContext) -> str:
         """Write a note."""
-        keys.append(ctx.idempotency_key)
+        seen.append((ctx.idempotency_key, ctx.effect_id, ctx.attempt))
         return "ok"
 
     model = ScriptedModel([call_tool("note", {"text": "a"}), reply("ok")])
     result = await runtime.run(Agent(name="n", model=model, tools=[note]), "go")
-    assert keys == [f"{result.run_id}/call_1_0"]
+    (effect,) = (await runtime.state(result.run_id)).effects.values()
+    assert seen == [(f"{result.run_id}/call_1_0", effect.effect_id, 1)]
 
 
 def test_gateway_call_without_a_run() -> None:
