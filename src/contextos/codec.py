@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
+from pydantic_core import CoreConfig, SchemaValidator
 
 from contextos.errors import EventDecodeError
 from contextos.events import EVENT_TYPES, Event
@@ -52,6 +53,24 @@ def _adapter(cls: type[Any]) -> TypeAdapter[Any]:
     if adapter is None:
         adapter = _ADAPTERS[cls] = TypeAdapter(cls)
     return adapter
+
+
+_READERS: dict[type[Any], SchemaValidator] = {}
+
+
+def reader(cls: type[Any]) -> SchemaValidator:
+    """What reads stored JSON of `cls` (an event's row, a snapshot).
+
+    pydantic keeps every short string it reads in a process-wide cache by default: for stored
+    rows, the ids of runs long gone, filling a worker's memory as it drives run after run.
+    Field names recur on every row, so only those are cached.
+    """
+    found = _READERS.get(cls)
+    if found is None:
+        found = _READERS[cls] = SchemaValidator(
+            _adapter(cls).core_schema, CoreConfig(cache_strings="keys")
+        )
+    return found
 
 
 def encode(event: Event) -> bytes:
@@ -80,7 +99,7 @@ def decode(run_id: str, seq: int, event_type: str, version: int, payload: bytes 
             )
         return _upcast(run_id, seq, event_type, version, payload)
     try:
-        event: Event = _adapter(cls).validate_json(payload)
+        event: Event = reader(cls).validate_json(payload)
     except ValidationError as exc:
         raise EventDecodeError(run_id, seq, f"corrupt {event_type} payload: {exc}") from exc
     if event.run_id != run_id or event.seq != seq or event.type != event_type:

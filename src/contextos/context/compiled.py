@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+from array import array
 from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from functools import cache
 from typing import Any, overload
 
 from contextos.messages import Message, ToolSpec
@@ -99,8 +101,15 @@ class ContextItem:
             object.__setattr__(self, "tokens", estimate_tokens(self.content))
 
     def with_content(self, content: str, guard: str | None = None) -> ContextItem:
-        guards = self.guards | {guard} if guard else self.guards
+        guards = _guarded(self.guards, guard) if guard else self.guards
         return replace(self, content=content, guards=guards, tokens=estimate_tokens(content))
+
+
+@cache
+def _guarded(guards: frozenset[str], guard: str) -> frozenset[str]:
+    # One shared set per combination: each guard marks every entry of a run's history, and a
+    # set of its own per entry would cost a long run about 200 bytes per message per guard.
+    return guards | {guard}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -117,9 +126,8 @@ class Entry:
     """`user`, `model`, `runtime` or `tool:<name>`."""
     guards: frozenset[str] = frozenset()
     """Content guards already applied."""
-    # Derived from `message` on first use; `replace()` starts a copy without them.
+    # Derived from `message` on first use; `replace()` starts a copy without it.
     _tokens: int = field(default=-1, init=False, repr=False, compare=False)
-    _canonical: bytes = field(default=b"", init=False, repr=False, compare=False)
 
     @property
     def tokens(self) -> int:
@@ -133,27 +141,30 @@ class Entry:
 
     @property
     def canonical(self) -> bytes:
-        """The message as the model sees it, as unambiguous bytes: each field length-prefixed."""
-        if not self._canonical:
-            m = self.message
-            fields = [m.role, m.content, m.tool_call_id or ""]
-            for c in m.tool_calls:
-                fields += (c.id, c.name, c.arguments)
-            canonical = "".join([f"{len(f)}:{f}" for f in fields]).encode()
-            object.__setattr__(self, "_canonical", canonical)
-        return self._canonical
+        """The message as the model sees it, as unambiguous bytes: each field length-prefixed.
+
+        Not kept: the history index hashes each entry once as the run grows, and a copy per
+        entry would hold the conversation once more for as long as the run lives.
+        """
+        m = self.message
+        fields = [m.role, m.content, m.tool_call_id or ""]
+        for c in m.tool_calls:
+            fields += (c.id, c.name, c.arguments)
+        return "".join([f"{len(f)}:{f}" for f in fields]).encode()
 
     def marked(self, guard: str) -> Entry:
         """The same message, marked as seen by `guard`: a guard that changed nothing keeps the
-        message and what was derived from it (a long run holds one copy, not one per guard)."""
-        copy = replace(self, guards=self.guards | {guard})
+        message (a long run holds one copy, not one per guard)."""
+        copy = replace(self, guards=_guarded(self.guards, guard))
         object.__setattr__(copy, "_tokens", self.tokens)
-        object.__setattr__(copy, "_canonical", self.canonical)
         return copy
 
     def with_content(self, content: str, guard: str | None = None) -> Entry:
-        guards = self.guards | {guard} if guard else self.guards
-        return replace(self, message=replace(self.message, content=content), guards=guards)
+        return self.with_message(replace(self.message, content=content), guard)
+
+    def with_message(self, message: Message, guard: str | None = None) -> Entry:
+        guards = _guarded(self.guards, guard) if guard else self.guards
+        return replace(self, message=message, guards=guards)
 
 
 _TRUST_BY_ROLE = {
@@ -274,8 +285,10 @@ class HistoryIndex:
     def _reset(self) -> None:
         self.entries: list[Entry] = []
         self.messages: list[Message] = []
-        self._tokens = [0]  # prefix sums: _tokens[i] is the total of entries[:i]
-        self._untrusted = [0]
+        # Prefix sums (_tokens[i] is the total of entries[:i]), as machine integers: a list
+        # would hold an int object per message.
+        self._tokens = array("q", [0])
+        self._untrusted = array("q", [0])
         self._hashers: dict[tuple[bool, int], tuple[int, Any]] = {}
 
     def view(self, messages: Sequence[Message], seqs: Sequence[int], cursor: int) -> History:

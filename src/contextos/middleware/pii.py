@@ -542,8 +542,7 @@ class PiiRedaction(ContentGuard):
             calls = tuple(
                 replace(c, arguments=a) for c, a in zip(m.tool_calls, arguments, strict=True)
             )
-            message = replace(m, content=content, tool_calls=calls)
-            return replace(e, message=message, guards=e.guards | {GUARD_PII})
+            return e.with_message(replace(m, content=content, tool_calls=calls), GUARD_PII)
 
         def item(i: ContextItem) -> ContextItem:
             if GUARD_PII in i.guards:

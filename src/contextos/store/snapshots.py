@@ -139,7 +139,8 @@ def restore(run_id: RunId, seq: int, fmt: str, blob: bytes) -> RunState | None:
     if fmt != FORMAT:
         return None
     try:
-        state = _STATE.validate_json(blob if blob.startswith(b"{") else zlib.decompress(blob))
+        plain = blob if blob.startswith(b"{") else zlib.decompress(blob)
+        state: RunState = codec.reader(RunState).validate_json(plain)
     except (ValidationError, zlib.error) as exc:
         log.warning("ignoring the snapshot of run %s at #%d: %s", run_id, seq, exc)
         return None

@@ -168,6 +168,12 @@ class Tool:
         return inspect.iscoroutinefunction(self.fn)
 
     def spec(self) -> ToolSpec:
+        return self._spec
+
+    @cached_property
+    def _spec(self) -> ToolSpec:
+        # The same object for every run: the context compiler keys what it derives from a
+        # schema on it, so a worker driving many runs derives it once.
         return ToolSpec(
             name=self.name,
             description=self.description,
