@@ -59,18 +59,21 @@ _READERS: dict[type[Any], SchemaValidator] = {}
 
 
 def reader(cls: type[Any]) -> SchemaValidator:
-    """What reads stored JSON of `cls` (an event's row, a snapshot).
+    """What reads stored JSON of `cls` (an event's row)."""
+    found = _READERS.get(cls)
+    if found is None:
+        found = _READERS[cls] = reader_of(_adapter(cls))
+    return found
+
+
+def reader_of(adapter: TypeAdapter[Any]) -> SchemaValidator:
+    """A validator of stored JSON for what `adapter` reads.
 
     pydantic keeps every short string it reads in a process-wide cache by default: for stored
     rows, the ids of runs long gone, filling a worker's memory as it drives run after run.
     Field names recur on every row, so only those are cached.
     """
-    found = _READERS.get(cls)
-    if found is None:
-        found = _READERS[cls] = SchemaValidator(
-            _adapter(cls).core_schema, CoreConfig(cache_strings="keys")
-        )
-    return found
+    return SchemaValidator(adapter.core_schema, CoreConfig(cache_strings="keys"))
 
 
 def encode(event: Event) -> bytes:

@@ -55,6 +55,7 @@ SNAPSHOT_VERSION = 2
 """Bump when the encoding changes in a way the format's fingerprint cannot see."""
 
 _STATE: TypeAdapter[RunState] = TypeAdapter(RunState)
+_READ_STATE = codec.reader_of(_STATE)
 _MESSAGES: TypeAdapter[list[Message]] = TypeAdapter(list[Message])
 
 # The modules that define the fold and every record a state holds.
@@ -140,7 +141,7 @@ def restore(run_id: RunId, seq: int, fmt: str, blob: bytes) -> RunState | None:
         return None
     try:
         plain = blob if blob.startswith(b"{") else zlib.decompress(blob)
-        state: RunState = codec.reader(RunState).validate_json(plain)
+        state: RunState = _READ_STATE.validate_json(plain)
     except (ValidationError, zlib.error) as exc:
         log.warning("ignoring the snapshot of run %s at #%d: %s", run_id, seq, exc)
         return None
