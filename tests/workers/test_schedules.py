@@ -4,6 +4,7 @@ and restarts, on both backends."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import signal
 from collections import Counter
@@ -259,6 +260,44 @@ async def test_catch_up_after_downtime(backend_url: str, catch_up: CatchUp) -> N
         (schedule,) = await queue(rt).list_schedules()
         assert schedule.next_tick_at == T + 4 * DAY
         assert await fire_schedules(rt, now=back) == []
+
+
+async def test_missed_ticks_are_logged_once_with_the_catch_up_applied(
+    backend_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Missed ticks start nothing (or one run), so the log is where an operator learns that a
+    worker was away: one warning per schedule, from the worker that moved it on (two firing at
+    once both see it due)."""
+    async with Runtime(backend_url) as rt:
+        await add_schedule(queue(rt), "report", TICKER, "0 6 * * *", now=T - timedelta(hours=1))
+        back = T + 2 * DAY + timedelta(hours=4)
+        with caplog.at_level(logging.WARNING, logger="contextos.scheduler"):
+            fired = await asyncio.gather(*(fire_schedules(rt, now=back) for _ in range(2)))
+    assert sorted(f.advanced for (f,) in fired) == [False, True]  # both saw it due
+    assert [r.getMessage() for r in caplog.records] == [
+        "schedule report: 3 tick(s) missed by more than 60s (catch-up skip)"
+    ]
+
+
+async def test_a_schedule_whose_agent_no_longer_loads_waits_and_the_rest_still_fire(
+    backend_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An agent removed after its schedule was added: that schedule keeps its tick (it fires
+    once the agent loads again) and the log says why, while the schedules due after it in the
+    same pass fire as usual."""
+    async with Runtime(backend_url) as rt:
+        q = queue(rt)
+        gone = f"{AGENTS}:nobody"
+        await q.add_schedule(replace(daily(), name="gone", agent_ref=gone, next_tick_at=T - DAY))
+        await q.add_schedule(daily())
+        with caplog.at_level(logging.ERROR, logger="contextos.scheduler"):
+            fired = await fire_schedules(rt, now=T)
+        assert [f.schedule for f in fired] == ["report"]
+        assert len(fired[0].runs) == 1
+        waiting = {s.name: s for s in await q.list_schedules()}["gone"]
+        assert waiting.next_tick_at == T - DAY and waiting.last_run_id is None
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line.startswith("schedule gone: cannot start a run: ") and "nobody" in line
 
 
 async def test_a_scheduled_run_acts_for_its_schedule_unless_a_policy_binds_it(
