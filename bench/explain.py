@@ -26,10 +26,10 @@ def recovery(turns: int, events: int, resume_ms: float, langgraph_resume_ms: flo
         "the end of a run builds its decision record (`evidence/record.py`), and the "
         f"{turns:,}-turn run's history weighs on that last step. Its {events:,} events are read "
         "and decoded again for the record, which is then built, hashed and encoded; and the "
-        "first model call after a resume rebuilds the history index and records the whole "
-        "prompt once (the rendered-prompt delta starts empty on a new driver). Each part "
-        "grows with the run's history; a record kept up as the run goes would make the end "
-        "of a run flat."
+        "first model call after a resume rebuilds the history index (the keys of the "
+        "rendered prompt's messages, to find where the last call ended). Each part grows "
+        "with the run's history; a record kept up as the run goes would make the end of a "
+        "run flat."
     )
 
 

@@ -124,7 +124,7 @@ class Driver:
         """Set by a draining worker: finish the current step, then return with the run running."""
         self.run_context = RunContext.from_dict(state.context.context) if state.context else None
         """The authority bound to the run: the model is shown only the tools it allows."""
-        self.rendered = RenderedLog()
+        self.rendered = RenderedLog(state.prompt)
         """The prompts this driver recorded, so each call records only what changed."""
         self.history: HistoryIndex | None = None
         """The run's conversation as context entries, extended call by call."""

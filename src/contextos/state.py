@@ -47,6 +47,9 @@ class RunState:
     """The latest compaction summary, if the history was compacted."""
     context_cursor: int = 0
     """Seq of the last event that summary covers (0: never compacted)."""
+    prompt: tuple[int, str] | None = None
+    """The last recorded model call's prompt: its message count and digest (see
+    `contextos.context.rendered`), so that a driver taking the run over records only what is new."""
     pending_tool_calls: list[ToolCall] = field(default_factory=list)
     """Calls of the last assistant message that have no result yet, in order."""
     turns: int = 0
@@ -197,6 +200,9 @@ def apply(state: RunState, event: ev.Event) -> RunState:
             state.pending_tool_calls = list(event.message.tool_calls)
             state.turns += 1
             state.usage = state.usage + event.usage
+            rendered = event.context.get("rendered")
+            if rendered is not None:  # a call whose request was not recorded leaves it as it was
+                state.prompt = _prompt(rendered)
         case ev.ToolCompleted():
             state.messages.append(
                 Message(
@@ -442,6 +448,16 @@ def threads(state: RunState, event: ev.Event) -> list[str]:
     if effect_id is not None:
         keys.append(f"effect:{effect_id}")
     return keys
+
+
+def _prompt(rendered: Any) -> tuple[int, str] | None:
+    """(message count, digest) of a recorded prompt delta; None for one without a digest."""
+    try:
+        digest = rendered["digest"]
+        count = rendered["keep"] + len(rendered["add"])
+    except (KeyError, TypeError):
+        return None
+    return (count, digest) if isinstance(digest, str) and isinstance(count, int) else None
 
 
 def _answer(state: RunState, event: ev.RunCompleted | ev.RunAnswered) -> str:

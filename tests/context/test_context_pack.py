@@ -22,6 +22,7 @@ from contextos.context.rendered import RenderedLog, rendered_calls
 from contextos.middleware import PathInstructions, Sanitizer, Skills
 from contextos.policy import Policy
 from contextos.testing import ScriptedModel, call_tool, reply
+from support.stores import Crash, CrashAfter
 
 SECRET = "jo.bloggs@example.com"
 
@@ -162,6 +163,81 @@ def test_a_new_driver_records_its_first_prompt_in_full_and_every_prompt_reads_ba
     events[1]["context"]["rendered"]["blobs"] = {}  # a log that lost a message
     with pytest.raises(EventDecodeError):
         rendered_calls(events)
+
+
+def test_a_driver_taking_a_run_over_records_only_what_is_new_unless_the_history_changed() -> None:
+    """The state keeps the last call's message count and digest: a new driver whose first prompt
+    begins with exactly those messages keeps them, one whose history was rewritten (another
+    system prompt, a compacted history) records its prompt in full."""
+    system, task = Message(role="system", content="Be brief."), Message(role="user", content="go")
+    answer = Message(role="assistant", tool_calls=(ToolCall(id="c1", name="echo", arguments="{}"),))
+    result = Message(role="tool", content="ok", tool_call_id="c1", name="echo")
+    later = Message(role="user", content="and again")
+    prompts = [
+        [system, task],
+        [system, task, answer, result],
+        [system, task, answer, result, later],
+    ]
+    first = RenderedLog()
+    deltas = [first.record(prompts[0], ["echo"]), first.record(prompts[1], ["echo"])]
+    last = deltas[-1]
+    seed = (last["keep"] + len(last["add"]), last["digest"])
+    assert seed[0] == 4 and len(seed[1]) == 32
+
+    deltas.append(RenderedLog(seed).record(prompts[2], ["echo"]))
+    assert deltas[2]["keep"] == 4 and len(deltas[2]["add"]) == 1
+    assert [b["content"] for b in deltas[2]["blobs"].values()] == ["and again"]
+    events = [
+        {"type": "model_responded", "seq": seq, "context": {"rendered": d}}
+        for seq, d in zip((3, 5, 8), deltas, strict=True)
+    ]
+    assert [list(c.messages) for c in rendered_calls(events)] == prompts
+    # A call's digest is that of its whole list, however its delta reached it.
+    assert deltas[2]["digest"] == RenderedLog().record(prompts[2], [])["digest"] != seed[1]
+
+    rewritten = [Message(role="system", content="Be thorough."), *prompts[2][1:]]
+    full = RenderedLog(seed).record(rewritten, ["echo"])
+    assert full["keep"] == 0 and len(full["blobs"]) == 5
+    shorter = RenderedLog(seed).record(prompts[0], ["echo"])  # fewer messages than the seed
+    assert shorter["keep"] == 0 and len(shorter["blobs"]) == 2
+
+
+async def test_a_resumed_run_adds_only_the_new_messages_and_reads_back_every_prompt(
+    tmp_path: Path,
+) -> None:
+    """A worker dies mid-run and another takes it over: the new worker's first call records
+    the two messages added since the last call, not the whole conversation again, and the
+    run's prompts still read back exactly as both models received them."""
+    db = str(tmp_path / "runs.db")
+    steps = [call_tool("echo", {"text": f"text {i} " + "y" * 200}) for i in range(4)]
+    steps.append(reply("done"))
+    before, after = ScriptedModel(steps, by_turn=True), ScriptedModel(steps, by_turn=True)
+    results: list[ev.Event] = []
+
+    def third_result(e: ev.Event) -> bool:
+        if isinstance(e, ev.ToolCompleted):
+            results.append(e)
+        return len(results) == 3
+
+    crashing = Runtime(CrashAfter(db, third_result))
+    try:
+        with pytest.raises(Crash):
+            await crashing.run(Agent(name="a", model=before, tools=[echo]), "go")
+    finally:
+        await crashing.close()
+    async with Runtime(db) as rt:  # another worker
+        (run,) = await rt.runs()
+        done = await rt.resume(run.run_id, Agent(name="a", model=after, tools=[echo]))
+        calls = await rt.prompts(run.run_id)
+        events = await rt.events(run.run_id)
+    assert done.status is RunStatus.COMPLETED
+    assert [c.messages for c in calls] == [r.messages for r in before.requests + after.requests]
+    deltas = [e.context["rendered"] for e in events if isinstance(e, ev.ModelResponded)]
+    assert len(before.requests) == 3 and len(deltas) == 5
+    # Every call after the first adds the model's call and the tool's answer, the new worker's
+    # first call (the fourth) included.
+    assert [d["keep"] for d in deltas] == [0, 2, 4, 6, 8]
+    assert all(len(d["add"]) == 2 and len(d["blobs"]) == 2 for d in deltas[1:])
 
 
 async def test_path_instructions_follow_the_paths_the_run_touches(tmp_path: Path) -> None:

@@ -5,6 +5,11 @@ messages of that call it kept, the keys (sha256) of the ones it added, and the b
 message whose key the run has not recorded yet. Consecutive calls share their system prefix and
 history, so a turn records only what is new and storage per turn stays flat; `rendered_calls`
 replays the deltas to give back exactly the messages each call sent.
+
+Each delta also carries the digest of its call's whole list of keys. The run's state keeps the
+last call's (count, digest), so a driver that takes a run over (a resume after a crash or after a
+person answered) recognises the prompt it starts from without reading the log, and its first
+call records only what is new too instead of the whole conversation again.
 """
 
 from __future__ import annotations
@@ -35,6 +40,20 @@ def _key(blob: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+DIGEST_CHARS = 32
+"""Hex characters of a prompt's digest kept in its delta: 128 bits, beyond finding another list of
+messages with the same digest, at a third of the bytes per call."""
+
+
+def _digest(keys: Iterable[str]) -> Any:
+    """sha256 of message keys in order (each 64 characters, so their concatenation is unambiguous),
+    open to more keys."""
+    digest = hashlib.sha256()
+    for key in keys:
+        digest.update(key.encode())
+    return digest
+
+
 def _message(blob: Mapping[str, Any]) -> Message:
     return Message(
         role=blob["role"],
@@ -50,12 +69,17 @@ def _message(blob: Mapping[str, Any]) -> Message:
 class RenderedLog:
     """What one driver has recorded of a run's prompts: the keys known and the last call's list.
 
-    A new driver (a resume) starts empty, so its first call is recorded in full.
+    `last` is the run's last recorded call as its state keeps it (message count and digest): a
+    driver that takes a run over starts from it, so its first call records only what is new
+    when it begins with that call's messages (a run whose prompts were never recorded, or whose
+    history was rewritten since, has its first call recorded in full).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, last: tuple[int, str] | None = None) -> None:
         self.known: set[str] = set()
         self.previous: list[str] = []
+        self._last = last
+        self._digest = _digest(())  # of `previous`, to extend call by call
         self._messages: tuple[Message, ...] = ()  # the last call's messages, beside their keys
 
     def record(self, messages: Sequence[Message], tools: Iterable[str]) -> dict[str, Any]:
@@ -63,29 +87,52 @@ class RenderedLog:
         # Consecutive calls send the same message objects for the history, so the messages the
         # last call began with are found by comparing references, and only the rest is hashed.
         messages = tuple(messages)
-        keep = _common_prefix(messages, self._messages)
-        keys = self.previous[:keep]
-        new_blobs: dict[str, dict[str, Any]] = {}
-        for m in messages[keep:]:
+        same = _common_prefix(messages, self._messages)
+        keys = self.previous[:same]
+        bodies: dict[str, dict[str, Any]] = {}
+        for m in messages[same:]:
             blob = _blob(m)
             key = _key(blob)
             keys.append(key)
-            if key not in self.known:
-                new_blobs[key] = blob
-        for old, new in zip(self.previous[keep:], keys[keep:], strict=False):
-            if old != new:
-                break
-            keep += 1
+            bodies[key] = blob
+        keep, digest = self._kept(keys, same)
+        for key in keys[keep:]:
+            digest.update(key.encode())
+        new_blobs = {k: bodies[k] for k in keys[keep:] if k not in self.known}
         delta = {
             "keep": keep,
             "add": keys[keep:],
             "blobs": new_blobs,
             "tools": list(tools),
+            "digest": digest.hexdigest()[:DIGEST_CHARS],
         }
         self.known.update(new_blobs)
         self.previous = keys
+        self._digest = digest
         self._messages = messages
         return delta
+
+    def _kept(self, keys: list[str], same: int) -> tuple[int, Any]:
+        """How many leading messages of this call the previous call recorded (`keys[:same]` are
+        known to be), and the digest of their keys."""
+        keep = same
+        for old, new in zip(self.previous[same:], keys[same:], strict=False):
+            if old != new:
+                break
+            keep += 1
+        if self.previous:
+            if keep == len(self.previous):
+                return keep, self._digest.copy()
+            return keep, _digest(keys[:keep])
+        last, self._last = self._last, None
+        if last is not None:  # the first call of a driver that took the run over
+            count, digest = last
+            if count <= len(keys):
+                kept = _digest(keys[:count])
+                if kept.hexdigest()[:DIGEST_CHARS] == digest:
+                    self.known.update(keys[:count])  # their bodies are in the log already
+                    return count, kept
+        return 0, _digest(())
 
 
 def _common_prefix(a: tuple[Message, ...], b: tuple[Message, ...]) -> int:
