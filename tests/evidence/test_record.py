@@ -37,6 +37,9 @@ from contextos.evidence.canonical import (
     PrincipalPart,
     ResultPart,
     Traced,
+    canonical_hash,
+    canonical_json,
+    sealed,
 )
 from contextos.testing import ScriptedModel, reply
 
@@ -201,6 +204,10 @@ async def test_the_stored_record_is_the_models_dump_whatever_a_person_decided(
             assert json.dumps(data, sort_keys=True) == json.dumps(dumped, sort_keys=True)
             receipts = await rt.receipts(run_id)
             assert receipts and all(r.matches for r in receipts), run_id
+            # Stored as the canonical JSON of the record, its hash included.
+            _, stored = await rt.artifact(receipts[-1].artifact_id)
+            at = receipts[-1].at_seq
+            assert stored == canonical_json(record_data(events[:at])).encode(), run_id
         outcomes = {
             a["outcome"]
             for run_id in (denied.run_id, revoked.run_id)
@@ -209,6 +216,24 @@ async def test_the_stored_record_is_the_models_dump_whatever_a_person_decided(
         }
         assert {"denied", "revoked"} <= outcomes
         assert record_data(await rt.events(forked))["ask"]["forked_from"] == f"{approved}#4"
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"a": 1, "z": [2, "é"]},  # members before and after the hash
+        {"a": {"nested": "x"}},  # only before
+        {"zz": None, "zzz": 1.5},  # only after
+        {},
+    ],
+)
+def test_a_sealed_text_is_the_canonical_json_of_the_data_with_its_hash(
+    data: dict[str, Any],
+) -> None:
+    digest, text = sealed(data, "record_hash")
+    assert digest == canonical_hash(data)
+    assert text == canonical_json({**data, "record_hash": digest})
+    assert json.loads(text) == {**data, "record_hash": digest}
 
 
 async def test_a_log_changed_after_its_record_was_stored_no_longer_matches(

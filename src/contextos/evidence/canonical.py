@@ -69,10 +69,30 @@ class Record(BaseModel):
             ) from None
 
 
+def canonical_json(data: Any) -> str:
+    """data as canonical JSON (sorted keys, no spaces): the same text on every machine."""
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def canonical_hash(data: Any) -> str:
-    """sha256 of data as canonical JSON (sorted keys, no spaces): the same on every machine."""
-    blob = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(blob.encode()).hexdigest()
+    """sha256 of data as canonical JSON."""
+    return hashlib.sha256(canonical_json(data).encode()).hexdigest()
+
+
+def sealed(data: dict[str, Any], field: str) -> tuple[str, str]:
+    """The canonical hash of `data` (which lacks `field`), and the canonical JSON of `data` with
+    that hash under `field`, from one encoding where hashing then storing takes two (a long
+    run's decision record is megabytes). Sorted keys put `field` between the same neighbours
+    in both texts, so each is the members before it and after it, joined."""
+    before = canonical_json({k: v for k, v in data.items() if k < field})[1:-1]
+    after = canonical_json({k: v for k, v in data.items() if k > field})[1:-1]
+    digest = hashlib.sha256(("{" + _members(before, after) + "}").encode()).hexdigest()
+    stamp = f"{json.dumps(field)}:{json.dumps(digest)}"
+    return digest, "{" + _members(before, stamp, after) + "}"
+
+
+def _members(*parts: str) -> str:
+    return ",".join(part for part in parts if part)
 
 
 # -- RunContext ------------------------------------------------------------------------------
@@ -451,4 +471,6 @@ __all__ = [
     "RunContext",
     "ToolEnvelope",
     "canonical_hash",
+    "canonical_json",
+    "sealed",
 ]

@@ -22,11 +22,11 @@ from typing import Any
 
 from contextos import events as ev
 from contextos.errors import ArtifactCorrupt, RecordInvalid
-from contextos.evidence.canonical import DecisionRecord, canonical_hash
+from contextos.evidence.canonical import DecisionRecord, canonical_hash, sealed
 from contextos.policy.identity import classification_rank
 from contextos.runs import RunStatus
 from contextos.state import RunState, fold
-from contextos.store.artifacts import Artifact, artifacts_of, make_artifact
+from contextos.store.artifacts import JSON, Artifact, artifacts_of, make_artifact
 from contextos.telemetry import trace_id_for
 
 RECORD_TYPE = "decision_record"
@@ -62,6 +62,13 @@ def record_data(events: Sequence[ev.Event], state: RunState | None = None) -> di
     """The DecisionRecord of a log as JSON data, its hash included: what `build_record` gives
     dumped to JSON, made without building a model per part (a long run has thousands of parts,
     and the runtime stores its record every time it stops)."""
+    record = _unsealed(events, state)
+    record["record_hash"] = canonical_hash(record)
+    return record
+
+
+def _unsealed(events: Sequence[ev.Event], state: RunState | None) -> dict[str, Any]:
+    """The record's data without its hash."""
     if not events or not isinstance(events[0], ev.RunCreated):
         raise RecordInvalid(
             "a decision record is built from a run's log, which starts with run_created"
@@ -75,7 +82,7 @@ def record_data(events: Sequence[ev.Event], state: RunState | None = None) -> di
     b.finish()
     correlation = created.correlation_id or created.run_id
     forked = b.forked
-    record: dict[str, Any] = {
+    return {
         "record_type": RECORD_VERSION,
         "run_id": created.run_id,
         "trace_id": trace_hex(correlation),
@@ -108,8 +115,6 @@ def record_data(events: Sequence[ev.Event], state: RunState | None = None) -> di
         },
         "outcome": _outcome(state, b.end),
     }
-    record["record_hash"] = canonical_hash(record)
-    return record
 
 
 def budget_of(created: ev.RunCreated) -> dict[str, Any]:
@@ -424,12 +429,14 @@ async def materialise(
         return None
     if state is None:
         state = fold(list(events))
-    record = record_data(events, state)
+    record = _unsealed(events, state)
+    record["record_hash"], text = sealed(record, "record_hash")
     parts = record["artifacts"]
     levels = ["internal", *(a["classification"] for a in parts)]
     artifact, blob = make_artifact(
         state,
-        record,
+        text,
+        media_type=JSON,
         type=RECORD_TYPE,
         source_events=[record["at_seq"]],
         input_artifacts=[a["artifact_id"] for a in parts],

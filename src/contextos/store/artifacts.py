@@ -121,9 +121,12 @@ def make_artifact(
     input_artifacts: Sequence[str] = (),
     schema_version: str = "1",
     classification: str = "internal",
+    media_type: str | None = None,
 ) -> tuple[Artifact, bytes]:
-    """An artifact of the run `state` describes, and its bytes (nothing is stored yet)."""
-    blob, media_type = encode_content(content)
+    """An artifact of the run `state` describes, and its bytes (nothing is stored yet);
+    `media_type` names what text or bytes already encoded hold."""
+    blob, default_type = encode_content(content)
+    media_type = media_type or default_type
     digest = hashlib.sha256(blob).hexdigest()
     sources = tuple(sorted(set(source_events)))
     key = f"{state.run_id}/{type}/{digest}/{','.join(map(str, sources))}"
