@@ -337,6 +337,21 @@ def test_tool_results_count_errors_in_a_row_and_over_the_run() -> None:
     assert (state.consecutive_tool_errors, state.tool_errors, state.succeeded) == (1, 3, ["c1"])
 
 
+def test_a_result_that_is_no_error_leaves_no_error_code_whatever_it_carries() -> None:
+    log = running()
+    responded(log, CALL, OTHER)
+    log(ev.ToolCompleted, call_id="c1", name="refund", output="no", is_error=True, error_code="x")
+    state = log.state()
+    assert state.last_tool_error == "x"
+    ok = log(ev.ToolCompleted, call_id="c2", name="lookup", output="ok", error_code="stale")
+    apply(state, ok)
+    assert (state.last_tool_error, state.consecutive_tool_errors, state.succeeded) == (
+        None,
+        0,
+        ["c2"],
+    )
+
+
 def test_a_failed_verification_sends_its_feedback_as_the_next_user_message() -> None:
     log = running()
     state = log.state()
