@@ -206,7 +206,7 @@ def test_an_event_that_sets_no_status_leaves_it() -> None:
     assert state.status is RunStatus.RUNNING
 
 
-def test_the_events_that_change_nothing_but_the_status() -> None:
+def test_a_release_changes_only_the_status_and_an_evaluation_nothing() -> None:
     log = running()
     state = log.state()
     assert changed(state, log(ev.RunReleased, worker_id="w1", reason="drain")) == moved(
@@ -341,8 +341,8 @@ def test_a_result_that_is_no_error_leaves_no_error_code_whatever_it_carries() ->
     log = running()
     responded(log, CALL, OTHER)
     log(ev.ToolCompleted, call_id="c1", name="refund", output="no", is_error=True, error_code="x")
+    assert log.state().last_tool_error == "x"
     state = log.state()
-    assert state.last_tool_error == "x"
     ok = log(ev.ToolCompleted, call_id="c2", name="lookup", output="ok", error_code="stale")
     apply(state, ok)
     assert (state.last_tool_error, state.consecutive_tool_errors, state.succeeded) == (
@@ -1073,13 +1073,14 @@ def test_an_expired_question_keeps_how_it_expired_and_a_declared_default(
 def test_answers_to_questions_not_in_the_log_change_nothing_else() -> None:
     log = running()
     apply(state := log.state(), log(ev.InterruptRaised, interrupt_id="i3", kind="choice_required"))
-    for cls, fields in [
+    answers: list[tuple[type[BaseEvent], dict[str, Any]]] = [
         (ev.InterruptAnswered, {"kind": "choice_required", "answered_by": "a"}),
         (
             ev.InterruptExpired,
             {"kind": "choice_required", "expires_at": at(0), "on_expiry": "default"},
         ),
-    ]:
+    ]
+    for cls, fields in answers:
         event = log(cls, interrupt_id="i_gone", **fields)
         assert changed(state, event) == moved(
             event.seq, RunStatus.QUEUED, causes={**state.causes, "interrupt:i_gone": event.seq}
