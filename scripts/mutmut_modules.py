@@ -70,9 +70,14 @@ PAIRS: dict[str, Pair] = {
             "tests/evidence/test_fork.py",
         ],
     ),
+    # Every mutant of `apply` runs every paired test: the pure ones only, no runtime or store.
     "fold": Pair(
         ["src/contextos/state.py", "src/contextos/events.py"],
-        ["tests/kernel/test_events.py"],
+        [
+            "tests/kernel/test_fold.py",
+            "tests/kernel/test_events.py",
+            "tests/kernel/test_people_fold.py",
+        ],
     ),
     "store": Pair(
         ["src/contextos/store/sqlite.py", "src/contextos/store/postgres.py"],
