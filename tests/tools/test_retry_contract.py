@@ -6,6 +6,7 @@ the ledger forgot to record would still show up).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -13,8 +14,10 @@ import pytest
 from contextos import Agent, RunStatus, Runtime
 from contextos import events as ev
 from contextos.ledger import EffectState
+from contextos.runs import RunId
+from contextos.store import SqliteStore
 from contextos.testing import ScriptedModel, call_tool, reply
-from contextos.tools import RetryPolicy, Tool, tool
+from contextos.tools import RetryPolicy, Tool, ToolContext, tool
 
 
 def flaky_write(log: Path, retry: RetryPolicy, *errors: Exception) -> Tool:
@@ -126,3 +129,92 @@ async def test_the_backoff_doubles_up_to_its_ceiling(runtime: Runtime, tmp_path:
         (3, True, 0.025),
         (4, False, 0.0),
     ]
+
+
+# -- a run that ends between two attempts ---------------------------------------------------
+
+
+class CancelsAfterAFailedAttempt(SqliteStore):
+    """A SQLite store on which a person cancels the run as soon as a failed attempt is
+    recorded: the request to end arrives while the call waits for its next attempt."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.runtime: Runtime | None = None
+
+    async def append(
+        self,
+        run_id: RunId,
+        events: Sequence[ev.Event],
+        *,
+        expected_seq: int,
+        synchronous: bool = True,
+    ) -> int:
+        seq = await super().append(
+            run_id, events, expected_seq=expected_seq, synchronous=synchronous
+        )
+        if self.runtime is not None and any(isinstance(e, ev.ToolAttemptFailed) for e in events):
+            await self.runtime.cancel(run_id, reason="stop booking")
+        return seq
+
+
+def dispatches(events: list[ev.Event]) -> list[int]:
+    return [
+        e.attempt
+        for e in events
+        if isinstance(e, ev.EffectChanged) and e.state is EffectState.DISPATCHED
+    ]
+
+
+def last_change(events: list[ev.Event]) -> ev.EffectChanged:
+    return [e for e in events if isinstance(e, ev.EffectChanged)][-1]
+
+
+async def test_a_run_asked_to_end_during_an_attempt_does_not_send_the_next_one(
+    runtime: Runtime, tmp_path: Path
+) -> None:
+    log = tmp_path / "executions.log"
+    retry = RetryPolicy(attempts=3, safe_on=(ConnectionError,), backoff_s=0)
+
+    @tool(effect="write", retry=retry)
+    async def book(slot: str, ctx: ToolContext) -> str:
+        """Book a slot; the person cancels the run while the first attempt fails."""
+        with log.open("a") as f:
+            f.write(f"{slot}\n")
+        await runtime.cancel(ctx.run_id, reason="stop booking")
+        raise ConnectionError("down")
+
+    model = ScriptedModel([call_tool("book", {"slot": "9:00"}), reply("done")])
+    result = await runtime.run(Agent(name="booker", model=model, tools=[book]), "book 9:00")
+    assert result.status is RunStatus.CANCELLED
+    assert executions(log) == 1
+    events = await runtime.events(result.run_id)
+    (failed,) = [e for e in events if isinstance(e, ev.ToolAttemptFailed)]
+    assert failed.will_retry
+    assert dispatches(events) == [1]  # known before the next attempt: it is not even recorded
+    abandoned = last_change(events)
+    assert abandoned.state is EffectState.FAILED and abandoned.error_code == "not_sent"
+    assert abandoned.output == abandoned.note == "the run is ending; the call was not sent"
+    (effect,) = (await runtime.state(result.run_id)).effects.values()
+    assert abandoned.effect_id == effect.effect_id and effect.error_code == "not_sent"
+
+
+async def test_a_run_asked_to_end_while_a_call_waits_to_be_retried_does_not_send_it(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "executions.log"
+    retry = RetryPolicy(attempts=3, safe_on=(ConnectionError,), backoff_s=0)
+    book = flaky_write(log, retry, ConnectionError("down"))
+    store = CancelsAfterAFailedAttempt(tmp_path / "runs.db")
+    async with Runtime(store) as rt:
+        store.runtime = rt
+        model = ScriptedModel([call_tool("book", {"slot": "9:00"}), reply("done")])
+        result = await rt.run(Agent(name="booker", model=model, tools=[book]), "book 9:00")
+        events = await rt.events(result.run_id)
+    assert result.status is RunStatus.CANCELLED
+    assert executions(log) == 1  # the second attempt was never made
+    # the request to end came in with the commit of the next attempt, before the call
+    assert dispatches(events) == [1, 2]
+    abandoned = last_change(events)
+    assert abandoned.state is EffectState.FAILED and abandoned.error_code == "not_sent"
+    assert abandoned.note == "the run is ending; the call was not sent"

@@ -386,6 +386,9 @@ class ToolRunner:
             b = self.batch()
             b.add(ev.EffectChanged, effect_id=eid, state=EffectState.DISPATCHED, attempt=attempt)
             await b.commit()  # durable before the tool is called: a crash after it is detectable
+            if self.state.ending is not None:  # asked to end meanwhile: the commit folded it in
+                await self._abandon(effect, "the run is ending; the call was not sent")
+                return
             ctx = self._context(call, effect, attempt)
             started = now()
             try:
