@@ -13,8 +13,9 @@ from contextos import Agent, FailureReason, RunStatus, Runtime
 from contextos import events as ev
 from contextos.policy import Decision, PolicyDecision, ProposedCall
 from contextos.testing import ScriptedModel, call_tool, reply
-from contextos.tools import BaseTool, EffectKind, Gateway, ToolContext, as_tool, tool
+from contextos.tools import BaseTool, EffectKind, Gateway, Risk, ToolContext, as_tool, tool
 from support.blocks import block_body
+from support.stores import Crash, CrashAfter
 
 calls: list[tuple[str, object]] = []
 
@@ -329,6 +330,104 @@ async def test_a_changed_tool_contract_stops_the_run_on_resume(tmp_path: Path) -
     assert calls == []
     failed = events[-1]
     assert isinstance(failed, ev.RunFailed) and failed.error["code"] == "tool_manifest_changed"
+
+
+async def test_a_changed_manifest_is_recorded_with_both_hashes(tmp_path: Path) -> None:
+    db = str(tmp_path / "m.db")
+    model = ScriptedModel([call_tool("pay", {"amount": 5}), reply("ok")], by_turn=True)
+    async with Runtime(db) as rt:
+        rid = await rt.start(Agent(name="p", model=model, tools=[pay]), "go")
+        created = (await rt.events(rid))[0]
+    assert isinstance(created, ev.RunCreated)
+    recorded = created.tool_manifest_hash
+    changed = dataclasses.replace(pay, risk=Risk.LOW)
+    current = Gateway([changed]).manifest_hash
+    async with Runtime(db) as rt:
+        agent = Agent(name="p", model=model, tools=[changed])
+        await rt.resume(rid, agent, allow_changed_agent=True)
+        failed = (await rt.events(rid))[-1]
+    assert calls == []
+    assert isinstance(failed, ev.RunFailed)
+    assert failed.error == {
+        "code": "tool_manifest_changed",
+        "message": "the run's tools changed while it was in flight: it started with tool "
+        f"manifest {recorded[:12]}, this process has {current[:12]}; the run will not call a "
+        "capability other than the one it was started with",
+        "run_id": rid,
+        "recorded": recorded,
+        "current": current,
+    }
+    assert failed.message == failed.error["message"]
+
+
+def dispatched(e: ev.Event) -> bool:
+    return isinstance(e, ev.EffectChanged) and e.state == "dispatched"
+
+
+async def fork_of_a_write_in_flight(db: str) -> tuple[Runtime, str, str]:
+    """A run that died once `pay` was recorded as dispatched (its outcome unknown), and the
+    runtime to fork it with."""
+    model = ScriptedModel([call_tool("pay", {"amount": 5}), reply("ok")], by_turn=True)
+    crashing = Runtime(CrashAfter(db, dispatched))
+    try:
+        with pytest.raises(Crash):
+            await crashing.run(Agent(name="p", model=model, tools=[pay]), "go")
+    finally:
+        await crashing.close()
+    rt = Runtime(db)
+    (source,) = await rt.runs()
+    (effect,) = (await rt.state(source.run_id)).effects.values()
+    return rt, source.run_id, effect.effect_id
+
+
+async def test_a_fork_whose_tool_changed_since_its_write_was_sent_stops_before_settling_it(
+    tmp_path: Path,
+) -> None:
+    rt, source, effect_id = await fork_of_a_write_in_flight(str(tmp_path / "m.db"))
+    changed = dataclasses.replace(pay, risk=Risk.LOW)
+    model = ScriptedModel([reply("ok")], by_turn=True)
+    agent = Agent(name="p", model=model, tools=[changed])
+    try:
+        last = (await rt.events(source))[-1].seq
+        fork_id = await rt.fork(source, at=last, agent=agent)
+        result = await rt.resume(fork_id, agent)
+        events = await rt.events(fork_id)
+    finally:
+        await rt.close()
+    assert result.status is RunStatus.FAILED and result.failure_reason is FailureReason.TOOL_FAILED
+    failed = events[-1]
+    assert isinstance(failed, ev.RunFailed)
+    assert failed.error == {
+        "code": "tool_manifest_changed",
+        "message": f"tool pay changed since effect {effect_id} was dispatched",
+        "run_id": fork_id,
+        "tool": "pay",
+    }
+    assert calls == []  # the source died before the call; the fork did not send it either
+    assert [e.state for e in events if isinstance(e, ev.EffectChanged)][-1] == "dispatched"
+
+
+async def test_a_fork_without_the_tool_of_its_write_in_flight_stops_before_settling_it(
+    tmp_path: Path,
+) -> None:
+    rt, source, _ = await fork_of_a_write_in_flight(str(tmp_path / "m.db"))
+    agent = Agent(name="p", model=ScriptedModel([reply("ok")], by_turn=True), tools=[add])
+    try:
+        last = (await rt.events(source))[-1].seq
+        fork_id = await rt.fork(source, at=last, agent=agent)
+        result = await rt.resume(fork_id, agent)
+        events = await rt.events(fork_id)
+    finally:
+        await rt.close()
+    assert result.status is RunStatus.FAILED and result.failure_reason is FailureReason.TOOL_FAILED
+    failed = events[-1]
+    assert isinstance(failed, ev.RunFailed)
+    assert failed.error == {
+        "code": "tool_manifest_changed",
+        "message": "tool pay is no longer available",
+    }
+    assert calls == []
+    assert [e.state for e in events if isinstance(e, ev.EffectChanged)][-1] == "dispatched"
 
 
 async def test_context_carries_the_stable_key(runtime: Runtime) -> None:
