@@ -11,7 +11,7 @@ import pytest
 
 from contextos import Agent, Policy, Principal, RunStatus, Runtime, Tool, tool
 from contextos import events as ev
-from contextos.policy import Limit
+from contextos.policy import Decision, Limit, Rule
 from contextos.testing import ScriptedModel, call_tools, reply
 
 
@@ -150,3 +150,91 @@ async def test_calls_a_policy_limit_counts_run_one_at_a_time(tmp_path: Path) -> 
         # decided after the first search succeeded: the limit refuses it
         ("search", "policy_denied"),
     ]
+
+
+def reads(seen: list[str]) -> list[Tool]:
+    """Two plain read tools that note each call they run."""
+
+    def north(q: str) -> str:
+        """Ask north."""
+        seen.append(f"north {q}")
+        return f"north: {q}"
+
+    def south(q: str) -> str:
+        """Ask south."""
+        seen.append(f"south {q}")
+        return f"south: {q}"
+
+    return [tool(north), tool(south)]
+
+
+async def test_a_read_policy_denies_among_reads_run_together_is_refused_alone(
+    tmp_path: Path,
+) -> None:
+    seen: list[str] = []
+    policy = Policy(
+        rules=(
+            Rule(id="no-south", decision=Decision.DENY, tools=("south",), reason="south is shut"),
+        )
+    )
+    agent = Agent(
+        name="stock",
+        model=ScriptedModel([turn(("north", '{"q": "x"}'), ("south", '{"q": "y"}')), reply("ok")]),
+        tools=reads(seen),
+    )
+    async with Runtime(str(tmp_path / "runs.db"), policy=policy) as rt:
+        result = await rt.run(agent, "go", principal=Principal.user("bob", scopes=("*",)))
+        events = await rt.events(result.run_id)
+    assert result.status is RunStatus.COMPLETED
+    assert seen == ["north x"]
+    decided = [e for e in events if isinstance(e, ev.PolicyDecided)]
+    assert [(d.call_id, d.tool, d.decision, d.effect_id) for d in decided] == [
+        ("call_1_0", "north", "allow", None),
+        ("call_1_1", "south", "deny", None),
+    ]
+    done = [e for e in events if isinstance(e, ev.ToolCompleted)]
+    assert [(e.call_id, e.name, e.is_error, e.error_code) for e in done] == [
+        ("call_1_0", "north", False, None),
+        ("call_1_1", "south", True, "policy_denied"),
+    ]
+    assert done[1].output == "Policy does not allow this call to south: south is shut."
+    # both decisions in one commit before the calls, both results in one commit after them
+    assert decided[1].seq == decided[0].seq + 1 and done[1].seq == done[0].seq + 1
+    assert decided[1].seq < done[0].seq
+
+
+async def test_a_read_needing_approval_among_reads_run_together_runs_once_approved(
+    tmp_path: Path,
+) -> None:
+    seen: list[str] = []
+    policy = Policy(
+        rules=(
+            Rule(
+                id="south-needs-ok",
+                decision=Decision.REQUIRE_APPROVAL,
+                tools=("south",),
+                reason="south is sensitive",
+                approver_role="ops",
+            ),
+        ),
+        roles={"ops": ("alice",)},
+    )
+    model = ScriptedModel(
+        [turn(("north", '{"q": "x"}'), ("south", '{"q": "y"}')), reply("ok")], by_turn=True
+    )
+    agent = Agent(name="stock", model=model, tools=reads(seen))
+    bob = Principal.user("bob", scopes=("*",))
+    async with Runtime(str(tmp_path / "runs.db"), policy=policy) as rt:
+        waiting = await rt.run(agent, "go", principal=bob)
+        assert waiting.status is RunStatus.INPUT_REQUIRED and seen == ["north x"]
+        (asked,) = await rt.inbox()
+        await rt.approve(asked.id, approver="alice")
+        result = await rt.resume(waiting.run_id, agent)
+        events = await rt.events(waiting.run_id)
+    assert result.status is RunStatus.COMPLETED
+    assert seen == ["north x", "south y"]
+    first, again = [e for e in events if isinstance(e, ev.PolicyDecided) and e.tool == "south"]
+    assert (first.decision, again.decision) == ("require_approval", "allow")
+    assert first.action_hash == again.action_hash  # the action approved is the one that runs
+    done = [e for e in events if isinstance(e, ev.ToolCompleted)]
+    assert [(e.name, e.output) for e in done] == [("north", "north: x"), ("south", "south: y")]
