@@ -430,6 +430,41 @@ async def test_a_fork_without_the_tool_of_its_write_in_flight_stops_before_settl
     assert [e.state for e in events if isinstance(e, ev.EffectChanged)][-1] == "dispatched"
 
 
+async def test_a_fork_whose_tool_no_longer_takes_an_authorised_writes_arguments_stops(
+    tmp_path: Path,
+) -> None:
+    db = str(tmp_path / "m.db")
+    model = ScriptedModel([call_tool("pay", {"amount": 5}), reply("ok")], by_turn=True)
+    crashing = Runtime(CrashAfter(db, lambda e: getattr(e, "state", None) == "authorised"))
+    try:
+        with pytest.raises(Crash):
+            await crashing.run(Agent(name="p", model=model, tools=[pay]), "go")
+    finally:
+        await crashing.close()
+
+    @tool(name="pay", effect="irreversible", risk="high", scopes=("payments:write",))
+    def pay_in_cents(cents: int) -> str:
+        """Pay, in cents."""
+        calls.append(("pay", cents))
+        return "paid"
+
+    agent = Agent(name="p", model=ScriptedModel([reply("ok")], by_turn=True), tools=[pay_in_cents])
+    async with Runtime(db) as rt:
+        (source,) = await rt.runs()
+        last = (await rt.events(source.run_id))[-1].seq
+        fork_id = await rt.fork(source.run_id, at=last, agent=agent)
+        result = await rt.resume(fork_id, agent)
+        events = await rt.events(fork_id)
+    assert result.status is RunStatus.FAILED and calls == []
+    failed = events[-1]
+    assert isinstance(failed, ev.RunFailed) and failed.error["code"] == "tool_manifest_changed"
+    assert failed.message.startswith(
+        "the recorded arguments of call_1_0 no longer validate against pay: "
+    )
+    assert "cents" in failed.message  # what the tool now wants
+    assert [e.state for e in events if isinstance(e, ev.EffectChanged)][-1] == "authorised"
+
+
 async def test_context_carries_the_stable_key(runtime: Runtime) -> None:
     seen: list[tuple[str | None, str | None, int]] = []
 
