@@ -6,13 +6,14 @@ the ledger forgot to record would still show up).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
 
 from contextos import Agent, RunStatus, Runtime
 from contextos import events as ev
+from contextos.errors import ToolOutcomeUnknown
 from contextos.ledger import EffectState
 from contextos.runs import RunId
 from contextos.store import SqliteStore
@@ -134,12 +135,13 @@ async def test_the_backoff_doubles_up_to_its_ceiling(runtime: Runtime, tmp_path:
 # -- a run that ends between two attempts ---------------------------------------------------
 
 
-class CancelsAfterAFailedAttempt(SqliteStore):
-    """A SQLite store on which a person cancels the run as soon as a failed attempt is
-    recorded: the request to end arrives while the call waits for its next attempt."""
+class CancelsAfter(SqliteStore):
+    """A SQLite store on which a person cancels the run as soon as an append holding a matching
+    event committed: the request to end arrives while the call waits for its next attempt."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, when: Callable[[ev.Event], bool]) -> None:
         super().__init__(path)
+        self.when = when
         self.runtime: Runtime | None = None
 
     async def append(
@@ -153,7 +155,7 @@ class CancelsAfterAFailedAttempt(SqliteStore):
         seq = await super().append(
             run_id, events, expected_seq=expected_seq, synchronous=synchronous
         )
-        if self.runtime is not None and any(isinstance(e, ev.ToolAttemptFailed) for e in events):
+        if self.runtime is not None and any(self.when(e) for e in events):
             await self.runtime.cancel(run_id, reason="stop booking")
         return seq
 
@@ -205,7 +207,7 @@ async def test_a_run_asked_to_end_while_a_call_waits_to_be_retried_does_not_send
     log = tmp_path / "executions.log"
     retry = RetryPolicy(attempts=3, safe_on=(ConnectionError,), backoff_s=0)
     book = flaky_write(log, retry, ConnectionError("down"))
-    store = CancelsAfterAFailedAttempt(tmp_path / "runs.db")
+    store = CancelsAfter(tmp_path / "runs.db", lambda e: isinstance(e, ev.ToolAttemptFailed))
     async with Runtime(store) as rt:
         store.runtime = rt
         model = ScriptedModel([call_tool("book", {"slot": "9:00"}), reply("done")])
@@ -218,3 +220,40 @@ async def test_a_run_asked_to_end_while_a_call_waits_to_be_retried_does_not_send
     abandoned = last_change(events)
     assert abandoned.state is EffectState.FAILED and abandoned.error_code == "not_sent"
     assert abandoned.note == "the run is ending; the call was not sent"
+
+
+async def test_a_call_whose_outcome_is_unknown_is_sent_again_even_as_its_run_ends(
+    tmp_path: Path,
+) -> None:
+    """The first attempt may have acted, so the call is not recorded as never sent: its
+    contract says sending it again with its key is safe, and that settles what happened."""
+    log = tmp_path / "executions.log"
+    lost = [ToolOutcomeUnknown("the connection dropped after the request was sent")]
+
+    @tool(effect="write", idempotent=True)
+    def book(slot: str) -> str:
+        """Book a slot (idempotent: the service dedupes by key)."""
+        with log.open("a") as f:
+            f.write(f"{slot}\n")
+        if lost:
+            raise lost.pop()
+        return f"booked {slot}"
+
+    def unknown(e: ev.Event) -> bool:
+        return isinstance(e, ev.EffectChanged) and e.state is EffectState.OUTCOME_UNKNOWN
+
+    store = CancelsAfter(tmp_path / "runs.db", unknown)
+    async with Runtime(store) as rt:
+        store.runtime = rt
+        model = ScriptedModel([call_tool("book", {"slot": "9:00"}), reply("done")])
+        result = await rt.run(Agent(name="booker", model=model, tools=[book]), "book 9:00")
+        state = await rt.state(result.run_id)
+    assert result.status is RunStatus.CANCELLED
+    assert executions(log) == 2
+    (effect,) = state.effects.values()
+    assert [s.value for _, s in effect.history][-4:] == [
+        "dispatched",
+        "outcome_unknown",
+        "dispatched",
+        "committed",
+    ]
