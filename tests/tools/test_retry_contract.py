@@ -14,7 +14,7 @@ import pytest
 from contextos import Agent, RunStatus, Runtime
 from contextos import events as ev
 from contextos.errors import ToolOutcomeUnknown
-from contextos.ledger import EffectState
+from contextos.ledger import MAX_DISPATCHES, EffectState
 from contextos.runs import RunId
 from contextos.store import SqliteStore
 from contextos.testing import ScriptedModel, call_tool, reply
@@ -257,3 +257,27 @@ async def test_a_call_whose_outcome_is_unknown_is_sent_again_even_as_its_run_end
         "dispatched",
         "committed",
     ]
+
+
+async def test_a_call_whose_outcome_stays_unknown_is_sent_at_most_max_dispatches_times(
+    runtime: Runtime, tmp_path: Path
+) -> None:
+    log = tmp_path / "executions.log"
+
+    @tool(effect="write", idempotent=True)
+    def book(slot: str) -> str:
+        """Book a slot; the answer never arrives."""
+        with log.open("a") as f:
+            f.write(f"{slot}\n")
+        raise ToolOutcomeUnknown("the connection dropped after the request was sent")
+
+    model = ScriptedModel([call_tool("book", {"slot": "9:00"}), reply("done")])
+    result = await runtime.run(Agent(name="booker", model=model, tools=[book]), "book 9:00")
+    assert result.status is RunStatus.INPUT_REQUIRED  # then a person decides
+    assert executions(log) == MAX_DISPATCHES
+    state = await runtime.state(result.run_id)
+    (effect,) = state.effects.values()
+    assert effect.state is EffectState.OUTCOME_UNKNOWN and effect.attempts == MAX_DISPATCHES
+    (asked,) = state.pending_interrupts.values()
+    assert asked.kind == "external_confirmation_required"
+    assert asked.payload["attempts"] == MAX_DISPATCHES
