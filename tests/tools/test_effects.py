@@ -462,11 +462,13 @@ async def test_cancel_of_a_run_nobody_drives_runs_its_saga(
     async with Runtime(db) as rt:
         waiting = await rt.resume(summary.run_id, agent(ScriptedModel([], by_turn=True)))
         assert waiting.status is RunStatus.INPUT_REQUIRED
+        (asked,) = (await rt.state(summary.run_id)).pending_interrupts
         result = await rt.cancel(summary.run_id, agent=agent(ScriptedModel([])))
         # the unknown charge still needs a person; the refundable one is not undone before that
         assert result.status is RunStatus.INPUT_REQUIRED
         state = await rt.state(summary.run_id)
         assert state.ending is not None and state.ending.outcome == "cancelled"
+        assert list(state.pending_interrupts) == [asked]  # the same question, not asked twice
 
 
 async def test_cancel_with_a_write_in_flight_reconciles_then_compensates(
