@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -253,8 +254,18 @@ async def test_crash_after_dispatch_is_reconciled(
     ]
     assert payments.query("SELECT COUNT(*) FROM attempts")[0][0] == 1  # never re-sent
     assert payments.stats()["charges"] == 1
+    unknown, _, committed = [e for e in events if isinstance(e, ev.EffectChanged)][-3:]
+    assert unknown.error_code == "outcome_unknown"
+    assert unknown.note == (
+        "the worker stopped after dispatching the call and before its outcome was recorded"
+    )
+    # what the provider has: its receipt and its record, told to the model
+    (charge_id,) = payments.query("SELECT charge_id FROM charges")[0]
+    assert committed.note == "reconcile: the provider has the call"
+    assert committed.receipts == {"charge_id": charge_id}
     done = next(e for e in events if isinstance(e, ev.ToolCompleted))
-    assert "charge_id" in done.output and not done.is_error
+    assert done.output == committed.output and not done.is_error
+    assert json.loads(done.output) == {"charged": ORDER["amount"], "charge_id": charge_id}
 
 
 async def test_crash_before_the_service_acted_reconciles_to_failed(

@@ -281,3 +281,17 @@ async def test_a_call_whose_outcome_stays_unknown_is_sent_at_most_max_dispatches
     (asked,) = state.pending_interrupts.values()
     assert asked.kind == "external_confirmation_required"
     assert asked.payload["attempts"] == MAX_DISPATCHES
+
+
+async def test_a_failed_attempt_records_the_errors_text_or_its_type_when_it_has_none(
+    runtime: Runtime, tmp_path: Path
+) -> None:
+    log = tmp_path / "executions.log"
+    retry = RetryPolicy(attempts=3, safe_on=(ConnectionError,), backoff_s=0)
+    book = flaky_write(log, retry, ConnectionError("down for maintenance"), ConnectionError())
+    events = await run_booking(runtime, book)
+    failed = [e for e in events if isinstance(e, ev.ToolAttemptFailed)]
+    assert [(f.call_id, f.tool, f.attempt, f.error_type, f.error) for f in failed] == [
+        ("call_1_0", "book", 1, "ConnectionError", "down for maintenance"),
+        ("call_1_0", "book", 2, "ConnectionError", "ConnectionError"),
+    ]
