@@ -102,6 +102,11 @@ async def test_write_goes_through_the_ledger_with_receipts(
     assert proposed.arguments["customer"] == "[redacted]"  # redact_fields
     assert effect_states(events) == ["validated", "authorised", "dispatched", "committed"]
     decided = next(e for e in events if isinstance(e, ev.PolicyDecided))
+    assert (decided.call_id, decided.tool, decided.effect_id) == (
+        proposed.call_id,
+        "charge_card",
+        proposed.effect_id,
+    )
     dispatched = next(
         e for e in events if isinstance(e, ev.EffectChanged) and e.state == "dispatched"
     )
