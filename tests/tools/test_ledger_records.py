@@ -304,6 +304,7 @@ async def test_an_approved_read_runs_once_policy_allows_it_again(tmp_path: Path)
     assert result.status is RunStatus.COMPLETED and looked_up == ["cus_1"]
     first, again = [e for e in events if isinstance(e, ev.PolicyDecided)]
     assert first.decision == "require_approval" and first.effect_id is None
+    assert (first.call_id, first.tool) == (again.call_id, again.tool) == ("call_1_0", "lookup")
     assert again.decision == "allow" and again.approval_id == approval.id
     assert not any(isinstance(e, ev.EffectProposed | ev.EffectChanged) for e in events)
     done = completed(events)
