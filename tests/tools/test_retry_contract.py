@@ -6,6 +6,7 @@ the ledger forgot to record would still show up).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -295,3 +296,38 @@ async def test_a_failed_attempt_records_the_errors_text_or_its_type_when_it_has_
         ("call_1_0", "book", 1, "ConnectionError", "down for maintenance"),
         ("call_1_0", "book", 2, "ConnectionError", "ConnectionError"),
     ]
+
+
+# -- reads ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("error", ["error", "timeout"])
+async def test_a_read_is_tried_again_as_its_contract_allows(
+    runtime: Runtime, tmp_path: Path, error: str
+) -> None:
+    log = tmp_path / "executions.log"
+    retry = RetryPolicy(attempts=3, safe_on=(ConnectionError, TimeoutError), backoff_s=0)
+
+    @tool(retry=retry, timeout_s=0.05)
+    async def lookup(q: str) -> str:
+        """Look something up; the first two tries fail."""
+        with log.open("a") as f:
+            f.write(f"{q}\n")
+        if executions(log) < 3:
+            if error == "timeout":
+                await asyncio.sleep(5)
+            raise ConnectionError("reset")
+        return f"found {q}"
+
+    model = ScriptedModel([call_tool("lookup", {"q": "x"}), reply("done")])
+    result = await runtime.run(Agent(name="reader", model=model, tools=[lookup]), "look")
+    assert result.status is RunStatus.COMPLETED
+    events = await runtime.events(result.run_id)
+    failed = [e for e in events if isinstance(e, ev.ToolAttemptFailed)]
+    assert [(f.attempt, f.will_retry, f.effect_id) for f in failed] == [
+        (1, True, None),
+        (2, True, None),
+    ]
+    assert executions(log) == 3
+    done = next(e for e in events if isinstance(e, ev.ToolCompleted))
+    assert done.output == "found x" and not done.is_error
