@@ -487,6 +487,38 @@ async def test_cancel_of_a_run_nobody_drives_runs_its_saga(
         assert list(state.pending_interrupts) == [asked]  # the same question, not asked twice
 
 
+async def test_a_cancelled_run_waiting_on_a_person_ends_once_they_answer(
+    tmp_path: Path, payments: PaymentsService
+) -> None:
+    db = str(tmp_path / "runs.db")
+    model = ScriptedModel(
+        [
+            call_tool("charge_refundable", ORDER),
+            call_tool("charge_card_unchecked", {**ORDER, "order_id": "o2"}),
+            reply("x"),
+        ]
+    )
+    async with Runtime(DiesAround(db, "charge_card_unchecked")) as rt:
+        with pytest.raises(Crash):
+            await rt.run(agent(model), "go")
+        (summary,) = await rt.runs()
+    rid = summary.run_id
+    async with Runtime(db) as rt:
+        await rt.resume(rid, agent(ScriptedModel([], by_turn=True)))
+        waiting = await rt.cancel(rid, agent=agent(ScriptedModel([])))
+        assert waiting.status is RunStatus.INPUT_REQUIRED
+        (asked,) = await rt.inbox()
+        await rt.answer(asked.id, '{"outcome": "committed"}', answered_by="ops")
+        result = await rt.resume(rid, agent(ScriptedModel([])))
+        state = await rt.state(rid)
+    assert result.status is RunStatus.CANCELLED
+    refundable, unchecked = [e for e in state.effects.values() if e.compensates is None]
+    assert unchecked.state is EffectState.COMMITTED  # as the person said; never sent again
+    assert unchecked.output == "charge_card_unchecked: confirmed done by a person"
+    assert refundable.state is EffectState.COMPENSATED
+    assert payments.stats()["charges"] == 2 and payments.stats()["refunds"] == 1
+
+
 async def test_cancel_with_a_write_in_flight_reconciles_then_compensates(
     runtime: Runtime, payments: PaymentsService
 ) -> None:

@@ -198,6 +198,27 @@ async def test_write_tool_timeout_is_an_unknown_outcome_not_a_failure(runtime: R
     )
 
 
+async def test_a_write_whose_own_client_timed_out_has_an_unknown_outcome(
+    runtime: Runtime,
+) -> None:
+    @tool(effect="write", timeout_s=30)
+    def post_message(text: str) -> str:
+        """Post a message; the HTTP client gives up waiting for the answer."""
+        raise TimeoutError("read timed out")
+
+    model = ScriptedModel([call_tool("post_message", {"text": "hi"}), reply("?")])
+    result = await runtime.run(Agent(name="s", model=model, tools=[post_message]), "go")
+    assert result.status is RunStatus.INPUT_REQUIRED
+    events = await runtime.events(result.run_id)
+    unknown = next(
+        e for e in events if isinstance(e, ev.EffectChanged) and e.state == "outcome_unknown"
+    )
+    assert unknown.error_code == "outcome_unknown"
+    assert (
+        unknown.note == "post_message did not finish within its time limit (30s); it may have acted"
+    )
+
+
 async def test_huge_output_is_truncated_and_marked_untrusted(runtime: Runtime) -> None:
     def dump() -> str:
         """Return a lot."""
