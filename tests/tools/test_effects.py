@@ -611,3 +611,37 @@ async def test_a_look_up_that_cannot_reach_the_provider_asks_a_person(
     (asked,) = state.pending_interrupts.values()
     assert asked.kind == "external_confirmation_required" and asked.effect_id == failed.effect_id
     assert payments.stats()["charges"] == 1  # charged once, and never sent again
+
+
+@pytest.mark.parametrize(
+    ("before_call", "state", "charges"),
+    [(False, EffectState.COMMITTED, 1), (True, EffectState.FAILED, 0)],
+    ids=["charged", "never charged"],
+)
+async def test_cancelling_a_run_that_asked_a_person_settles_by_looking_the_call_up_again(
+    tmp_path: Path,
+    payments: PaymentsService,
+    monkeypatch: pytest.MonkeyPatch,
+    before_call: bool,
+    state: EffectState,
+    charges: int,
+) -> None:
+    """The provider was unreachable, so a person was asked; once it answers again, cancelling
+    the run looks the charge up and ends the run at once, without waiting for the person."""
+    db = str(tmp_path / "runs.db")
+    async with Runtime(DiesAround(db, "charge_card", before_call=before_call)) as rt:
+        with pytest.raises(Crash):
+            await rt.run(agent(ScriptedModel(script("charge_card"))), "go")
+        (summary,) = await rt.runs()
+    with monkeypatch.context() as unreachable:
+        unreachable.setenv("PAYMENTS_URL", "http://127.0.0.1:9")  # nothing listens there
+        async with Runtime(db) as rt:
+            waiting = await rt.resume(summary.run_id, agent(ScriptedModel([], by_turn=True)))
+    assert waiting.status is RunStatus.INPUT_REQUIRED
+    async with Runtime(db) as rt:
+        result = await rt.cancel(summary.run_id, agent=agent(ScriptedModel([])))
+        after = await rt.state(summary.run_id)
+    assert result.status is RunStatus.CANCELLED
+    (effect,) = after.effects.values()
+    assert effect.state is state and after.pending_interrupts == {}
+    assert payments.stats()["charges"] == charges

@@ -14,6 +14,7 @@ import pytest
 
 from contextos import Agent, RunStatus, Runtime, ToolContext, tool
 from contextos import events as ev
+from contextos.errors import ToolOutcomeUnknown
 from contextos.ledger import (
     Effect,
     EffectState,
@@ -150,6 +151,29 @@ async def test_a_write_settled_before_a_crash_is_reported_once_resumed(tmp_path:
     done = completed(events)
     assert (done.output, done.is_error, done.error_code) == ("post done", False, None)
     assert done.effect_id == changes(events)[-1].effect_id
+
+
+async def test_a_record_found_by_reconcile_is_cut_at_the_contracts_limit(tmp_path: Path) -> None:
+    def find(key: str) -> ToolResult:
+        return ToolResult(output="x" * 500, receipts={"post_key": key})
+
+    @tool(effect="write", reconcile=find, max_output_chars=100)
+    def post(text: str) -> str:
+        """Post a text; the connection drops before the answer."""
+        raise ToolOutcomeUnknown("the connection dropped after the request was sent")
+
+    model = ScriptedModel([call_tool("post", {"text": "hello"}), reply("ok")])
+    async with Runtime(str(tmp_path / "runs.db")) as rt:
+        result = await rt.run(Agent(name="poster", model=model, tools=[post]), "post it")
+        events = await rt.events(result.run_id)
+    assert result.status is RunStatus.COMPLETED
+    assert [c.state for c in changes(events)][-2:] == [
+        EffectState.RECONCILING,
+        EffectState.COMMITTED,
+    ]
+    done = completed(events)
+    assert done.truncated and not done.is_error
+    assert done.output == "x" * 100 + "\n[output truncated: showing 100 of 500 characters]"
 
 
 async def test_a_denied_write_records_the_refusal_on_its_effect(tmp_path: Path) -> None:
