@@ -4,7 +4,7 @@ and the log reads the same whichever call finished first."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -12,7 +12,10 @@ import pytest
 from contextos import Agent, Policy, Principal, RunStatus, Runtime, Tool, tool
 from contextos import events as ev
 from contextos.policy import Decision, Limit, Rule
+from contextos.runs import RunId
+from contextos.store import SqliteStore
 from contextos.testing import ScriptedModel, call_tools, reply
+from contextos.tools import RetryPolicy
 
 
 @pytest.fixture
@@ -238,3 +241,73 @@ async def test_a_read_needing_approval_among_reads_run_together_runs_once_approv
     assert first.action_hash == again.action_hash  # the action approved is the one that runs
     done = [e for e in events if isinstance(e, ev.ToolCompleted)]
     assert [(e.name, e.output) for e in done] == [("north", "north: x"), ("south", "south: y")]
+
+
+class Appends(SqliteStore):
+    """A SQLite store that notes the event types of each append (each commit of the run)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.commits: list[list[str]] = []
+
+    async def append(
+        self,
+        run_id: RunId,
+        events: Sequence[ev.Event],
+        *,
+        expected_seq: int,
+        synchronous: bool = True,
+    ) -> int:
+        seq = await super().append(
+            run_id, events, expected_seq=expected_seq, synchronous=synchronous
+        )
+        self.commits.append([e.type for e in events])
+        return seq
+
+
+async def test_the_failed_attempts_of_reads_run_together_are_recorded_with_their_results(
+    tmp_path: Path,
+) -> None:
+    tries: list[str] = []
+    retry = RetryPolicy(attempts=2, safe_on=(ConnectionError,), backoff_s=0)
+
+    @tool(retry=retry)
+    def north(q: str) -> str:
+        """Ask north; its first try fails."""
+        tries.append(q)
+        if len(tries) == 1:
+            raise ConnectionError("reset")
+        return f"north: {q}"
+
+    def south(q: str) -> str:
+        """Ask south."""
+        return f"south: {q}"
+
+    agent = Agent(
+        name="stock",
+        model=ScriptedModel([turn(("north", '{"q": "x"}'), ("south", '{"q": "y"}')), reply("ok")]),
+        tools=[north, tool(south)],
+    )
+    store = Appends(tmp_path / "runs.db")
+    async with Runtime(store) as rt:
+        result = await rt.run(agent, "go")
+        events = await rt.events(result.run_id)
+    assert result.status is RunStatus.COMPLETED
+    # one commit after the calls: the failed attempt, then every result, in call order
+    assert ["tool_attempt_failed", "tool_completed", "tool_completed"] in store.commits
+    failed, first, second = [
+        e for e in events if isinstance(e, ev.ToolAttemptFailed | ev.ToolCompleted)
+    ]
+    assert isinstance(failed, ev.ToolAttemptFailed)
+    assert (failed.call_id, failed.tool, failed.attempt, failed.error, failed.will_retry) == (
+        "call_1_0",
+        "north",
+        1,
+        "reset",
+        True,
+    )
+    assert failed.effect_id is None
+    assert [(e.call_id, e.output) for e in (first, second)] == [
+        ("call_1_0", "north: x"),
+        ("call_1_1", "south: y"),
+    ]
