@@ -153,6 +153,7 @@ async def test_calls_a_policy_limit_counts_run_one_at_a_time(tmp_path: Path) -> 
         # decided after the first search succeeded: the limit refuses it
         ("search", "policy_denied"),
     ]
+    assert done[3].output.startswith("Policy does not allow this call to search: ")
 
 
 def reads(seen: list[str]) -> list[Tool]:

@@ -308,9 +308,12 @@ async def test_a_read_is_tried_again_as_its_contract_allows(
     log = tmp_path / "executions.log"
     retry = RetryPolicy(attempts=3, safe_on=(ConnectionError, TimeoutError), backoff_s=0)
 
+    attempts: list[int] = []
+
     @tool(retry=retry, timeout_s=0.05)
-    async def lookup(q: str) -> str:
+    async def lookup(q: str, ctx: ToolContext) -> str:
         """Look something up; the first two tries fail."""
+        attempts.append(ctx.attempt)
         with log.open("a") as f:
             f.write(f"{q}\n")
         if executions(log) < 3:
@@ -328,6 +331,6 @@ async def test_a_read_is_tried_again_as_its_contract_allows(
         (1, True, None),
         (2, True, None),
     ]
-    assert executions(log) == 3
+    assert executions(log) == 3 and attempts == [1, 2, 3]  # the tool is told which try it is
     done = next(e for e in events if isinstance(e, ev.ToolCompleted))
     assert done.output == "found x" and not done.is_error
