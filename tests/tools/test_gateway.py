@@ -198,6 +198,20 @@ async def test_write_tool_timeout_is_an_unknown_outcome_not_a_failure(runtime: R
     )
 
 
+async def test_a_read_whose_own_client_timed_out_is_a_timeout(runtime: Runtime) -> None:
+    @tool(timeout_s=30)
+    def lookup(q: str) -> str:
+        """Look something up; the HTTP client gives up waiting."""
+        raise TimeoutError("read timed out")
+
+    model = ScriptedModel([call_tool("lookup", {"q": "x"}), reply("?")])
+    result = await runtime.run(Agent(name="s", model=model, tools=[lookup]), "go")
+    assert result.status is RunStatus.COMPLETED
+    (done,) = [e for e in await runtime.events(result.run_id) if isinstance(e, ev.ToolCompleted)]
+    assert (done.is_error, done.error_code) == (True, "tool_timeout")
+    assert done.output == "lookup did not finish within its time limit (30s)."
+
+
 async def test_a_write_whose_own_client_timed_out_has_an_unknown_outcome(
     runtime: Runtime,
 ) -> None:
