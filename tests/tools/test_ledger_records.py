@@ -153,6 +153,23 @@ async def test_a_write_settled_before_a_crash_is_reported_once_resumed(tmp_path:
     assert done.effect_id == changes(events)[-1].effect_id
 
 
+async def test_a_writes_output_is_cut_at_the_contracts_limit(tmp_path: Path) -> None:
+    @tool(effect="write", max_output_chars=100)
+    def post(text: str) -> str:
+        """Post a text; the service echoes a long page."""
+        return "x" * 500
+
+    model = ScriptedModel([call_tool("post", {"text": "hello"}), reply("ok")])
+    async with Runtime(str(tmp_path / "runs.db")) as rt:
+        result = await rt.run(Agent(name="poster", model=model, tools=[post]), "post it")
+        events = await rt.events(result.run_id)
+    cut = "x" * 100 + "\n[output truncated: showing 100 of 500 characters]"
+    committed = changes(events)[-1]
+    assert committed.state is EffectState.COMMITTED and committed.output == cut
+    done = completed(events)
+    assert done.truncated and done.output == cut
+
+
 async def test_a_record_found_by_reconcile_is_cut_at_the_contracts_limit(tmp_path: Path) -> None:
     def find(key: str) -> ToolResult:
         return ToolResult(output="x" * 500, receipts={"post_key": key})
