@@ -9,9 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from contextos import Agent, FailureReason, RunStatus, Runtime
+from contextos import Agent, Budget, FailureReason, Principal, RunStatus, Runtime
 from contextos import events as ev
+from contextos.ledger import EffectState
 from contextos.policy import Decision, PolicyDecision, ProposedCall
+from contextos.policy.containment import Containment
+from contextos.policy.identity import RunContext
 from contextos.testing import ScriptedModel, call_tool, reply
 from contextos.tools import BaseTool, EffectKind, Gateway, Risk, ToolContext, as_tool, tool
 from support.blocks import block_body
@@ -513,6 +516,73 @@ async def test_context_carries_the_stable_key(runtime: Runtime) -> None:
     result = await runtime.run(Agent(name="n", model=model, tools=[note]), "go")
     (effect,) = (await runtime.state(result.run_id)).effects.values()
     assert seen == [(f"{result.run_id}/call_1_0", effect.effect_id, 1)]
+
+
+async def test_every_call_is_told_its_run_call_key_and_containment(tmp_path: Path) -> None:
+    seen: dict[str, ToolContext] = {}
+
+    def look(q: str, ctx: ToolContext) -> str:
+        """Read."""
+        seen["look"] = ctx
+        return q
+
+    @tool(effect="write")
+    def note(text: str, ctx: ToolContext) -> str:
+        """Write a note."""
+        seen["note"] = ctx
+        return "ok"
+
+    model = ScriptedModel(
+        [call_tool("look", {"q": "a"}), call_tool("note", {"text": "a"}), reply("ok")]
+    )
+    inside = Containment(roots=(str(tmp_path),))
+    context = RunContext(principal=Principal.user("bob", scopes=("*",)), containment=inside)
+    async with Runtime(str(tmp_path / "runs.db")) as rt:
+        result = await rt.run(
+            Agent(name="n", model=model, tools=[tool(look), note]), "go", context=context
+        )
+        (effect,) = (await rt.state(result.run_id)).effects.values()
+    rid = result.run_id
+    read, write = seen["look"], seen["note"]
+    assert (read.run_id, read.call_id, read.idempotency_key, read.effect_id) == (
+        rid,
+        "call_1_0",
+        f"{rid}/call_1_0",
+        None,
+    )
+    assert (write.run_id, write.call_id, write.idempotency_key, write.effect_id) == (
+        rid,
+        "call_2_0",
+        f"{rid}/call_2_0",
+        effect.effect_id,
+    )
+    assert read.containment == write.containment == inside
+    assert read.compensates is None and write.compensates is None
+
+
+async def test_a_compensation_is_told_the_effect_it_undoes(runtime: Runtime) -> None:
+    seen: list[ToolContext] = []
+
+    @tool(effect="reversible_write", compensation="cancel_booking")
+    def book(slot: str) -> str:
+        """Book a slot."""
+        return f"booked {slot}"
+
+    @tool(effect="write")
+    def cancel_booking(slot: str, ctx: ToolContext) -> str:
+        """Cancel a booking."""
+        seen.append(ctx)
+        return f"cancelled {slot}"
+
+    model = ScriptedModel([call_tool("book", {"slot": "9:00"}), reply("never reached")])
+    agent = Agent(name="b", model=model, tools=[book, cancel_booking], budget=Budget(max_turns=1))
+    result = await runtime.run(agent, "book")
+    original, compensation = (await runtime.state(result.run_id)).effects.values()
+    assert original.state is EffectState.COMPENSATED
+    (ctx,) = seen
+    assert ctx.compensates == original.effect_id
+    assert ctx.effect_id == compensation.effect_id
+    assert ctx.idempotency_key == f"{original.idempotency_key}/compensate"
 
 
 def test_gateway_call_without_a_run() -> None:
