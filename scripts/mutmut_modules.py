@@ -54,8 +54,8 @@ PAIRS: dict[str, Pair] = {
         ["tests/tools/test_retry_contract.py"],
         ("contextos.tools.contract.xǁRetryPolicyǁ*",),
     ),
-    # The runner also carries policy, approvals, confirmations, forks and the concurrent reads
-    # of one turn through the ledger.
+    # The runner also carries policy, approvals, confirmations, a person's answers to the asking
+    # tools, forks and the concurrent reads of one turn through the ledger.
     "effects": Pair(
         ["src/contextos/tools/effects.py", "src/contextos/ledger.py"],
         [
@@ -63,6 +63,7 @@ PAIRS: dict[str, Pair] = {
             "tests/tools/test_ledger_records.py",
             "tests/tools/test_concurrent_reads.py",
             "tests/interrupts/test_approvals.py",
+            "tests/interrupts/test_ask.py",
             "tests/tools/test_retry_contract.py",
             "tests/tools/test_gateway.py",
             "tests/tools/test_wedging.py",

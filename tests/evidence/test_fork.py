@@ -3,6 +3,7 @@ again (the fork sees its receipt)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from support_agents import POLICY, credit_agent, support, writes
 from contextos import Principal, RunStatus, Runtime
 from contextos import events as ev
 from contextos.errors import ForkRefused
+from contextos.testing import ScriptedModel, call_tool, reply
 
 ROOT = Path(__file__).resolve().parents[2]
 BOB = Principal.user("bob", scopes=("payments:*",))
@@ -89,6 +91,42 @@ async def test_a_fork_before_the_model_chose_the_write_takes_the_sources_effect(
     proposed = next(e for e in forked[looked_up:] if isinstance(e, ev.EffectProposed))
     source = next(e for e in events if isinstance(e, ev.EffectProposed))
     assert proposed.idempotency_key == source.idempotency_key  # the source's effect, taken over
+    assert not any(isinstance(e, ev.InterruptRaised) for e in forked[looked_up:])
+
+
+async def test_a_fork_asking_for_the_same_write_at_another_turn_takes_the_sources_effect(
+    tmp_path: Path, ledger: Path
+) -> None:
+    """Calls are named by turn and position, so here the fork's call has another id than the
+    source's: the effect it takes over is recorded under the fork's call."""
+    refund_again = call_tool("refund", {"order_id": "A-1", "amount": 250.0})
+    model = ScriptedModel(
+        [
+            call_tool("lookup", {"order_id": "A-1"}),
+            call_tool("lookup", {"order_id": "A-1"}),  # looks again before refunding
+            refund_again,
+            reply("Refunded 250 EUR on A-1."),
+        ],
+        by_turn=True,
+    )
+    checks_twice = dataclasses.replace(support(), model=model)
+    async with Runtime(str(tmp_path / "c.db"), policy=POLICY) as rt:
+        events = await approved_run(rt)
+        looked_up = seq_of(events, ev.ToolCompleted, name="lookup")
+        fork_id = await rt.fork(events[0].run_id, at=looked_up, agent=checks_twice)
+        done = await rt.resume(fork_id, checks_twice)
+        forked = await rt.events(fork_id)
+    assert done.status is RunStatus.COMPLETED
+    assert len(writes(ledger)) == 1
+    source = next(e for e in events if isinstance(e, ev.EffectProposed))
+    proposed = next(e for e in forked[looked_up:] if isinstance(e, ev.EffectProposed))
+    assert source.call_id == "call_2_0" and proposed.call_id == "call_3_0"
+    assert proposed.effect_id == source.effect_id
+    result = next(
+        e for e in forked[looked_up:] if isinstance(e, ev.ToolCompleted) and e.name == "refund"
+    )
+    assert result.call_id == "call_3_0" and result.effect_id == source.effect_id
+    assert json.loads(result.output) == {"refunded": 250.0}
     assert not any(isinstance(e, ev.InterruptRaised) for e in forked[looked_up:])
 
 

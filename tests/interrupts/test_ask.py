@@ -4,6 +4,7 @@ answer, checked against the kind's schema, becomes the tool's result, read from 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -11,8 +12,9 @@ import pytest
 from contextos import Agent, RunStatus, Runtime
 from contextos import events as ev
 from contextos.errors import AnswerInvalid
-from contextos.policy import Policy, Principal
+from contextos.policy import Expiry, Policy, Principal
 from contextos.policy.authority import Authority
+from contextos.policy.expiry import expire_overdue
 from contextos.testing import ScriptedModel, call_tool, reply
 from contextos.tools import ask_tools
 from support.stores import Crash, CrashAfter
@@ -121,3 +123,25 @@ async def test_asking_works_without_a_policy(tmp_path: Path) -> None:
         await rt.answer(pending.id, "Ada", answered_by="bob")
         assert (await rt.resume(started.run_id, a)).status is RunStatus.COMPLETED
         assert result_of(await rt.events(started.run_id)).output == '{"value": "Ada"}'
+
+
+async def test_the_default_answer_of_an_expired_question_reaches_the_asking_tool(
+    tmp_path: Path,
+) -> None:
+    ask, review = ask_tools(expiry=Expiry(after_s=300, on_expiry="default", default="north"))
+    step = call_tool("ask_human", {"question": "Which warehouse?", "options": ["north", "south"]})
+    a = Agent(
+        name="asker",
+        model=ScriptedModel([step, reply("thanks")], by_turn=True),
+        tools=[ask, review],
+    )
+    async with Runtime(str(tmp_path / "runs.db"), policy=Authority(Policy())) as rt:
+        started = await rt.run(a, "go", principal=BOB)
+        assert started.status is RunStatus.INPUT_REQUIRED
+        later = datetime.now(UTC) + timedelta(hours=1)
+        await expire_overdue(rt.store, started.run_id, now=later)
+        done = await rt.resume(started.run_id, a)
+        events = await rt.events(started.run_id)
+    assert done.status is RunStatus.COMPLETED
+    assert any(isinstance(e, ev.InterruptExpired) for e in events)
+    assert result_of(events).output == '{"choice": "north"}'

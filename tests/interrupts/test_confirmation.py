@@ -7,11 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from contextos import Agent, RunStatus, Runtime, tool
+from contextos import Agent, RunStatus, Runtime, ToolContext, tool
 from contextos import events as ev
+from contextos.errors import ToolOutcomeUnknown
 from contextos.ledger import EffectState
 from contextos.runs import RunId
 from contextos.testing import ScriptedModel, call_tool, reply
+from contextos.tools.effects import confirmation
 from support.stores import Crash, CrashAfter
 
 sent: list[str] = []
@@ -103,3 +105,65 @@ async def test_the_model_is_told_what_the_person_confirmed(
         error_code is not None,
     )
     assert completed.effect_id == settled.effect_id
+
+
+async def test_a_receipt_the_write_got_before_its_outcome_was_lost_is_shown_to_the_person(
+    tmp_path: Path,
+) -> None:
+    @tool(effect="write")
+    def transfer(account: str, ctx: ToolContext) -> str:
+        """Transfer money; the bank hangs up after taking the request."""
+        ctx.receipts["request_id"] = "req_7"
+        raise ToolOutcomeUnknown("the bank hung up after taking the request")
+
+    model = ScriptedModel([call_tool("transfer", {"account": "X"}), reply("ok")])
+    async with Runtime(str(tmp_path / "runs.db")) as rt:
+        result = await rt.run(Agent(name="payer", model=model, tools=[transfer]), "pay")
+        events = await rt.events(result.run_id)
+        state = await rt.state(result.run_id)
+    assert result.status is RunStatus.INPUT_REQUIRED
+    (unknown,) = [
+        e
+        for e in events
+        if isinstance(e, ev.EffectChanged) and e.state is EffectState.OUTCOME_UNKNOWN
+    ]
+    assert unknown.receipts == {"request_id": "req_7"}
+    assert unknown.error_code == "outcome_unknown"
+    assert unknown.note == "ToolOutcomeUnknown: the bank hung up after taking the request"
+    (asked,) = state.pending_interrupts.values()
+    assert asked.payload["receipts"] == {"request_id": "req_7"}
+
+
+async def test_the_confirmation_event_records_the_answer_and_only_for_a_call_in_flight(
+    tmp_path: Path,
+) -> None:
+    db = str(tmp_path / "runs.db")
+    run_id, a, iid = await unknown_outcome(db)
+    async with Runtime(db) as rt:
+        state = await rt.state(run_id)
+    (effect,) = state.effects.values()
+    done = confirmation(state, effect.effect_id, happened=True, actor="user:ops")
+    assert (done.run_id, done.seq, done.actor, done.effect_id) == (
+        run_id,
+        state.seq + 1,
+        "user:ops",
+        effect.effect_id,
+    )
+    assert (done.state, done.output, done.note, done.error_code, done.receipts) == (
+        EffectState.COMMITTED,
+        "wire: confirmed done by a person",
+        "confirmed done by a person",
+        None,
+        {},
+    )
+    later = confirmation(state, effect.effect_id, happened=False, actor="user:ops", seq=40)
+    assert (later.seq, later.state, later.error_code) == (40, EffectState.FAILED, "not_committed")
+    async with Runtime(db) as rt:
+        await rt.answer(iid, '{"outcome": "committed"}', answered_by="ops")
+        await rt.resume(run_id, a)
+        settled = await rt.state(run_id)
+    with pytest.raises(ValueError) as refused:
+        confirmation(settled, effect.effect_id, happened=False, actor="user:ops")
+    assert str(refused.value) == (
+        f"effect {effect.effect_id} is committed, not waiting for a confirmation"
+    )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -101,6 +102,11 @@ async def test_write_goes_through_the_ledger_with_receipts(
     assert proposed.arguments["customer"] == "[redacted]"  # redact_fields
     assert effect_states(events) == ["validated", "authorised", "dispatched", "committed"]
     decided = next(e for e in events if isinstance(e, ev.PolicyDecided))
+    assert (decided.call_id, decided.tool, decided.effect_id) == (
+        proposed.call_id,
+        "charge_card",
+        proposed.effect_id,
+    )
     dispatched = next(
         e for e in events if isinstance(e, ev.EffectChanged) and e.state == "dispatched"
     )
@@ -253,8 +259,18 @@ async def test_crash_after_dispatch_is_reconciled(
     ]
     assert payments.query("SELECT COUNT(*) FROM attempts")[0][0] == 1  # never re-sent
     assert payments.stats()["charges"] == 1
+    unknown, _, committed = [e for e in events if isinstance(e, ev.EffectChanged)][-3:]
+    assert unknown.error_code == "outcome_unknown"
+    assert unknown.note == (
+        "the worker stopped after dispatching the call and before its outcome was recorded"
+    )
+    # what the provider has: its receipt and its record, told to the model
+    (charge_id,) = payments.query("SELECT charge_id FROM charges")[0]
+    assert committed.note == "reconcile: the provider has the call"
+    assert committed.receipts == {"charge_id": charge_id}
     done = next(e for e in events if isinstance(e, ev.ToolCompleted))
-    assert "charge_id" in done.output and not done.is_error
+    assert done.output == committed.output and not done.is_error
+    assert json.loads(done.output) == {"charged": ORDER["amount"], "charge_id": charge_id}
 
 
 async def test_crash_before_the_service_acted_reconciles_to_failed(
@@ -462,11 +478,45 @@ async def test_cancel_of_a_run_nobody_drives_runs_its_saga(
     async with Runtime(db) as rt:
         waiting = await rt.resume(summary.run_id, agent(ScriptedModel([], by_turn=True)))
         assert waiting.status is RunStatus.INPUT_REQUIRED
+        (asked,) = (await rt.state(summary.run_id)).pending_interrupts
         result = await rt.cancel(summary.run_id, agent=agent(ScriptedModel([])))
         # the unknown charge still needs a person; the refundable one is not undone before that
         assert result.status is RunStatus.INPUT_REQUIRED
         state = await rt.state(summary.run_id)
         assert state.ending is not None and state.ending.outcome == "cancelled"
+        assert list(state.pending_interrupts) == [asked]  # the same question, not asked twice
+
+
+async def test_a_cancelled_run_waiting_on_a_person_ends_once_they_answer(
+    tmp_path: Path, payments: PaymentsService
+) -> None:
+    db = str(tmp_path / "runs.db")
+    model = ScriptedModel(
+        [
+            call_tool("charge_refundable", ORDER),
+            call_tool("charge_card_unchecked", {**ORDER, "order_id": "o2"}),
+            reply("x"),
+        ]
+    )
+    async with Runtime(DiesAround(db, "charge_card_unchecked")) as rt:
+        with pytest.raises(Crash):
+            await rt.run(agent(model), "go")
+        (summary,) = await rt.runs()
+    rid = summary.run_id
+    async with Runtime(db) as rt:
+        await rt.resume(rid, agent(ScriptedModel([], by_turn=True)))
+        waiting = await rt.cancel(rid, agent=agent(ScriptedModel([])))
+        assert waiting.status is RunStatus.INPUT_REQUIRED
+        (asked,) = await rt.inbox()
+        await rt.answer(asked.id, '{"outcome": "committed"}', answered_by="ops")
+        result = await rt.resume(rid, agent(ScriptedModel([])))
+        state = await rt.state(rid)
+    assert result.status is RunStatus.CANCELLED
+    refundable, unchecked = [e for e in state.effects.values() if e.compensates is None]
+    assert unchecked.state is EffectState.COMMITTED  # as the person said; never sent again
+    assert unchecked.output == "charge_card_unchecked: confirmed done by a person"
+    assert refundable.state is EffectState.COMPENSATED
+    assert payments.stats()["charges"] == 2 and payments.stats()["refunds"] == 1
 
 
 async def test_cancel_with_a_write_in_flight_reconciles_then_compensates(
@@ -561,3 +611,37 @@ async def test_a_look_up_that_cannot_reach_the_provider_asks_a_person(
     (asked,) = state.pending_interrupts.values()
     assert asked.kind == "external_confirmation_required" and asked.effect_id == failed.effect_id
     assert payments.stats()["charges"] == 1  # charged once, and never sent again
+
+
+@pytest.mark.parametrize(
+    ("before_call", "state", "charges"),
+    [(False, EffectState.COMMITTED, 1), (True, EffectState.FAILED, 0)],
+    ids=["charged", "never charged"],
+)
+async def test_cancelling_a_run_that_asked_a_person_settles_by_looking_the_call_up_again(
+    tmp_path: Path,
+    payments: PaymentsService,
+    monkeypatch: pytest.MonkeyPatch,
+    before_call: bool,
+    state: EffectState,
+    charges: int,
+) -> None:
+    """The provider was unreachable, so a person was asked; once it answers again, cancelling
+    the run looks the charge up and ends the run at once, without waiting for the person."""
+    db = str(tmp_path / "runs.db")
+    async with Runtime(DiesAround(db, "charge_card", before_call=before_call)) as rt:
+        with pytest.raises(Crash):
+            await rt.run(agent(ScriptedModel(script("charge_card"))), "go")
+        (summary,) = await rt.runs()
+    with monkeypatch.context() as unreachable:
+        unreachable.setenv("PAYMENTS_URL", "http://127.0.0.1:9")  # nothing listens there
+        async with Runtime(db) as rt:
+            waiting = await rt.resume(summary.run_id, agent(ScriptedModel([], by_turn=True)))
+    assert waiting.status is RunStatus.INPUT_REQUIRED
+    async with Runtime(db) as rt:
+        result = await rt.cancel(summary.run_id, agent=agent(ScriptedModel([])))
+        after = await rt.state(summary.run_id)
+    assert result.status is RunStatus.CANCELLED
+    (effect,) = after.effects.values()
+    assert effect.state is state and after.pending_interrupts == {}
+    assert payments.stats()["charges"] == charges

@@ -9,12 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from contextos import Agent, FailureReason, RunStatus, Runtime
+from contextos import Agent, Budget, FailureReason, Principal, RunStatus, Runtime
 from contextos import events as ev
+from contextos.ledger import EffectState
 from contextos.policy import Decision, PolicyDecision, ProposedCall
+from contextos.policy.containment import Containment
+from contextos.policy.identity import RunContext
 from contextos.testing import ScriptedModel, call_tool, reply
-from contextos.tools import BaseTool, EffectKind, Gateway, ToolContext, as_tool, tool
+from contextos.tools import BaseTool, EffectKind, Gateway, Risk, ToolContext, as_tool, tool
 from support.blocks import block_body
+from support.stores import Crash, CrashAfter
 
 calls: list[tuple[str, object]] = []
 
@@ -197,6 +201,41 @@ async def test_write_tool_timeout_is_an_unknown_outcome_not_a_failure(runtime: R
     )
 
 
+async def test_a_read_whose_own_client_timed_out_is_a_timeout(runtime: Runtime) -> None:
+    @tool(timeout_s=30)
+    def lookup(q: str) -> str:
+        """Look something up; the HTTP client gives up waiting."""
+        raise TimeoutError("read timed out")
+
+    model = ScriptedModel([call_tool("lookup", {"q": "x"}), reply("?")])
+    result = await runtime.run(Agent(name="s", model=model, tools=[lookup]), "go")
+    assert result.status is RunStatus.COMPLETED
+    (done,) = [e for e in await runtime.events(result.run_id) if isinstance(e, ev.ToolCompleted)]
+    assert (done.is_error, done.error_code) == (True, "tool_timeout")
+    assert done.output == "lookup did not finish within its time limit (30s)."
+
+
+async def test_a_write_whose_own_client_timed_out_has_an_unknown_outcome(
+    runtime: Runtime,
+) -> None:
+    @tool(effect="write", timeout_s=30)
+    def post_message(text: str) -> str:
+        """Post a message; the HTTP client gives up waiting for the answer."""
+        raise TimeoutError("read timed out")
+
+    model = ScriptedModel([call_tool("post_message", {"text": "hi"}), reply("?")])
+    result = await runtime.run(Agent(name="s", model=model, tools=[post_message]), "go")
+    assert result.status is RunStatus.INPUT_REQUIRED
+    events = await runtime.events(result.run_id)
+    unknown = next(
+        e for e in events if isinstance(e, ev.EffectChanged) and e.state == "outcome_unknown"
+    )
+    assert unknown.error_code == "outcome_unknown"
+    assert (
+        unknown.note == "post_message did not finish within its time limit (30s); it may have acted"
+    )
+
+
 async def test_huge_output_is_truncated_and_marked_untrusted(runtime: Runtime) -> None:
     def dump() -> str:
         """Return a lot."""
@@ -331,6 +370,139 @@ async def test_a_changed_tool_contract_stops_the_run_on_resume(tmp_path: Path) -
     assert isinstance(failed, ev.RunFailed) and failed.error["code"] == "tool_manifest_changed"
 
 
+async def test_a_changed_manifest_is_recorded_with_both_hashes(tmp_path: Path) -> None:
+    db = str(tmp_path / "m.db")
+    model = ScriptedModel([call_tool("pay", {"amount": 5}), reply("ok")], by_turn=True)
+    async with Runtime(db) as rt:
+        rid = await rt.start(Agent(name="p", model=model, tools=[pay]), "go")
+        created = (await rt.events(rid))[0]
+    assert isinstance(created, ev.RunCreated)
+    recorded = created.tool_manifest_hash
+    changed = dataclasses.replace(pay, risk=Risk.LOW)
+    current = Gateway([changed]).manifest_hash
+    async with Runtime(db) as rt:
+        agent = Agent(name="p", model=model, tools=[changed])
+        await rt.resume(rid, agent, allow_changed_agent=True)
+        failed = (await rt.events(rid))[-1]
+    assert calls == []
+    assert isinstance(failed, ev.RunFailed)
+    assert failed.error == {
+        "code": "tool_manifest_changed",
+        "message": "the run's tools changed while it was in flight: it started with tool "
+        f"manifest {recorded[:12]}, this process has {current[:12]}; the run will not call a "
+        "capability other than the one it was started with",
+        "run_id": rid,
+        "recorded": recorded,
+        "current": current,
+    }
+    assert failed.message == failed.error["message"]
+
+
+def dispatched(e: ev.Event) -> bool:
+    return isinstance(e, ev.EffectChanged) and e.state == "dispatched"
+
+
+async def fork_of_a_write_in_flight(db: str) -> tuple[Runtime, str, str]:
+    """A run that died once `pay` was recorded as dispatched (its outcome unknown), and the
+    runtime to fork it with."""
+    model = ScriptedModel([call_tool("pay", {"amount": 5}), reply("ok")], by_turn=True)
+    crashing = Runtime(CrashAfter(db, dispatched))
+    try:
+        with pytest.raises(Crash):
+            await crashing.run(Agent(name="p", model=model, tools=[pay]), "go")
+    finally:
+        await crashing.close()
+    rt = Runtime(db)
+    (source,) = await rt.runs()
+    (effect,) = (await rt.state(source.run_id)).effects.values()
+    return rt, source.run_id, effect.effect_id
+
+
+async def test_a_fork_whose_tool_changed_since_its_write_was_sent_stops_before_settling_it(
+    tmp_path: Path,
+) -> None:
+    rt, source, effect_id = await fork_of_a_write_in_flight(str(tmp_path / "m.db"))
+    changed = dataclasses.replace(pay, risk=Risk.LOW)
+    model = ScriptedModel([reply("ok")], by_turn=True)
+    agent = Agent(name="p", model=model, tools=[changed])
+    try:
+        last = (await rt.events(source))[-1].seq
+        fork_id = await rt.fork(source, at=last, agent=agent)
+        result = await rt.resume(fork_id, agent)
+        events = await rt.events(fork_id)
+    finally:
+        await rt.close()
+    assert result.status is RunStatus.FAILED and result.failure_reason is FailureReason.TOOL_FAILED
+    failed = events[-1]
+    assert isinstance(failed, ev.RunFailed)
+    assert failed.error == {
+        "code": "tool_manifest_changed",
+        "message": f"tool pay changed since effect {effect_id} was dispatched",
+        "run_id": fork_id,
+        "tool": "pay",
+    }
+    assert calls == []  # the source died before the call; the fork did not send it either
+    assert [e.state for e in events if isinstance(e, ev.EffectChanged)][-1] == "dispatched"
+
+
+async def test_a_fork_without_the_tool_of_its_write_in_flight_stops_before_settling_it(
+    tmp_path: Path,
+) -> None:
+    rt, source, _ = await fork_of_a_write_in_flight(str(tmp_path / "m.db"))
+    agent = Agent(name="p", model=ScriptedModel([reply("ok")], by_turn=True), tools=[add])
+    try:
+        last = (await rt.events(source))[-1].seq
+        fork_id = await rt.fork(source, at=last, agent=agent)
+        result = await rt.resume(fork_id, agent)
+        events = await rt.events(fork_id)
+    finally:
+        await rt.close()
+    assert result.status is RunStatus.FAILED and result.failure_reason is FailureReason.TOOL_FAILED
+    failed = events[-1]
+    assert isinstance(failed, ev.RunFailed)
+    assert failed.error == {
+        "code": "tool_manifest_changed",
+        "message": "tool pay is no longer available",
+    }
+    assert calls == []
+    assert [e.state for e in events if isinstance(e, ev.EffectChanged)][-1] == "dispatched"
+
+
+async def test_a_fork_whose_tool_no_longer_takes_an_authorised_writes_arguments_stops(
+    tmp_path: Path,
+) -> None:
+    db = str(tmp_path / "m.db")
+    model = ScriptedModel([call_tool("pay", {"amount": 5}), reply("ok")], by_turn=True)
+    crashing = Runtime(CrashAfter(db, lambda e: getattr(e, "state", None) == "authorised"))
+    try:
+        with pytest.raises(Crash):
+            await crashing.run(Agent(name="p", model=model, tools=[pay]), "go")
+    finally:
+        await crashing.close()
+
+    @tool(name="pay", effect="irreversible", risk="high", scopes=("payments:write",))
+    def pay_in_cents(cents: int) -> str:
+        """Pay, in cents."""
+        calls.append(("pay", cents))
+        return "paid"
+
+    agent = Agent(name="p", model=ScriptedModel([reply("ok")], by_turn=True), tools=[pay_in_cents])
+    async with Runtime(db) as rt:
+        (source,) = await rt.runs()
+        last = (await rt.events(source.run_id))[-1].seq
+        fork_id = await rt.fork(source.run_id, at=last, agent=agent)
+        result = await rt.resume(fork_id, agent)
+        events = await rt.events(fork_id)
+    assert result.status is RunStatus.FAILED and calls == []
+    failed = events[-1]
+    assert isinstance(failed, ev.RunFailed) and failed.error["code"] == "tool_manifest_changed"
+    assert failed.message.startswith(
+        "the recorded arguments of call_1_0 no longer validate against pay: "
+    )
+    assert "cents" in failed.message  # what the tool now wants
+    assert [e.state for e in events if isinstance(e, ev.EffectChanged)][-1] == "authorised"
+
+
 async def test_context_carries_the_stable_key(runtime: Runtime) -> None:
     seen: list[tuple[str | None, str | None, int]] = []
 
@@ -344,6 +516,73 @@ async def test_context_carries_the_stable_key(runtime: Runtime) -> None:
     result = await runtime.run(Agent(name="n", model=model, tools=[note]), "go")
     (effect,) = (await runtime.state(result.run_id)).effects.values()
     assert seen == [(f"{result.run_id}/call_1_0", effect.effect_id, 1)]
+
+
+async def test_every_call_is_told_its_run_call_key_and_containment(tmp_path: Path) -> None:
+    seen: dict[str, ToolContext] = {}
+
+    def look(q: str, ctx: ToolContext) -> str:
+        """Read."""
+        seen["look"] = ctx
+        return q
+
+    @tool(effect="write")
+    def note(text: str, ctx: ToolContext) -> str:
+        """Write a note."""
+        seen["note"] = ctx
+        return "ok"
+
+    model = ScriptedModel(
+        [call_tool("look", {"q": "a"}), call_tool("note", {"text": "a"}), reply("ok")]
+    )
+    inside = Containment(roots=(str(tmp_path),))
+    context = RunContext(principal=Principal.user("bob", scopes=("*",)), containment=inside)
+    async with Runtime(str(tmp_path / "runs.db")) as rt:
+        result = await rt.run(
+            Agent(name="n", model=model, tools=[tool(look), note]), "go", context=context
+        )
+        (effect,) = (await rt.state(result.run_id)).effects.values()
+    rid = result.run_id
+    read, write = seen["look"], seen["note"]
+    assert (read.run_id, read.call_id, read.idempotency_key, read.effect_id) == (
+        rid,
+        "call_1_0",
+        f"{rid}/call_1_0",
+        None,
+    )
+    assert (write.run_id, write.call_id, write.idempotency_key, write.effect_id) == (
+        rid,
+        "call_2_0",
+        f"{rid}/call_2_0",
+        effect.effect_id,
+    )
+    assert read.containment == write.containment == inside
+    assert read.compensates is None and write.compensates is None
+
+
+async def test_a_compensation_is_told_the_effect_it_undoes(runtime: Runtime) -> None:
+    seen: list[ToolContext] = []
+
+    @tool(effect="reversible_write", compensation="cancel_booking")
+    def book(slot: str) -> str:
+        """Book a slot."""
+        return f"booked {slot}"
+
+    @tool(effect="write")
+    def cancel_booking(slot: str, ctx: ToolContext) -> str:
+        """Cancel a booking."""
+        seen.append(ctx)
+        return f"cancelled {slot}"
+
+    model = ScriptedModel([call_tool("book", {"slot": "9:00"}), reply("never reached")])
+    agent = Agent(name="b", model=model, tools=[book, cancel_booking], budget=Budget(max_turns=1))
+    result = await runtime.run(agent, "book")
+    original, compensation = (await runtime.state(result.run_id)).effects.values()
+    assert original.state is EffectState.COMPENSATED
+    (ctx,) = seen
+    assert ctx.compensates == original.effect_id
+    assert ctx.effect_id == compensation.effect_id
+    assert ctx.idempotency_key == f"{original.idempotency_key}/compensate"
 
 
 def test_gateway_call_without_a_run() -> None:

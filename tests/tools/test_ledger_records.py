@@ -5,6 +5,7 @@ so each is pinned here rather than left to the tests of the happy path."""
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -13,11 +14,21 @@ import pytest
 
 from contextos import Agent, RunStatus, Runtime, ToolContext, tool
 from contextos import events as ev
-from contextos.ledger import Effect, EffectState, action_key, compensable, unsettled
+from contextos.errors import ToolOutcomeUnknown
+from contextos.ledger import (
+    Effect,
+    EffectState,
+    action_key,
+    compensable,
+    effect_id_for,
+    idempotency_key,
+    unsettled,
+)
 from contextos.policy import Decision, Policy, Rule
 from contextos.records.interrupts import interrupt_id_for
 from contextos.testing import ScriptedModel, call_tool, reply
 from contextos.tools import Tool, ToolResult
+from support.stores import Crash, CrashAfter
 
 
 def poster(db: Path, *, keeps: bool) -> Tool:
@@ -101,6 +112,87 @@ async def test_a_write_that_cannot_be_verified_stays_committed_with_a_warning(
     assert not done.is_error
 
 
+async def test_a_write_settled_before_a_crash_is_reported_once_resumed(tmp_path: Path) -> None:
+    """The process dies once the write is recorded as committed, before the model was told
+    (a verified write records its commit first, then looks it up): on resume the model is told
+    from the ledger, and the call is neither sent nor looked up again."""
+    sent: list[str] = []
+    looked_up: list[str] = []
+
+    def find(key: str) -> ToolResult | None:
+        looked_up.append(key)
+        return ToolResult(output="", receipts={"post_key": key})
+
+    @tool(effect="write", reconcile=find, verify=True)
+    def post(text: str) -> ToolResult:
+        """Post a text; the service answers with an empty body."""
+        sent.append(text)
+        return ToolResult(output="", receipts={"post_id": "p-1"})
+
+    def committed(e: ev.Event) -> bool:
+        return isinstance(e, ev.EffectChanged) and e.state is EffectState.COMMITTED
+
+    db = str(tmp_path / "runs.db")
+    model = ScriptedModel([call_tool("post", {"text": "hello"}), reply("ok")], by_turn=True)
+    agent = Agent(name="poster", model=model, tools=[post])
+    crashing = Runtime(CrashAfter(db, committed))
+    try:
+        with pytest.raises(Crash):
+            await crashing.run(agent, "post it")
+    finally:
+        await crashing.close()
+    async with Runtime(db) as rt:
+        (summary,) = await rt.runs()
+        result = await rt.resume(summary.run_id, agent)
+        events = await rt.events(summary.run_id)
+    assert result.status is RunStatus.COMPLETED
+    assert sent == ["hello"] and looked_up == []
+    assert [c.state for c in changes(events)][-1] is EffectState.COMMITTED
+    done = completed(events)
+    assert (done.output, done.is_error, done.error_code) == ("post done", False, None)
+    assert done.effect_id == changes(events)[-1].effect_id
+
+
+async def test_a_writes_output_is_cut_at_the_contracts_limit(tmp_path: Path) -> None:
+    @tool(effect="write", max_output_chars=100)
+    def post(text: str) -> str:
+        """Post a text; the service echoes a long page."""
+        return "x" * 500
+
+    model = ScriptedModel([call_tool("post", {"text": "hello"}), reply("ok")])
+    async with Runtime(str(tmp_path / "runs.db")) as rt:
+        result = await rt.run(Agent(name="poster", model=model, tools=[post]), "post it")
+        events = await rt.events(result.run_id)
+    cut = "x" * 100 + "\n[output truncated: showing 100 of 500 characters]"
+    committed = changes(events)[-1]
+    assert committed.state is EffectState.COMMITTED and committed.output == cut
+    done = completed(events)
+    assert done.truncated and done.output == cut
+
+
+async def test_a_record_found_by_reconcile_is_cut_at_the_contracts_limit(tmp_path: Path) -> None:
+    def find(key: str) -> ToolResult:
+        return ToolResult(output="x" * 500, receipts={"post_key": key})
+
+    @tool(effect="write", reconcile=find, max_output_chars=100)
+    def post(text: str) -> str:
+        """Post a text; the connection drops before the answer."""
+        raise ToolOutcomeUnknown("the connection dropped after the request was sent")
+
+    model = ScriptedModel([call_tool("post", {"text": "hello"}), reply("ok")])
+    async with Runtime(str(tmp_path / "runs.db")) as rt:
+        result = await rt.run(Agent(name="poster", model=model, tools=[post]), "post it")
+        events = await rt.events(result.run_id)
+    assert result.status is RunStatus.COMPLETED
+    assert [c.state for c in changes(events)][-2:] == [
+        EffectState.RECONCILING,
+        EffectState.COMMITTED,
+    ]
+    done = completed(events)
+    assert done.truncated and not done.is_error
+    assert done.output == "x" * 100 + "\n[output truncated: showing 100 of 500 characters]"
+
+
 async def test_a_denied_write_records_the_refusal_on_its_effect(tmp_path: Path) -> None:
     sent: list[int] = []
 
@@ -127,7 +219,9 @@ async def test_a_denied_write_records_the_refusal_on_its_effect(tmp_path: Path) 
     assert denied.note == "payments frozen; audit under way"
     assert (denied.output, denied.error_code) == (done.output, done.error_code)
     assert done.error_code == "policy_denied" and done.is_error
-    assert "pay" in done.output and "payments frozen" in done.output
+    assert done.output == (
+        "Policy does not allow this call to pay: payments frozen; audit under way."
+    )
     assert done.effect_id == denied.effect_id
 
 
@@ -196,6 +290,16 @@ def test_what_keeps_a_run_from_ending(
     assert unsettled(effect(state, **fields)) is expected
 
 
+def test_an_effect_id_has_the_documented_form_and_is_one_per_run_and_call() -> None:
+    """`eff_` and 24 hex digits (as in docs/authority.md), derived from the idempotency key:
+    the same on every resume, another for another run or call."""
+    eid = effect_id_for(idempotency_key("run_1", "call_1_0"))
+    assert re.fullmatch(r"eff_[0-9a-f]{24}", eid)
+    assert effect_id_for(idempotency_key("run_1", "call_1_0")) == eid
+    assert effect_id_for(idempotency_key("run_2", "call_1_0")) != eid
+    assert effect_id_for(idempotency_key("run_1", "call_1_1")) != eid
+
+
 def test_the_same_action_is_the_same_tool_and_arguments_whatever_their_order_and_spacing() -> None:
     same = action_key("pay", '{"to": "bob", "amount": 5}')
     assert action_key("pay", '{ "amount":5,"to":"bob" }') == same
@@ -243,6 +347,7 @@ async def test_an_approved_read_runs_once_policy_allows_it_again(tmp_path: Path)
     assert result.status is RunStatus.COMPLETED and looked_up == ["cus_1"]
     first, again = [e for e in events if isinstance(e, ev.PolicyDecided)]
     assert first.decision == "require_approval" and first.effect_id is None
+    assert (first.call_id, first.tool) == (again.call_id, again.tool) == ("call_1_0", "lookup")
     assert again.decision == "allow" and again.approval_id == approval.id
     assert not any(isinstance(e, ev.EffectProposed | ev.EffectChanged) for e in events)
     done = completed(events)

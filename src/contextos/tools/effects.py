@@ -382,10 +382,16 @@ class ToolRunner:
             if self.state.ending is not None:
                 await self._abandon(effect, "the run is ending; the call was not sent")
                 return
+            # An earlier attempt whose outcome is unknown may have acted: that call is sent again
+            # with its key (its contract allows it), never recorded as not sent.
+            unsure = effect.state is EffectState.OUTCOME_UNKNOWN
             attempt = effect.attempts + 1
             b = self.batch()
             b.add(ev.EffectChanged, effect_id=eid, state=EffectState.DISPATCHED, attempt=attempt)
             await b.commit()  # durable before the tool is called: a crash after it is detectable
+            if self.state.ending is not None and not unsure:  # the commit folded a request in
+                await self._abandon(effect, "the run is ending; the call was not sent")
+                return
             ctx = self._context(call, effect, attempt)
             started = now()
             try:
