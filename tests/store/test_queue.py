@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -14,14 +16,19 @@ from contextos import Agent, Runtime
 from contextos import events as ev
 from contextos.errors import ConfigError
 from contextos.runs import RunId, RunStatus
-from contextos.store import EventStore, open_store
+from contextos.store import EventStore, open_store, wakeup
 from contextos.store.queue import (
     CatchUp,
+    ConcurrencyLimit,
+    Firing,
     Lease,
     LimitScope,
     QueueEntry,
     RunQueue,
     Schedule,
+    Trigger,
+    TriggerKind,
+    TriggerOn,
     WorkerInfo,
     WorkerStatus,
     queue_of,
@@ -162,6 +169,59 @@ async def test_a_start_that_died_before_recording_its_run_is_finished_by_the_nex
         assert (await rt.state(rid)).status is RunStatus.QUEUED
 
 
+async def test_a_run_queued_for_its_starter_is_leased_to_it_from_the_first_instant(
+    store: EventStore,
+) -> None:
+    queue = q(store)
+    owner, lease = await queue.enqueue(
+        QueueEntry(run_id=RunId("r1"), agent_name="clerk"), lease_owner="w1", lease_s=30
+    )
+    await store.append(owner, [created("r1", "clerk")], expected_seq=0)
+    assert owner == "r1" and lease is not None
+    assert (lease.run_id, lease.worker_id, lease.attempts, lease.recovered) == (
+        "r1",
+        "w1",
+        0,
+        False,
+    )
+    entry = await queue.queue_entry(RunId("r1"))
+    assert entry is not None and entry.lease_owner == "w1"
+    assert entry.lease_expires_at == lease.expires_at
+    assert await queue.claim("w2", lease_s=30) is None  # held by its starter
+    renewed = await queue.renew(lease, lease_s=30)
+    assert renewed is not None and renewed.token == lease.token
+    assert await queue.release(lease) is True
+    claimed = await queue.claim("w2", lease_s=30)
+    assert claimed is not None and claimed.token > lease.token and not claimed.recovered
+
+
+async def test_a_run_queued_for_any_worker_is_held_by_nobody(store: EventStore) -> None:
+    await new_run(store, "r1", priority=2, tenant="acme", agent="auditor", key="k1")
+    entry = await q(store).queue_entry(RunId("r1"))
+    assert entry is not None
+    assert (entry.priority, entry.tenant, entry.agent_name, entry.idempotency_key) == (
+        2,
+        "acme",
+        "auditor",
+        "k1",
+    )
+    assert (entry.lease_owner, entry.lease_expires_at, entry.not_before) == (None, None, None)
+    assert entry.enqueued_at is not None and entry.attempts == 0
+    assert await q(store).queue_entry(RunId("r2")) is None
+
+
+async def test_queueing_a_taken_run_id_again_changes_nothing(store: EventStore) -> None:
+    queue = q(store)
+    await new_run(store, "r1", priority=1, key="k1")
+    # The same id again, without a key or under another one: the first entry stays as it was.
+    for key in (None, "k2"):
+        again = QueueEntry(run_id=RunId("r1"), priority=9, agent_name="clerk", idempotency_key=key)
+        assert await queue.enqueue(again, lease_owner="w1") == ("r1", None)
+    entry = await queue.queue_entry(RunId("r1"))
+    assert entry is not None
+    assert (entry.priority, entry.idempotency_key, entry.lease_owner) == (1, "k1", None)
+
+
 async def test_concurrent_duplicate_starts_create_one_run(backend_url: str) -> None:
     agent = Agent(name="clerk", model=ScriptedModel([reply("ok")]))
     runtimes = [Runtime(backend_url) for _ in range(3)]
@@ -191,6 +251,9 @@ async def test_a_leased_run_is_claimed_again_only_after_its_lease_expires(
     second = await claim_eventually(queue, "w2")  # w1 stopped renewing
     assert second.run_id == "r1" and second.recovered and second.attempts == 1
     assert second.token > first.token
+    renewed = await queue.renew(second, lease_s=30)  # a renewed lease is still the one it was
+    assert renewed is not None and renewed.recovered and renewed.attempts == 1
+    assert (renewed.run_id, renewed.worker_id, renewed.token) == ("r1", "w2", second.token)
     # The old holder can neither renew nor give back what is no longer its own.
     assert await queue.renew(first, lease_s=30) is None
     assert await queue.release(first) is False
@@ -226,6 +289,18 @@ async def test_acquire_takes_the_lease_from_its_holder(store: EventStore) -> Non
     assert await queue.renew(held, lease_s=30) is None
     assert await queue.release(held) is False
     assert await queue.claim("w2", lease_s=30) is None
+    entry = await queue.queue_entry(RunId("r1"))
+    assert entry is not None and (entry.lease_owner, entry.lease_expires_at) == (
+        "cli",
+        taken.expires_at,
+    )
+    # A run that was never queued (started without a queue) gets its queue row and lease.
+    await store.append(RunId("r2"), [created("r2", "auditor")], expected_seq=0)
+    fresh = await queue.acquire(RunId("r2"), "cli", lease_s=30)
+    assert (fresh.run_id, fresh.worker_id, fresh.attempts) == ("r2", "cli", 0)
+    entry = await queue.queue_entry(RunId("r2"))
+    assert entry is not None and (entry.agent_name, entry.lease_owner) == ("auditor", "cli")
+    assert await queue.renew(fresh, lease_s=30) is not None
 
 
 async def test_take_refuses_a_live_lease_of_another_holder(store: EventStore) -> None:
@@ -241,8 +316,12 @@ async def test_take_refuses_a_live_lease_of_another_holder(store: EventStore) ->
     again = await queue.take(RunId("r1"), "w1", lease_s=30)  # its own lease: taken anew
     assert again is not None and again.token > held.token
     assert await queue.release(again)
+    assert await queue.release(await queue.acquire(RunId("r1"), "w1", lease_s=30), failed=True)
     taken = await queue.take(RunId("r1"), "cli", lease_s=30)  # nobody holds it
-    assert taken is not None and taken.worker_id == "cli"
+    assert taken is not None and (taken.run_id, taken.worker_id, taken.attempts) == ("r1", "cli", 1)
+    entry = await queue.queue_entry(RunId("r1"))
+    assert entry is not None and entry.lease_expires_at == taken.expires_at
+    assert await queue.renew(taken, lease_s=30) is not None
 
 
 async def test_take_takes_an_expired_lease(store: EventStore) -> None:
@@ -278,6 +357,7 @@ async def test_a_release_with_a_timer_is_a_durable_not_before(
         await other.close()
 
     lease2 = await queue.acquire(RunId("r1"), "w1", lease_s=30)
+    assert (lease2.run_id, lease2.worker_id, lease2.attempts) == ("r1", "w1", 1)
     await queue.release(lease2, not_before=datetime.now(UTC) - timedelta(seconds=1))
     again = await queue.claim("w2", lease_s=30)
     assert again is not None and again.attempts == 1
@@ -320,7 +400,10 @@ async def test_a_worker_may_serve_some_agents_only(store: EventStore) -> None:
 
 async def test_a_global_limit_caps_leased_runs_across_workers(store: EventStore) -> None:
     queue = q(store)
-    await queue.set_limit(LimitScope.GLOBAL, "", 2)
+    await queue.set_limit(LimitScope.GLOBAL, "everything", 2)  # a global limit has no name
+    assert await queue.limits() == [
+        ConcurrencyLimit(scope=LimitScope.GLOBAL, name="", max_running=2)
+    ]
     for i in range(4):
         await new_run(store, f"r{i}")
     a = await queue.claim("w1", lease_s=30)
@@ -448,3 +531,132 @@ async def test_schedule_rows_move_on_by_compare_and_set(store: EventStore) -> No
     assert await queue.remove_schedule("daily") is True
     assert await queue.remove_schedule("daily") is False
     assert await queue.list_schedules() == []
+
+
+# -- triggers ---------------------------------------------------------------------------------
+
+
+async def test_trigger_rows_and_the_firings_a_run_ending_records(store: EventStore) -> None:
+    queue = q(store)
+    review = Trigger(
+        name="review",
+        kind=TriggerKind.RUN,
+        agent_ref="tests/triggers/trigger_agents.py:reviewer",
+        agent_name="reviewer",
+        source_agent="writer",
+        on=TriggerOn.ANY,
+        input="Review: {output}",
+        allow_cycle=True,
+        max_depth=3,
+        priority=2,
+        tenant="acme",
+    )
+    hook = Trigger(
+        name="inbound",
+        kind=TriggerKind.WEBHOOK,
+        agent_ref="tests/triggers/trigger_agents.py:writer",
+        agent_name="writer",
+        secret_env="HOOK_KEY",
+    )
+    await queue.add_trigger(review)
+    await queue.add_trigger(hook)
+    with pytest.raises(ConfigError, match="a trigger named 'review' exists already") as taken:
+        await queue.add_trigger(replace(hook, name="review"))
+    assert taken.value.fields == {"trigger": "review"}
+    listed = await queue.list_triggers()
+    assert all(t.created_at is not None for t in listed)
+    assert [replace(t, created_at=None) for t in listed] == [hook, review]  # by name
+
+    # Each writer run that ends records the firing it owes, oldest first.
+    for rid in ("r1", "r2", "r3"):
+        await new_run(store, rid, agent="writer")
+        await to_status(store, rid, ev.RunStarted, worker_id="w1")
+        await to_status(store, rid, ev.RunCompleted, output="ok")
+
+    def firing(run_id: str, attempts: int = 0) -> Firing:
+        return Firing(trigger="review", run_id=RunId(run_id), status="completed", attempts=attempts)
+
+    assert await queue.due_firings() == [firing("r1"), firing("r2"), firing("r3")]
+    assert await queue.due_firings(limit=2) == [firing("r1"), firing("r2")]
+    assert await queue.due_firings(run_id=RunId("r2")) == [firing("r2")]
+    assert await queue.due_firings(run_id=RunId("r2"), limit=0) == []
+
+    # A deferred firing counts its attempt and waits; a run's own firings show it anyway.
+    later = datetime.now(UTC) + timedelta(hours=1)
+    await queue.defer_firing("review", RunId("r1"), not_before=later)
+    assert await queue.due_firings() == [firing("r2"), firing("r3")]
+    assert await queue.due_firings(run_id=RunId("r1")) == [firing("r1", attempts=1)]
+    await queue.defer_firing("review", RunId("r1"), not_before=datetime.now(UTC) - timedelta(1))
+    assert await queue.due_firings(limit=1) == [firing("r1", attempts=2)]
+
+    await queue.firing_done("review", RunId("r2"))
+    assert await queue.due_firings() == [firing("r1", attempts=2), firing("r3")]
+    # Removing the trigger drops the firings it still owed.
+    assert await queue.remove_trigger("review") is True
+    assert await queue.remove_trigger("review") is False
+    assert await queue.due_firings() == []
+    assert [t.name for t in await queue.list_triggers()] == ["inbound"]
+
+
+async def test_an_idle_worker_learns_how_long_until_a_waiting_run_may_be_claimed(
+    store: EventStore,
+) -> None:
+    queue = q(store)
+    assert await queue.next_due() is None  # nothing at all
+    await new_run(store, "now")
+    assert await queue.next_due() is None  # claimable now: no timer to wait for
+    await new_run(store, "later", not_before=datetime.now(UTC) + timedelta(hours=1))
+    due = await queue.next_due()
+    assert due is not None and 3000 < due <= 3600
+    # A live lease may lapse first: its expiry is when the run may be claimed again.
+    lease = await queue.claim("w1", lease_s=600)
+    assert lease is not None and lease.run_id == "now"
+    due = await queue.next_due()
+    assert due is not None and 0 < due <= 600
+    await to_status(store, "now", ev.RunStarted, worker_id="w1")
+    await to_status(store, "now", ev.RunCompleted, output="ok")
+    due = await queue.next_due()  # an ended run waits for nothing
+    assert due is not None and due > 600
+
+
+async def test_giving_a_run_back_wakes_this_processs_idle_workers(tmp_path: Path) -> None:
+    # SQLite wakes the workers of its own process; PostgreSQL's database notifies every process.
+    store = open_store(f"sqlite:///{tmp_path / 'runs.db'}")
+    woken: list[wakeup.Ready] = []
+    waiting = wakeup.LocalWakeup(store)
+    await waiting.start(woken.append)
+
+    async def since_last_look() -> list[wakeup.Ready]:
+        """The wake-ups sent since the last look: a marker sent now arrives after all of them."""
+        wakeup.wake_local(store, wakeup.Ready.SCHEDULES)
+
+        async def marked() -> bool:
+            return woken[-1:] == [wakeup.Ready.SCHEDULES]
+
+        await wait_until(marked, what="the marker wake-up")
+        seen = woken[:-1]
+        woken.clear()
+        return seen
+
+    try:
+        queue = q(store)
+        await new_run(store, "r1")
+        lease = await queue.claim("w1", lease_s=30)
+        assert lease is not None
+        await since_last_look()
+        assert await queue.release(lease) is True
+        assert await since_last_look() == [wakeup.Ready.RUNS]
+        assert await queue.release(lease) is False  # not held any more: nothing became ready
+        assert await since_last_look() == []
+        await queue.add_schedule(
+            Schedule(
+                name="daily",
+                agent_ref="tests/workers/agents.py:ticker",
+                cron="0 6 * * *",
+                next_tick_at=datetime(2026, 3, 1, 6, 0, tzinfo=UTC),
+            )
+        )
+        assert await since_last_look() == [wakeup.Ready.SCHEDULES]
+    finally:
+        await waiting.close()
+        await store.close()

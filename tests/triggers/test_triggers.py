@@ -22,20 +22,23 @@ from trigger_helpers import (
     runs_of,
 )
 
-from contextos import Runtime, load_agent
+from contextos import Agent, Runtime, load_agent
 from contextos.errors import ConfigError, SignatureExpired, SignatureInvalid
 from contextos.runs import RunId, RunStatus
 from contextos.state import RunState
-from contextos.store.queue import TriggerKind, TriggerOn, trigger_key
+from contextos.store.queue import Trigger, TriggerKind, TriggerOn, trigger_key
 from contextos.workers.triggers import (
     add_trigger,
     check_template,
     fire_triggers,
+    fire_webhook,
+    remove_trigger,
     render_input,
     sign,
     started_by,
     trigger_run_id,
     verify_signature,
+    what_fires,
 )
 from support.processes import wait_until
 
@@ -315,6 +318,43 @@ async def test_an_agent_that_raises_while_loading_holds_up_no_other_firing(
         assert owed == {("fragile", first, 1)}
 
 
+async def test_removing_a_trigger_says_whether_there_was_one(tmp_path: Path) -> None:
+    async with Runtime(f"sqlite:///{tmp_path}/runs.db") as rt:
+        await add_trigger(queue(rt), "review", REVIEWER, after="writer")
+        await add_trigger(queue(rt), "publish", PUBLISHER, after="reviewer")
+        assert await remove_trigger(rt.store, "review") is True
+        assert await remove_trigger(rt.store, "review") is False
+        assert [t.name for t in await queue(rt).list_triggers()] == ["publish"]
+
+
+def test_what_fires_a_trigger_in_a_few_words() -> None:
+    def run_trigger(on: TriggerOn) -> Trigger:
+        return Trigger(
+            name="review",
+            kind=TriggerKind.RUN,
+            agent_ref=REVIEWER,
+            agent_name="reviewer",
+            source_agent="writer",
+            on=on,
+        )
+
+    assert [what_fires(run_trigger(on)) for on in TriggerOn] == [
+        "after a writer run completes",
+        "after a writer run fails or expires",
+        "after a writer run ends",
+    ]
+    hook = Trigger(name="inbound", kind=TriggerKind.WEBHOOK, agent_ref=WRITER, agent_name="writer")
+    assert what_fires(hook) == "on POST /v1/hooks/inbound (unsigned)"
+    signed = Trigger(
+        name="inbound",
+        kind=TriggerKind.WEBHOOK,
+        agent_ref=WRITER,
+        agent_name="writer",
+        secret_env="HOOK_KEY",
+    )
+    assert what_fires(signed) == "on POST /v1/hooks/inbound (signed with $HOOK_KEY)"
+
+
 def test_started_by_says_what_started_a_run() -> None:
     assert started_by({}) is None
     assert started_by(
@@ -326,6 +366,13 @@ def test_started_by_says_what_started_a_run() -> None:
     assert started_by({"schedule": "daily", "tick": "2026-01-01T06:00:00+00:00"}) == (
         "started by schedule daily, tick 2026-01-01T06:00:00+00:00"
     )
+    # What it says when a field is missing, as in metadata written by hand or by an older version.
+    assert started_by({"trigger": "review", "source_run": "run_a"}) == (
+        "started by trigger review after run run_a ended (chain depth 0)"
+    )
+    assert started_by({"trigger": "review"}) == "started by trigger review"
+    assert started_by({"schedule": "daily"}) == "started by schedule daily, tick ?"
+    assert started_by({"trigger": 7, "schedule": 8}) is None
 
 
 # -- webhook signatures -----------------------------------------------------------------------
@@ -343,3 +390,52 @@ def test_a_signature_is_the_documented_hmac_and_is_checked_against_the_given_clo
     assert late.value.fields == {"signed_at": t}
     with pytest.raises(SignatureInvalid):
         verify_signature("shh", body, f"t=soon,v1={digest}", now=t)
+    # Spaces after the commas, as some senders write the header, are allowed.
+    assert verify_signature("shh", body, f"t={t}, v1={digest}", now=t) == digest
+    # Twelve digits are still a time (a right signature then is merely old); thirteen are not
+    # read at all, so the signature is malformed whatever it says.
+    with pytest.raises(SignatureExpired):
+        verify_signature("shh", body, sign("shh", body, timestamp=10**12 - 1), now=t)
+    with pytest.raises(SignatureInvalid):
+        verify_signature("shh", body, sign("shh", body, timestamp=10**12), now=t)
+
+
+# -- webhook runs -------------------------------------------------------------------------------
+
+
+async def test_a_webhook_delivery_starts_its_agents_run_under_the_triggers_keys(
+    tmp_path: Path,
+) -> None:
+    async with Runtime(f"sqlite:///{tmp_path}/runs.db") as rt:
+        q = queue(rt)
+        hook = await add_trigger(q, "inbound", REVIEWER, webhook=True, priority=4)
+        review = await add_trigger(q, "review", REVIEWER, after="writer")
+        with pytest.raises(ConfigError) as refused:
+            await fire_webhook(rt, review, "hello", delivery="d-1")
+        assert str(refused.value) == "trigger 'review' is not a webhook"
+        assert refused.value.fields == {"trigger": "review"}
+        assert await rt.runs() == []
+
+        # The agent is loaded once and kept in the cache the caller passes, by reference.
+        agents: dict[str, Agent] = {}
+        signed, created_now = await fire_webhook(
+            rt, hook, "hello", delivery="d-1", signature="abc", agents=agents
+        )
+        assert (signed, created_now) == (trigger_run_id("inbound", "delivery:d-1"), True)
+        assert list(agents) == [REVIEWER]
+        first = await created(rt, signed)
+        assert (first.agent_name, first.agent_ref, first.input) == ("reviewer", REVIEWER, "hello")
+        assert first.metadata == {"trigger": "inbound", "delivery": "d-1"}
+        entry = await q.queue_entry(signed)
+        assert entry is not None and entry.priority == 4
+        assert entry.idempotency_key == trigger_key("inbound", "signature:abc")
+
+        # A cached agent is used as it is: the reference is not imported again.
+        cached = {REVIEWER: load_agent(PUBLISHER)}
+        unsigned, created_now = await fire_webhook(rt, hook, "again", delivery="d-2", agents=cached)
+        assert created_now and (await created(rt, unsigned)).agent_name == "publisher"
+        entry = await q.queue_entry(unsigned)
+        assert entry is not None and entry.idempotency_key == trigger_key("inbound", "delivery:d-2")
+
+        assert await fire_webhook(rt, hook, "hello", delivery="d-1") == (signed, False)
+        assert sorted(r.run_id for r in await rt.runs()) == sorted([signed, unsigned])
