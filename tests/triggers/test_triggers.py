@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import logging
 import shutil
 from pathlib import Path
 
@@ -23,12 +24,14 @@ from trigger_helpers import (
 )
 
 from contextos import Agent, Runtime, load_agent
+from contextos import events as ev
 from contextos.errors import ConfigError, SignatureExpired, SignatureInvalid
 from contextos.runs import RunId, RunStatus
 from contextos.state import RunState
 from contextos.store.queue import Trigger, TriggerKind, TriggerOn, trigger_key
 from contextos.workers.triggers import (
     add_trigger,
+    chain_depth,
     check_template,
     fire_triggers,
     fire_webhook,
@@ -56,20 +59,54 @@ async def run_writer(rt: Runtime, ref: str = WRITER, input: str = "write it") ->
 async def test_bad_triggers_are_refused_and_nothing_is_stored(backend_url: str) -> None:
     async with Runtime(backend_url) as rt:
         q = queue(rt)
-        refused = {
-            "bad trigger name": dict(name="no spaces", after="writer"),
-            "either --after": dict(name="t"),
-            "either --after ": dict(name="t", after="writer", webhook=True),
-            "unknown --on": dict(name="t", after="writer", on="sometimes"),
-            "unknown field {outptu}": dict(name="t", after="writer", input="{outptu}"),
-            "--secret-env is for webhooks": dict(name="t", after="writer", secret_env="S"),
-            "--input is for run triggers": dict(name="t", webhook=True, input="{output}"),
-            "name of an environment variable": dict(name="t", webhook=True, secret_env="a b"),
-            "--max-depth": dict(name="t", after="writer", max_depth=0),
-        }
-        for message, kwargs in refused.items():
-            with pytest.raises(ConfigError, match=message.replace("{", r"\{").strip()):
+        either = (
+            "trigger 't': give either --after SOURCE_AGENT_NAME (start a run when a run of that "
+            "agent ends) or --webhook (start a run on POST /v1/hooks/NAME)"
+        )
+        refused = [
+            (
+                dict(name="no spaces", after="writer"),
+                "bad trigger name 'no spaces': use up to 64 letters, digits, '.', '_' or '-' "
+                "(it is also the webhook's URL path)",
+            ),
+            (dict(name="t"), either),
+            (dict(name="t", after="writer", webhook=True), either),
+            (
+                dict(name="t", after="writer", on="sometimes"),
+                "trigger 't': unknown --on 'sometimes': use completed, failed or any",
+            ),
+            (
+                dict(name="t", after="writer", input="{outptu}"),
+                "bad input template '{outptu}': unknown field {outptu}; use {output}, {run_id}, "
+                "{status}, {failure}, {agent}, {input}",
+            ),
+            (
+                dict(name="t", after="writer", secret_env="S"),
+                "trigger 't': --secret-env is for webhooks (signed requests)",
+            ),
+            (
+                dict(name="t", webhook=True, input="{output}"),
+                "trigger 't': a webhook's runs take the request body as input; --input is for "
+                "run triggers",
+            ),
+            (
+                dict(name="t", webhook=True, secret_env="a b"),
+                "trigger 't': --secret-env takes the name of an environment variable, not 'a b'",
+            ),
+            (
+                dict(name="t", after="writer", max_depth=0),
+                "trigger 't': --max-depth must be at least 1",
+            ),
+            (dict(name="t", after=""), "trigger 't': --after needs an agent name"),
+        ]
+        for kwargs, message in refused:
+            with pytest.raises(ConfigError) as bad:
                 await add_trigger(q, agent_ref=REVIEWER, **kwargs)  # type: ignore[arg-type]
+            assert str(bad.value) == message
+            if "template" in message:
+                assert bad.value.fields == {"template": kwargs["input"]}
+            else:
+                assert bad.value.fields == {"trigger": kwargs["name"]}
         with pytest.raises(ConfigError, match="agent reference"):
             await add_trigger(q, "t", f"{AGENTS}:nobody", after="writer")
         assert await q.list_triggers() == []
@@ -90,16 +127,25 @@ async def test_bad_triggers_are_refused_and_nothing_is_stored(backend_url: str) 
 async def test_loops_need_allow_cycle(backend_url: str) -> None:
     async with Runtime(backend_url) as rt:
         q = queue(rt)
-        with pytest.raises(ConfigError, match="looper → looper"):
-            await add_trigger(q, "again", LOOPER, after="looper")
+        with pytest.raises(ConfigError) as loop:
+            await add_trigger(q, "again", LOOPER, after="looper", max_depth=4)
+        assert str(loop.value) == (
+            "trigger 'again' would close a loop: looper → looper (each run would start the next "
+            "forever); pass --allow-cycle to allow it, and chains then stop after --max-depth "
+            "triggers (now 4)"
+        )
+        assert loop.value.fields == {"trigger": "again", "loop": ["looper", "looper"]}
         await add_trigger(q, "review", REVIEWER, after="writer")
         await add_trigger(q, "publish", PUBLISHER, after="reviewer")
         with pytest.raises(ConfigError, match="publisher → writer → reviewer → publisher"):
             await add_trigger(q, "rewrite", WRITER, after="publisher")
         assert [t.name for t in await q.list_triggers()] == ["publish", "review"]
-        await add_trigger(q, "again", LOOPER, after="looper", allow_cycle=True, max_depth=3)
+        await add_trigger(q, "again", LOOPER, after="looper", allow_cycle=True, max_depth=1)
         await add_trigger(q, "rewrite", WRITER, after="publisher", allow_cycle=True)
-        assert len(await q.list_triggers()) == 4
+        stored = {t.name: t for t in await q.list_triggers()}
+        assert len(stored) == 4
+        assert (stored["again"].allow_cycle, stored["again"].max_depth) == (True, 1)
+        assert (stored["review"].allow_cycle, stored["review"].max_depth) == (False, 10)
 
 
 def test_input_templates() -> None:
@@ -130,6 +176,10 @@ def test_input_templates() -> None:
     assert str(refused.value).endswith(
         "unknown field {nope}; use {output}, {run_id}, {status}, {failure}, {agent}, {input}"
     )
+    assert refused.value.fields == {"template": "{{literal}} then {nope}"}
+    with pytest.raises(ConfigError) as unbalanced:
+        check_template("{output")
+    assert str(unbalanced.value).endswith("(write {{ and }} for braces)")
 
 
 # -- firing exactly once ----------------------------------------------------------------------
@@ -198,6 +248,70 @@ async def test_a_start_that_died_before_the_firing_was_done_is_not_repeated(
         assert await q.due_firings() == []
 
 
+async def test_a_triggered_run_has_its_triggers_priority_and_tenant_or_its_sources_tenant(
+    backend_url: str,
+) -> None:
+    async with Runtime(backend_url) as rt:
+        q = queue(rt)
+        await add_trigger(q, "review", REVIEWER, after="writer", priority=3)
+        await add_trigger(q, "publish", PUBLISHER, after="writer", tenant="blue")
+        source = await rt.start(load_agent(WRITER), "write it", agent_ref=WRITER, tenant="acme")
+        assert (await rt.resume(source)).status is RunStatus.COMPLETED
+        ended_at = (await rt.state(source)).seq
+        fired = {f.trigger: f.run_id for f in await fire_triggers(rt)}
+        assert fired.keys() == {"review", "publish"}
+        placed = {}
+        for name, run_id in fired.items():
+            assert run_id is not None
+            entry = await q.queue_entry(run_id)
+            assert entry is not None
+            placed[name] = (entry.priority, entry.tenant)
+            # The new run joins the source run's tree, caused by the event that ended it.
+            assert (await created(rt, run_id)).caused_by == f"{source}#{ended_at}"
+        assert placed == {"review": (3, "acme"), "publish": (0, "blue")}
+        # A source run with no queue row (its events written without the queue) gives none.
+        plain = RunId("run_unqueued")
+        await rt.store.append(
+            plain,
+            [
+                ev.RunCreated(
+                    run_id=plain,
+                    seq=1,
+                    agent_name="writer",
+                    agent_version="1",
+                    agent_hash="h",
+                    input="write it",
+                ),
+                ev.RunStarted(run_id=plain, seq=2, worker_id="w0"),
+                ev.RunCompleted(run_id=plain, seq=3, output="draft"),
+            ],
+            expected_seq=0,
+        )
+        assert await q.queue_entry(plain) is None
+        (review,) = [f for f in await fire_triggers(rt) if f.trigger == "review"]
+        assert review.source_run == plain and review.run_id is not None
+        entry = await q.queue_entry(review.run_id)
+        assert entry is not None and entry.tenant == ""
+
+
+async def test_a_pass_fires_what_it_is_asked_to_and_keeps_loaded_agents(backend_url: str) -> None:
+    async with Runtime(backend_url) as rt:
+        q = queue(rt)
+        await add_trigger(q, "review", REVIEWER, after="writer")
+        first, second, third = [await run_writer(rt) for _ in range(3)]
+        # One source run's firings only.
+        agents: dict[str, Agent] = {}
+        (fired,) = await fire_triggers(rt, run_id=second, agents=agents)
+        assert (fired.trigger, fired.source_run) == ("review", second)
+        assert list(agents) == [REVIEWER]
+        # At most `limit`, oldest first; a cached agent is used as it is.
+        cached = {REVIEWER: load_agent(PUBLISHER)}
+        (fired,) = await fire_triggers(rt, limit=1, agents=cached)
+        assert fired.source_run == first and fired.run_id is not None
+        assert (await created(rt, fired.run_id)).agent_name == "publisher"
+        assert [f.run_id for f in await q.due_firings()] == [third]
+
+
 async def test_which_endings_fire(backend_url: str) -> None:
     async with Runtime(backend_url) as rt:
         q = queue(rt)
@@ -252,7 +366,10 @@ async def test_only_endings_after_the_trigger_was_added_fire_and_removal_drops_f
         assert await runs_of(rt, "publisher") == []
 
 
-async def test_a_chain_stops_at_its_depth(backend_url: str) -> None:
+async def test_a_chain_stops_at_its_depth(
+    backend_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="contextos.triggers")
     async with Runtime(backend_url) as rt:
         q = queue(rt)
         await add_trigger(q, "again", LOOPER, after="looper", allow_cycle=True, max_depth=3)
@@ -269,6 +386,13 @@ async def test_a_chain_stops_at_its_depth(backend_url: str) -> None:
         assert depths == [1, 2, 3]
         assert len(await runs_of(rt, "looper")) == 4
         assert await q.due_firings() == []
+        assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+            (
+                "WARNING",
+                f"trigger again: run {run_id} is 3 trigger(s) down a chain, the most it allows; "
+                "starting nothing",
+            )
+        ]
 
 
 async def test_a_firing_whose_agent_will_not_load_waits_and_the_rest_go_on(
@@ -302,8 +426,9 @@ async def test_a_firing_whose_agent_will_not_load_waits_and_the_rest_go_on(
 
 
 async def test_an_agent_that_raises_while_loading_holds_up_no_other_firing(
-    backend_url: str, monkeypatch: pytest.MonkeyPatch
+    backend_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.ERROR, logger="contextos.triggers")
     async with Runtime(backend_url) as rt:
         q = queue(rt)
         await add_trigger(q, "fragile", f"{AGENTS}:fragile", after="writer")
@@ -316,6 +441,15 @@ async def test_an_agent_that_raises_while_loading_holds_up_no_other_firing(
         assert [(f.trigger, f.source_run) for f in fired] == [("sturdy", second)]
         owed = {(f.trigger, f.run_id, f.attempts) for f in await q.due_firings(run_id=first)}
         assert owed == {("fragile", first, 1)}
+        # What an operator reads: which trigger, after which run, which attempt, and why.
+        assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+            (
+                "ERROR",
+                f"trigger fragile: cannot start a run after {source} (attempt 1): "
+                "RuntimeError: the agent's setup failed",
+            )
+            for source in (first, second)
+        ]
 
 
 async def test_removing_a_trigger_says_whether_there_was_one(tmp_path: Path) -> None:
@@ -353,6 +487,18 @@ def test_what_fires_a_trigger_in_a_few_words() -> None:
         secret_env="HOOK_KEY",
     )
     assert what_fires(signed) == "on POST /v1/hooks/inbound (signed with $HOOK_KEY)"
+
+
+def test_a_triggered_runs_id_derives_from_the_trigger_and_its_source_alone() -> None:
+    # Any process, and any version, finds the run an earlier attempt started.
+    digest = hashlib.sha256(b"trigger:review:run_a").hexdigest()
+    assert trigger_run_id("review", "run_a") == f"run_{digest[:20]}"
+
+
+def test_a_runs_chain_depth_is_a_count_or_nothing() -> None:
+    assert chain_depth({"chain_depth": 2}) == 2
+    for metadata in ({}, {"chain_depth": -1}, {"chain_depth": "2"}, {"chain_depth": None}):
+        assert chain_depth(metadata) == 0
 
 
 def test_started_by_says_what_started_a_run() -> None:
