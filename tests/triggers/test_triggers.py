@@ -8,6 +8,8 @@ import hashlib
 import hmac
 import logging
 import shutil
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -142,8 +144,12 @@ async def test_loops_need_allow_cycle(backend_url: str) -> None:
         assert [t.name for t in await q.list_triggers()] == ["publish", "review"]
         await add_trigger(q, "again", LOOPER, after="looper", allow_cycle=True, max_depth=1)
         await add_trigger(q, "rewrite", WRITER, after="publisher", allow_cycle=True)
+        # Triggers leading into the allowed loops close no loop of their own: the search for one
+        # ends, and they are added.
+        await add_trigger(q, "enter", REVIEWER, after="looper")
+        await add_trigger(q, "feed", LOOPER, after="somebody")
         stored = {t.name: t for t in await q.list_triggers()}
-        assert len(stored) == 4
+        assert len(stored) == 6
         assert (stored["again"].allow_cycle, stored["again"].max_depth) == (True, 1)
         assert (stored["review"].allow_cycle, stored["review"].max_depth) == (False, 10)
 
@@ -384,6 +390,7 @@ async def test_a_chain_stops_at_its_depth(
             assert first.metadata["source_run"] == run_id
             run_id = (await rt.resume(fired.run_id)).run_id
         assert depths == [1, 2, 3]
+        assert (fired.trigger, fired.source_run) == ("again", run_id)  # what started nothing
         assert len(await runs_of(rt, "looper")) == 4
         assert await q.due_firings() == []
         assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
@@ -450,6 +457,29 @@ async def test_an_agent_that_raises_while_loading_holds_up_no_other_firing(
             )
             for source in (first, second)
         ]
+
+
+async def test_a_firing_whose_trigger_is_gone_is_dropped_and_the_rest_go_on(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "runs.db"
+    async with Runtime(f"sqlite:///{path}") as rt:
+        q = queue(rt)
+        await add_trigger(q, "gone", PUBLISHER, after="writer")
+        await add_trigger(q, "review", REVIEWER, after="writer")
+        first = await run_writer(rt)
+        second = await run_writer(rt)
+        # What a removal leaves when it lands after a pass read the firings and before it read
+        # the triggers: firings of a trigger that is no more.
+        with closing(sqlite3.connect(path)) as db, db:
+            db.execute("DELETE FROM triggers WHERE name = 'gone'")
+        assert {f.trigger for f in await q.due_firings()} == {"gone", "review"}
+        fired = await fire_triggers(rt)
+        assert sorted((f.trigger, f.source_run) for f in fired) == sorted(
+            [("review", first), ("review", second)]
+        )
+        assert await q.due_firings() == []
+        assert await runs_of(rt, "publisher") == []
 
 
 async def test_removing_a_trigger_says_whether_there_was_one(tmp_path: Path) -> None:
