@@ -208,6 +208,7 @@ async def test_a_run_queued_for_any_worker_is_held_by_nobody(store: EventStore) 
     assert (entry.lease_owner, entry.lease_expires_at, entry.not_before) == (None, None, None)
     assert entry.enqueued_at is not None and entry.attempts == 0
     assert await q(store).queue_entry(RunId("r2")) is None
+    assert await q(store).enqueue(QueueEntry(run_id=RunId("r2"))) == ("r2", None)  # no lease
 
 
 async def test_queueing_a_taken_run_id_again_changes_nothing(store: EventStore) -> None:
@@ -483,20 +484,36 @@ async def test_the_worker_registry_lists_workers_and_their_leases(store: EventSt
         await queue.register_worker(WorkerInfo(worker_id=wid, host="h", pid=1, concurrency=4))
     await new_run(store, "r1")
     await new_run(store, "r2")
-    await queue.claim("w1", lease_s=30)
-    await queue.claim("w1", lease_s=30)
+    await new_run(store, "r3")
+    first = await queue.claim("w1", lease_s=30)
+    second = await queue.claim("w1", lease_s=30)
+    assert first is not None and second is not None
+    # A lease taken over from a worker that died shows its attempts.
+    third = await queue.acquire(RunId("r3"), "w0", lease_s=30)
+    assert await queue.release(third, failed=True)
+    third = await queue.acquire(RunId("r3"), "w1", lease_s=30)
     await queue.worker_heartbeat("w2", WorkerStatus.DRAINING)
 
     workers = {w.worker_id: w for w in await queue.list_workers()}
     assert set(workers) == {"w1", "w2"}
-    assert [lease.run_id for lease in workers["w1"].leases] == ["r1", "r2"]
+    assert workers["w1"].leases == (first, second, third)
+    assert workers["w1"].leases[2].attempts == 1
     assert workers["w2"].leases == () and workers["w2"].status is WorkerStatus.DRAINING
-    assert workers["w1"].heartbeat_at is not None
+    for w in workers.values():
+        assert (w.host, w.pid, w.concurrency) == ("h", 1, 4)
+        assert w.started_at is not None and w.heartbeat_at is not None
+        assert w.started_at <= w.heartbeat_at
 
     await queue.worker_heartbeat("w2", WorkerStatus.STOPPED)
     await asyncio.sleep(1.2)
     await queue.worker_heartbeat("w1", WorkerStatus.RUNNING)
     assert [w.worker_id for w in await queue.list_workers(live_within_s=1.0)] == ["w1"]
+    # Every worker on record, stopped or silent ones too.
+    everyone = await queue.list_workers(live_within_s=None)
+    assert [(w.worker_id, w.status) for w in everyone] == [
+        ("w1", WorkerStatus.RUNNING),
+        ("w2", WorkerStatus.STOPPED),
+    ]
 
 
 async def test_schedule_rows_move_on_by_compare_and_set(store: EventStore) -> None:
@@ -507,20 +524,21 @@ async def test_schedule_rows_move_on_by_compare_and_set(store: EventStore) -> No
         agent_ref="tests/workers/agents.py:ticker",
         cron="0 6 * * *",
         input="report",
+        timezone="Europe/Paris",
         catch_up=CatchUp.RUN_ONCE,
+        misfire_grace_s=120.0,
+        priority=2,
+        tenant="acme",
         next_tick_at=tick,
     )
     await queue.add_schedule(s)
-    with pytest.raises(ConfigError, match="exists"):
+    with pytest.raises(ConfigError, match="a schedule named 'daily' exists already") as taken:
         await queue.add_schedule(s)
+    assert taken.value.fields == {"schedule": "daily"}
     assert [x.name for x in await queue.list_schedules(due_at=tick - timedelta(seconds=1))] == []
     (due,) = await queue.list_schedules(due_at=tick)
-    assert (due.cron, due.input, due.catch_up, due.next_tick_at) == (
-        "0 6 * * *",
-        "report",
-        CatchUp.RUN_ONCE,
-        tick,
-    )
+    assert due.created_at is not None
+    assert replace(due, created_at=None) == s  # every field as it was added
     nxt = tick + timedelta(days=1)
     args = {"next_tick_at": nxt, "last_tick_at": tick, "last_run_id": RunId("r1")}
     assert await queue.advance_schedule("daily", expected_next=nxt, **args) is False  # type: ignore[arg-type]
@@ -617,6 +635,10 @@ async def test_an_idle_worker_learns_how_long_until_a_waiting_run_may_be_claimed
     await to_status(store, "now", ev.RunCompleted, output="ok")
     due = await queue.next_due()  # an ended run waits for nothing
     assert due is not None and due > 600
+    # A timer about to pass: less than a second to wait (nothing at all once it has passed).
+    await new_run(store, "soon", not_before=datetime.now(UTC) + timedelta(seconds=0.5))
+    due = await queue.next_due()
+    assert due is None or due <= 0.5
 
 
 async def test_giving_a_run_back_wakes_this_processs_idle_workers(tmp_path: Path) -> None:
