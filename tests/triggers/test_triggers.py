@@ -173,6 +173,7 @@ def test_input_templates() -> None:
         run_id=RunId("r"), status=RunStatus.FAILED, failure_message="budget exhausted"
     )
     assert render_input(None, failed) == "budget exhausted"
+    assert render_input("[{output}] {failure}", failed) == "[] budget exhausted"  # no answer
     for bad in ("{output.__class__}", "{output!r}", "{output:>10}", "{0}", "{", "{nope}"):
         with pytest.raises(ConfigError, match="bad input template"):
             check_template(bad)
@@ -316,6 +317,34 @@ async def test_a_pass_fires_what_it_is_asked_to_and_keeps_loaded_agents(backend_
         assert fired.source_run == first and fired.run_id is not None
         assert (await created(rt, fired.run_id)).agent_name == "publisher"
         assert [f.run_id for f in await q.due_firings()] == [third]
+
+
+async def test_a_pass_starts_at_most_a_hundred_runs_and_leaves_the_rest_for_the_next(
+    tmp_path: Path,
+) -> None:
+    async with Runtime(f"sqlite:///{tmp_path}/runs.db") as rt:
+        await add_trigger(queue(rt), "review", REVIEWER, after="writer")
+        for i in range(101):  # source runs that ended, their events written directly
+            rid = RunId(f"run_src{i:03d}")
+            await rt.store.append(
+                rid,
+                [
+                    ev.RunCreated(
+                        run_id=rid,
+                        seq=1,
+                        agent_name="writer",
+                        agent_version="1",
+                        agent_hash="h",
+                        input="write it",
+                    ),
+                    ev.RunStarted(run_id=rid, seq=2, worker_id="w0"),
+                    ev.RunCompleted(run_id=rid, seq=3, output="draft"),
+                ],
+                expected_seq=0,
+            )
+        assert len(await fire_triggers(rt)) == 100
+        (last,) = await fire_triggers(rt)
+        assert last.source_run == "run_src100"
 
 
 async def test_which_endings_fire(backend_url: str) -> None:
@@ -574,6 +603,12 @@ def test_a_signature_is_the_documented_hmac_and_is_checked_against_the_given_clo
         verify_signature("shh", body, sign("shh", body, timestamp=10**12 - 1), now=t)
     with pytest.raises(SignatureInvalid):
         verify_signature("shh", body, sign("shh", body, timestamp=10**12), now=t)
+    # No tolerance at all: half a second is too old, and said to be so (not ahead).
+    with pytest.raises(SignatureExpired, match=r"^the delivery was signed 0s ago; .* within 0s"):
+        verify_signature("shh", body, header, tolerance_s=0.0, now=t + 0.5)
+    # A NaN tolerance accepts nothing, not even a delivery signed at this very second.
+    with pytest.raises(SignatureExpired, match=r"^the delivery was signed 0s ago; .* within nans"):
+        verify_signature("shh", body, header, tolerance_s=float("nan"), now=t)
 
 
 # -- webhook runs -------------------------------------------------------------------------------
@@ -614,4 +649,7 @@ async def test_a_webhook_delivery_starts_its_agents_run_under_the_triggers_keys(
         assert entry is not None and entry.idempotency_key == trigger_key("inbound", "delivery:d-2")
 
         assert await fire_webhook(rt, hook, "hello", delivery="d-1") == (signed, False)
-        assert sorted(r.run_id for r in await rt.runs()) == sorted([signed, unsigned])
+        # Without a cache the agent is loaded for the call.
+        third, created_now = await fire_webhook(rt, hook, "more", delivery="d-3")
+        assert created_now and (await created(rt, third)).agent_name == "reviewer"
+        assert sorted(r.run_id for r in await rt.runs()) == sorted([signed, unsigned, third])
