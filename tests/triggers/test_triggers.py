@@ -621,6 +621,11 @@ async def test_a_webhook_delivery_starts_its_agents_run_under_the_triggers_keys(
         q = queue(rt)
         hook = await add_trigger(q, "inbound", REVIEWER, webhook=True, priority=4)
         review = await add_trigger(q, "review", REVIEWER, after="writer")
+        # A webhook listens to no agent's runs.
+        assert [(t.name, t.kind, t.source_agent) for t in await q.list_triggers()] == [
+            ("inbound", TriggerKind.WEBHOOK, ""),
+            ("review", TriggerKind.RUN, "writer"),
+        ]
         with pytest.raises(ConfigError) as refused:
             await fire_webhook(rt, review, "hello", delivery="d-1")
         assert str(refused.value) == "trigger 'review' is not a webhook"
