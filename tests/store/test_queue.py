@@ -4,8 +4,10 @@ the worker registry and schedule rows."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections import Counter
 from collections.abc import AsyncIterator
+from contextlib import closing
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -174,7 +176,7 @@ async def test_a_run_queued_for_its_starter_is_leased_to_it_from_the_first_insta
 ) -> None:
     queue = q(store)
     owner, lease = await queue.enqueue(
-        QueueEntry(run_id=RunId("r1"), agent_name="clerk"), lease_owner="w1", lease_s=30
+        QueueEntry(run_id=RunId("r1"), agent_name="clerk"), lease_owner="w1"
     )
     await store.append(owner, [created("r1", "clerk")], expected_seq=0)
     assert owner == "r1" and lease is not None
@@ -186,7 +188,10 @@ async def test_a_run_queued_for_its_starter_is_leased_to_it_from_the_first_insta
     )
     entry = await queue.queue_entry(RunId("r1"))
     assert entry is not None and entry.lease_owner == "w1"
-    assert entry.lease_expires_at == lease.expires_at
+    assert entry.lease_expires_at == lease.expires_at and entry.enqueued_at is not None
+    # The lease runs 30 s by default from the instant the run was queued (one statement).
+    lease_s = (lease.expires_at - entry.enqueued_at).total_seconds()
+    assert abs(lease_s - 30) < 0.001
     assert await queue.claim("w2", lease_s=30) is None  # held by its starter
     renewed = await queue.renew(lease, lease_s=30)
     assert renewed is not None and renewed.token == lease.token
@@ -198,7 +203,7 @@ async def test_a_run_queued_for_its_starter_is_leased_to_it_from_the_first_insta
 async def test_a_run_queued_for_any_worker_is_held_by_nobody(store: EventStore) -> None:
     await new_run(store, "r1", priority=2, tenant="acme", agent="auditor", key="k1")
     entry = await q(store).queue_entry(RunId("r1"))
-    assert entry is not None
+    assert entry is not None and entry.run_id == "r1"
     assert (entry.priority, entry.tenant, entry.agent_name, entry.idempotency_key) == (
         2,
         "acme",
@@ -530,6 +535,9 @@ async def test_schedule_rows_move_on_by_compare_and_set(store: EventStore) -> No
         priority=2,
         tenant="acme",
         next_tick_at=tick,
+        last_tick_at=tick - timedelta(days=1),
+        last_run_id=RunId("r0"),
+        created_at=datetime(2026, 2, 1, tzinfo=UTC),
     )
     await queue.add_schedule(s)
     with pytest.raises(ConfigError, match="a schedule named 'daily' exists already") as taken:
@@ -537,8 +545,7 @@ async def test_schedule_rows_move_on_by_compare_and_set(store: EventStore) -> No
     assert taken.value.fields == {"schedule": "daily"}
     assert [x.name for x in await queue.list_schedules(due_at=tick - timedelta(seconds=1))] == []
     (due,) = await queue.list_schedules(due_at=tick)
-    assert due.created_at is not None
-    assert replace(due, created_at=None) == s  # every field as it was added
+    assert due == s  # every field as it was added
     nxt = tick + timedelta(days=1)
     args = {"next_tick_at": nxt, "last_tick_at": tick, "last_run_id": RunId("r1")}
     assert await queue.advance_schedule("daily", expected_next=nxt, **args) is False  # type: ignore[arg-type]
@@ -568,6 +575,7 @@ async def test_trigger_rows_and_the_firings_a_run_ending_records(store: EventSto
         max_depth=3,
         priority=2,
         tenant="acme",
+        created_at=datetime(2026, 2, 1, tzinfo=UTC),
     )
     hook = Trigger(
         name="inbound",
@@ -582,8 +590,8 @@ async def test_trigger_rows_and_the_firings_a_run_ending_records(store: EventSto
         await queue.add_trigger(replace(hook, name="review"))
     assert taken.value.fields == {"trigger": "review"}
     listed = await queue.list_triggers()
-    assert all(t.created_at is not None for t in listed)
-    assert [replace(t, created_at=None) for t in listed] == [hook, review]  # by name
+    assert listed[0].created_at is not None  # when it was added, when not given
+    assert listed == [replace(hook, created_at=listed[0].created_at), review]  # by name
 
     # Each writer run that ends records the firing it owes, oldest first.
     for rid in ("r1", "r2", "r3"):
@@ -681,4 +689,90 @@ async def test_giving_a_run_back_wakes_this_processs_idle_workers(tmp_path: Path
         assert await since_last_look() == [wakeup.Ready.SCHEDULES]
     finally:
         await waiting.close()
+        await store.close()
+
+
+async def test_a_pass_reads_at_most_a_hundred_firings_by_default(store: EventStore) -> None:
+    await q(store).add_trigger(
+        Trigger(
+            name="review",
+            kind=TriggerKind.RUN,
+            agent_ref="tests/triggers/trigger_agents.py:reviewer",
+            agent_name="reviewer",
+            source_agent="writer",
+        )
+    )
+    for i in range(101):
+        rid = RunId(f"r{i:03d}")
+        ended = [
+            created(rid, "writer"),
+            ev.RunStarted(run_id=rid, seq=2, worker_id="w1"),
+            ev.RunCompleted(run_id=rid, seq=3, output="ok"),
+        ]
+        await store.append(rid, ended, expected_seq=0)
+    firings = await q(store).due_firings()
+    assert [f.run_id for f in firings] == [f"r{i:03d}" for i in range(100)]
+
+
+async def test_a_worker_silent_for_a_minute_is_not_listed_by_default(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    store = open_store(f"sqlite:///{path}")
+    try:
+        queue = q(store)
+        for wid in ("w1", "w2"):
+            await queue.register_worker(WorkerInfo(worker_id=wid, host="h", pid=1, concurrency=4))
+        # w2's last heartbeat is now a little over a minute old.
+        with closing(sqlite3.connect(path)) as db, db:
+            db.execute(
+                "UPDATE workers SET heartbeat_at = heartbeat_at - 60.5 WHERE worker_id = ?", ["w2"]
+            )
+        assert [w.worker_id for w in await queue.list_workers()] == ["w1"]
+    finally:
+        await store.close()
+
+
+async def test_removing_a_trigger_and_its_firings_is_one_transaction(postgres_url: str) -> None:
+    import psycopg
+
+    store = open_store(postgres_url)
+    try:
+        queue = q(store)
+        await queue.add_trigger(
+            Trigger(
+                name="review",
+                kind=TriggerKind.RUN,
+                agent_ref="tests/triggers/trigger_agents.py:reviewer",
+                agent_name="reviewer",
+                source_agent="writer",
+            )
+        )
+        ended = [
+            created("r1", "writer"),
+            ev.RunStarted(run_id=RunId("r1"), seq=2, worker_id="w1"),
+            ev.RunCompleted(run_id=RunId("r1"), seq=3, output="ok"),
+        ]
+        await store.append(RunId("r1"), ended, expected_seq=0)
+        with (
+            psycopg.connect(postgres_url) as holder,
+            psycopg.connect(postgres_url, autocommit=True) as onlooker,
+        ):
+            # Another transaction holds the trigger's row: the removal waits for it half way.
+            holder.execute("SELECT 1 FROM triggers WHERE name = 'review' FOR UPDATE")
+            removal = asyncio.create_task(queue.remove_trigger("review"))
+
+            async def waiting() -> bool:
+                row = onlooker.execute(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE wait_event_type = 'Lock' AND query LIKE 'DELETE FROM triggers%'"
+                ).fetchone()
+                return row is not None and row[0] == 1
+
+            await wait_until(waiting, what="the removal to wait for the row")
+            # Half way, nothing of it shows: the firing it already deleted is still there.
+            owed = onlooker.execute("SELECT count(*) FROM trigger_firings").fetchone()
+            assert owed == (1,)
+            holder.rollback()
+            assert await removal is True
+            assert onlooker.execute("SELECT count(*) FROM trigger_firings").fetchone() == (0,)
+    finally:
         await store.close()
