@@ -1,5 +1,5 @@
 """The run queue, on both backends: priorities, idempotency keys, leases, timers, limits,
-the worker registry and schedule rows."""
+wake-ups, the worker registry, schedule and trigger rows, and the firings runs' endings owe."""
 
 from __future__ import annotations
 
@@ -493,7 +493,7 @@ async def test_the_worker_registry_lists_workers_and_their_leases(store: EventSt
     first = await queue.claim("w1", lease_s=30)
     second = await queue.claim("w1", lease_s=30)
     assert first is not None and second is not None
-    # A lease taken over from a worker that died shows its attempts.
+    # A run whose earlier attempt failed shows it on its lease.
     third = await queue.acquire(RunId("r3"), "w0", lease_s=30)
     assert await queue.release(third, failed=True)
     third = await queue.acquire(RunId("r3"), "w1", lease_s=30)
