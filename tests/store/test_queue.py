@@ -546,6 +546,17 @@ async def test_schedule_rows_move_on_by_compare_and_set(store: EventStore) -> No
     assert [x.name for x in await queue.list_schedules(due_at=tick - timedelta(seconds=1))] == []
     (due,) = await queue.list_schedules(due_at=tick)
     assert due == s  # every field as it was added
+    # One that has not ticked yet: no last tick, no last run.
+    fresh = Schedule(
+        name="hourly",
+        agent_ref="tests/workers/agents.py:ticker",
+        cron="0 * * * *",
+        next_tick_at=tick + timedelta(hours=1),
+        created_at=datetime(2026, 2, 1, tzinfo=UTC),
+    )
+    await queue.add_schedule(fresh)
+    assert await queue.list_schedules() == [s, fresh]
+    assert await queue.remove_schedule("hourly") is True
     nxt = tick + timedelta(days=1)
     args = {"next_tick_at": nxt, "last_tick_at": tick, "last_run_id": RunId("r1")}
     assert await queue.advance_schedule("daily", expected_next=nxt, **args) is False  # type: ignore[arg-type]
