@@ -1,12 +1,16 @@
 """The run queue, on both backends: priorities, idempotency keys, leases, timers, limits,
-the worker registry and schedule rows."""
+wake-ups, the worker registry, schedule and trigger rows, and the firings runs' endings owe."""
 
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections import Counter
 from collections.abc import AsyncIterator
+from contextlib import closing
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -14,14 +18,19 @@ from contextos import Agent, Runtime
 from contextos import events as ev
 from contextos.errors import ConfigError
 from contextos.runs import RunId, RunStatus
-from contextos.store import EventStore, open_store
+from contextos.store import EventStore, open_store, wakeup
 from contextos.store.queue import (
     CatchUp,
+    ConcurrencyLimit,
+    Firing,
     Lease,
     LimitScope,
     QueueEntry,
     RunQueue,
     Schedule,
+    Trigger,
+    TriggerKind,
+    TriggerOn,
     WorkerInfo,
     WorkerStatus,
     queue_of,
@@ -162,6 +171,63 @@ async def test_a_start_that_died_before_recording_its_run_is_finished_by_the_nex
         assert (await rt.state(rid)).status is RunStatus.QUEUED
 
 
+async def test_a_run_queued_for_its_starter_is_leased_to_it_from_the_first_instant(
+    store: EventStore,
+) -> None:
+    queue = q(store)
+    owner, lease = await queue.enqueue(
+        QueueEntry(run_id=RunId("r1"), agent_name="clerk"), lease_owner="w1"
+    )
+    await store.append(owner, [created("r1", "clerk")], expected_seq=0)
+    assert owner == "r1" and lease is not None
+    assert (lease.run_id, lease.worker_id, lease.attempts, lease.recovered) == (
+        "r1",
+        "w1",
+        0,
+        False,
+    )
+    entry = await queue.queue_entry(RunId("r1"))
+    assert entry is not None and entry.lease_owner == "w1"
+    assert entry.lease_expires_at == lease.expires_at and entry.enqueued_at is not None
+    # The lease runs 30 s by default from the instant the run was queued (one statement).
+    lease_s = (lease.expires_at - entry.enqueued_at).total_seconds()
+    assert abs(lease_s - 30) < 0.001
+    assert await queue.claim("w2", lease_s=30) is None  # held by its starter
+    renewed = await queue.renew(lease, lease_s=30)
+    assert renewed is not None and renewed.token == lease.token
+    assert await queue.release(lease) is True
+    claimed = await queue.claim("w2", lease_s=30)
+    assert claimed is not None and claimed.token > lease.token and not claimed.recovered
+
+
+async def test_a_run_queued_for_any_worker_is_held_by_nobody(store: EventStore) -> None:
+    await new_run(store, "r1", priority=2, tenant="acme", agent="auditor", key="k1")
+    entry = await q(store).queue_entry(RunId("r1"))
+    assert entry is not None and entry.run_id == "r1"
+    assert (entry.priority, entry.tenant, entry.agent_name, entry.idempotency_key) == (
+        2,
+        "acme",
+        "auditor",
+        "k1",
+    )
+    assert (entry.lease_owner, entry.lease_expires_at, entry.not_before) == (None, None, None)
+    assert entry.enqueued_at is not None and entry.attempts == 0
+    assert await q(store).queue_entry(RunId("r2")) is None
+    assert await q(store).enqueue(QueueEntry(run_id=RunId("r2"))) == ("r2", None)  # no lease
+
+
+async def test_queueing_a_taken_run_id_again_changes_nothing(store: EventStore) -> None:
+    queue = q(store)
+    await new_run(store, "r1", priority=1, key="k1")
+    # The same id again, without a key or under another one: the first entry stays as it was.
+    for key in (None, "k2"):
+        again = QueueEntry(run_id=RunId("r1"), priority=9, agent_name="clerk", idempotency_key=key)
+        assert await queue.enqueue(again, lease_owner="w1") == ("r1", None)
+    entry = await queue.queue_entry(RunId("r1"))
+    assert entry is not None
+    assert (entry.priority, entry.idempotency_key, entry.lease_owner) == (1, "k1", None)
+
+
 async def test_concurrent_duplicate_starts_create_one_run(backend_url: str) -> None:
     agent = Agent(name="clerk", model=ScriptedModel([reply("ok")]))
     runtimes = [Runtime(backend_url) for _ in range(3)]
@@ -191,6 +257,9 @@ async def test_a_leased_run_is_claimed_again_only_after_its_lease_expires(
     second = await claim_eventually(queue, "w2")  # w1 stopped renewing
     assert second.run_id == "r1" and second.recovered and second.attempts == 1
     assert second.token > first.token
+    renewed = await queue.renew(second, lease_s=30)  # a renewed lease is still the one it was
+    assert renewed is not None and renewed.recovered and renewed.attempts == 1
+    assert (renewed.run_id, renewed.worker_id, renewed.token) == ("r1", "w2", second.token)
     # The old holder can neither renew nor give back what is no longer its own.
     assert await queue.renew(first, lease_s=30) is None
     assert await queue.release(first) is False
@@ -226,6 +295,18 @@ async def test_acquire_takes_the_lease_from_its_holder(store: EventStore) -> Non
     assert await queue.renew(held, lease_s=30) is None
     assert await queue.release(held) is False
     assert await queue.claim("w2", lease_s=30) is None
+    entry = await queue.queue_entry(RunId("r1"))
+    assert entry is not None and (entry.lease_owner, entry.lease_expires_at) == (
+        "cli",
+        taken.expires_at,
+    )
+    # A run that was never queued (started without a queue) gets its queue row and lease.
+    await store.append(RunId("r2"), [created("r2", "auditor")], expected_seq=0)
+    fresh = await queue.acquire(RunId("r2"), "cli", lease_s=30)
+    assert (fresh.run_id, fresh.worker_id, fresh.attempts) == ("r2", "cli", 0)
+    entry = await queue.queue_entry(RunId("r2"))
+    assert entry is not None and (entry.agent_name, entry.lease_owner) == ("auditor", "cli")
+    assert await queue.renew(fresh, lease_s=30) is not None
 
 
 async def test_take_refuses_a_live_lease_of_another_holder(store: EventStore) -> None:
@@ -241,8 +322,12 @@ async def test_take_refuses_a_live_lease_of_another_holder(store: EventStore) ->
     again = await queue.take(RunId("r1"), "w1", lease_s=30)  # its own lease: taken anew
     assert again is not None and again.token > held.token
     assert await queue.release(again)
+    assert await queue.release(await queue.acquire(RunId("r1"), "w1", lease_s=30), failed=True)
     taken = await queue.take(RunId("r1"), "cli", lease_s=30)  # nobody holds it
-    assert taken is not None and taken.worker_id == "cli"
+    assert taken is not None and (taken.run_id, taken.worker_id, taken.attempts) == ("r1", "cli", 1)
+    entry = await queue.queue_entry(RunId("r1"))
+    assert entry is not None and entry.lease_expires_at == taken.expires_at
+    assert await queue.renew(taken, lease_s=30) is not None
 
 
 async def test_take_takes_an_expired_lease(store: EventStore) -> None:
@@ -278,6 +363,7 @@ async def test_a_release_with_a_timer_is_a_durable_not_before(
         await other.close()
 
     lease2 = await queue.acquire(RunId("r1"), "w1", lease_s=30)
+    assert (lease2.run_id, lease2.worker_id, lease2.attempts) == ("r1", "w1", 1)
     await queue.release(lease2, not_before=datetime.now(UTC) - timedelta(seconds=1))
     again = await queue.claim("w2", lease_s=30)
     assert again is not None and again.attempts == 1
@@ -320,7 +406,10 @@ async def test_a_worker_may_serve_some_agents_only(store: EventStore) -> None:
 
 async def test_a_global_limit_caps_leased_runs_across_workers(store: EventStore) -> None:
     queue = q(store)
-    await queue.set_limit(LimitScope.GLOBAL, "", 2)
+    await queue.set_limit(LimitScope.GLOBAL, "everything", 2)  # a global limit has no name
+    assert await queue.limits() == [
+        ConcurrencyLimit(scope=LimitScope.GLOBAL, name="", max_running=2)
+    ]
     for i in range(4):
         await new_run(store, f"r{i}")
     a = await queue.claim("w1", lease_s=30)
@@ -400,20 +489,36 @@ async def test_the_worker_registry_lists_workers_and_their_leases(store: EventSt
         await queue.register_worker(WorkerInfo(worker_id=wid, host="h", pid=1, concurrency=4))
     await new_run(store, "r1")
     await new_run(store, "r2")
-    await queue.claim("w1", lease_s=30)
-    await queue.claim("w1", lease_s=30)
+    await new_run(store, "r3")
+    first = await queue.claim("w1", lease_s=30)
+    second = await queue.claim("w1", lease_s=30)
+    assert first is not None and second is not None
+    # A run whose earlier attempt failed shows it on its lease.
+    third = await queue.acquire(RunId("r3"), "w0", lease_s=30)
+    assert await queue.release(third, failed=True)
+    third = await queue.acquire(RunId("r3"), "w1", lease_s=30)
     await queue.worker_heartbeat("w2", WorkerStatus.DRAINING)
 
     workers = {w.worker_id: w for w in await queue.list_workers()}
     assert set(workers) == {"w1", "w2"}
-    assert [lease.run_id for lease in workers["w1"].leases] == ["r1", "r2"]
+    assert workers["w1"].leases == (first, second, third)
+    assert workers["w1"].leases[2].attempts == 1
     assert workers["w2"].leases == () and workers["w2"].status is WorkerStatus.DRAINING
-    assert workers["w1"].heartbeat_at is not None
+    for w in workers.values():
+        assert (w.host, w.pid, w.concurrency) == ("h", 1, 4)
+        assert w.started_at is not None and w.heartbeat_at is not None
+        assert w.started_at <= w.heartbeat_at
 
     await queue.worker_heartbeat("w2", WorkerStatus.STOPPED)
     await asyncio.sleep(1.2)
     await queue.worker_heartbeat("w1", WorkerStatus.RUNNING)
     assert [w.worker_id for w in await queue.list_workers(live_within_s=1.0)] == ["w1"]
+    # Every worker on record, stopped or silent ones too.
+    everyone = await queue.list_workers(live_within_s=None)
+    assert [(w.worker_id, w.status) for w in everyone] == [
+        ("w1", WorkerStatus.RUNNING),
+        ("w2", WorkerStatus.STOPPED),
+    ]
 
 
 async def test_schedule_rows_move_on_by_compare_and_set(store: EventStore) -> None:
@@ -424,20 +529,34 @@ async def test_schedule_rows_move_on_by_compare_and_set(store: EventStore) -> No
         agent_ref="tests/workers/agents.py:ticker",
         cron="0 6 * * *",
         input="report",
+        timezone="Europe/Paris",
         catch_up=CatchUp.RUN_ONCE,
+        misfire_grace_s=120.0,
+        priority=2,
+        tenant="acme",
         next_tick_at=tick,
+        last_tick_at=tick - timedelta(days=1),
+        last_run_id=RunId("r0"),
+        created_at=datetime(2026, 2, 1, tzinfo=UTC),
     )
     await queue.add_schedule(s)
-    with pytest.raises(ConfigError, match="exists"):
+    with pytest.raises(ConfigError, match="a schedule named 'daily' exists already") as taken:
         await queue.add_schedule(s)
+    assert taken.value.fields == {"schedule": "daily"}
     assert [x.name for x in await queue.list_schedules(due_at=tick - timedelta(seconds=1))] == []
     (due,) = await queue.list_schedules(due_at=tick)
-    assert (due.cron, due.input, due.catch_up, due.next_tick_at) == (
-        "0 6 * * *",
-        "report",
-        CatchUp.RUN_ONCE,
-        tick,
+    assert due == s  # every field as it was added
+    # One that has not ticked yet: no last tick, no last run.
+    fresh = Schedule(
+        name="hourly",
+        agent_ref="tests/workers/agents.py:ticker",
+        cron="0 * * * *",
+        next_tick_at=tick + timedelta(hours=1),
+        created_at=datetime(2026, 2, 1, tzinfo=UTC),
     )
+    await queue.add_schedule(fresh)
+    assert await queue.list_schedules() == [s, fresh]
+    assert await queue.remove_schedule("hourly") is True
     nxt = tick + timedelta(days=1)
     args = {"next_tick_at": nxt, "last_tick_at": tick, "last_run_id": RunId("r1")}
     assert await queue.advance_schedule("daily", expected_next=nxt, **args) is False  # type: ignore[arg-type]
@@ -448,3 +567,223 @@ async def test_schedule_rows_move_on_by_compare_and_set(store: EventStore) -> No
     assert await queue.remove_schedule("daily") is True
     assert await queue.remove_schedule("daily") is False
     assert await queue.list_schedules() == []
+
+
+# -- triggers ---------------------------------------------------------------------------------
+
+
+async def test_trigger_rows_and_the_firings_a_run_ending_records(store: EventStore) -> None:
+    queue = q(store)
+    review = Trigger(
+        name="review",
+        kind=TriggerKind.RUN,
+        agent_ref="tests/triggers/trigger_agents.py:reviewer",
+        agent_name="reviewer",
+        source_agent="writer",
+        on=TriggerOn.ANY,
+        input="Review: {output}",
+        allow_cycle=True,
+        max_depth=3,
+        priority=2,
+        tenant="acme",
+        created_at=datetime(2026, 2, 1, tzinfo=UTC),
+    )
+    hook = Trigger(
+        name="inbound",
+        kind=TriggerKind.WEBHOOK,
+        agent_ref="tests/triggers/trigger_agents.py:writer",
+        agent_name="writer",
+        secret_env="HOOK_KEY",
+    )
+    await queue.add_trigger(review)
+    await queue.add_trigger(hook)
+    with pytest.raises(ConfigError, match="a trigger named 'review' exists already") as taken:
+        await queue.add_trigger(replace(hook, name="review"))
+    assert taken.value.fields == {"trigger": "review"}
+    listed = await queue.list_triggers()
+    assert listed[0].created_at is not None  # when it was added, when not given
+    assert listed == [replace(hook, created_at=listed[0].created_at), review]  # by name
+
+    # Each writer run that ends records the firing it owes, oldest first.
+    for rid in ("r1", "r2", "r3"):
+        await new_run(store, rid, agent="writer")
+        await to_status(store, rid, ev.RunStarted, worker_id="w1")
+        await to_status(store, rid, ev.RunCompleted, output="ok")
+
+    def firing(run_id: str, attempts: int = 0) -> Firing:
+        return Firing(trigger="review", run_id=RunId(run_id), status="completed", attempts=attempts)
+
+    assert await queue.due_firings() == [firing("r1"), firing("r2"), firing("r3")]
+    assert await queue.due_firings(limit=2) == [firing("r1"), firing("r2")]
+    assert await queue.due_firings(run_id=RunId("r2")) == [firing("r2")]
+    assert await queue.due_firings(run_id=RunId("r2"), limit=0) == []
+
+    # A deferred firing counts its attempt and waits; a run's own firings show it anyway.
+    later = datetime.now(UTC) + timedelta(hours=1)
+    await queue.defer_firing("review", RunId("r1"), not_before=later)
+    assert await queue.due_firings() == [firing("r2"), firing("r3")]
+    assert await queue.due_firings(run_id=RunId("r1")) == [firing("r1", attempts=1)]
+    await queue.defer_firing("review", RunId("r1"), not_before=datetime.now(UTC) - timedelta(1))
+    assert await queue.due_firings(limit=1) == [firing("r1", attempts=2)]
+
+    await queue.firing_done("review", RunId("r2"))
+    assert await queue.due_firings() == [firing("r1", attempts=2), firing("r3")]
+    # Removing the trigger drops the firings it still owed.
+    assert await queue.remove_trigger("review") is True
+    assert await queue.remove_trigger("review") is False
+    assert await queue.due_firings() == []
+    assert [t.name for t in await queue.list_triggers()] == ["inbound"]
+
+
+async def test_an_idle_worker_learns_how_long_until_a_waiting_run_may_be_claimed(
+    store: EventStore,
+) -> None:
+    queue = q(store)
+    assert await queue.next_due() is None  # nothing at all
+    await new_run(store, "now")
+    assert await queue.next_due() is None  # claimable now: no timer to wait for
+    await new_run(store, "later", not_before=datetime.now(UTC) + timedelta(hours=1))
+    due = await queue.next_due()
+    assert due is not None and 3000 < due <= 3600
+    # A live lease may lapse first: its expiry is when the run may be claimed again.
+    lease = await queue.claim("w1", lease_s=600)
+    assert lease is not None and lease.run_id == "now"
+    due = await queue.next_due()
+    assert due is not None and 0 < due <= 600
+    await to_status(store, "now", ev.RunStarted, worker_id="w1")
+    await to_status(store, "now", ev.RunCompleted, output="ok")
+    due = await queue.next_due()  # an ended run waits for nothing
+    assert due is not None and due > 600
+    # A timer about to pass: less than a second to wait (nothing at all once it has passed).
+    await new_run(store, "soon", not_before=datetime.now(UTC) + timedelta(seconds=0.5))
+    due = await queue.next_due()
+    assert due is None or due <= 0.5
+
+
+async def test_giving_a_run_back_wakes_this_processs_idle_workers(tmp_path: Path) -> None:
+    # SQLite wakes the workers of its own process; PostgreSQL's database notifies every process.
+    store = open_store(f"sqlite:///{tmp_path / 'runs.db'}")
+    woken: list[wakeup.Ready] = []
+    waiting = wakeup.LocalWakeup(store)
+    await waiting.start(woken.append)
+
+    async def since_last_look() -> list[wakeup.Ready]:
+        """The wake-ups sent since the last look: a marker sent now arrives after all of them."""
+        wakeup.wake_local(store, wakeup.Ready.SCHEDULES)
+
+        async def marked() -> bool:
+            return woken[-1:] == [wakeup.Ready.SCHEDULES]
+
+        await wait_until(marked, what="the marker wake-up")
+        seen = woken[:-1]
+        woken.clear()
+        return seen
+
+    try:
+        queue = q(store)
+        await new_run(store, "r1")
+        lease = await queue.claim("w1", lease_s=30)
+        assert lease is not None
+        await since_last_look()
+        assert await queue.release(lease) is True
+        assert await since_last_look() == [wakeup.Ready.RUNS]
+        assert await queue.release(lease) is False  # not held any more: nothing became ready
+        assert await since_last_look() == []
+        await queue.add_schedule(
+            Schedule(
+                name="daily",
+                agent_ref="tests/workers/agents.py:ticker",
+                cron="0 6 * * *",
+                next_tick_at=datetime(2026, 3, 1, 6, 0, tzinfo=UTC),
+            )
+        )
+        assert await since_last_look() == [wakeup.Ready.SCHEDULES]
+    finally:
+        await waiting.close()
+        await store.close()
+
+
+async def test_a_pass_reads_at_most_a_hundred_firings_by_default(store: EventStore) -> None:
+    await q(store).add_trigger(
+        Trigger(
+            name="review",
+            kind=TriggerKind.RUN,
+            agent_ref="tests/triggers/trigger_agents.py:reviewer",
+            agent_name="reviewer",
+            source_agent="writer",
+        )
+    )
+    for i in range(101):
+        rid = RunId(f"r{i:03d}")
+        ended = [
+            created(rid, "writer"),
+            ev.RunStarted(run_id=rid, seq=2, worker_id="w1"),
+            ev.RunCompleted(run_id=rid, seq=3, output="ok"),
+        ]
+        await store.append(rid, ended, expected_seq=0)
+    firings = await q(store).due_firings()
+    assert [f.run_id for f in firings] == [f"r{i:03d}" for i in range(100)]
+
+
+async def test_a_worker_silent_for_a_minute_is_not_listed_by_default(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    store = open_store(f"sqlite:///{path}")
+    try:
+        queue = q(store)
+        for wid in ("w1", "w2"):
+            await queue.register_worker(WorkerInfo(worker_id=wid, host="h", pid=1, concurrency=4))
+        # w2's last heartbeat is now a little over a minute old.
+        with closing(sqlite3.connect(path)) as db, db:
+            db.execute(
+                "UPDATE workers SET heartbeat_at = heartbeat_at - 60.5 WHERE worker_id = ?", ["w2"]
+            )
+        assert [w.worker_id for w in await queue.list_workers()] == ["w1"]
+    finally:
+        await store.close()
+
+
+async def test_removing_a_trigger_and_its_firings_is_one_transaction(postgres_url: str) -> None:
+    import psycopg
+
+    store = open_store(postgres_url)
+    try:
+        queue = q(store)
+        await queue.add_trigger(
+            Trigger(
+                name="review",
+                kind=TriggerKind.RUN,
+                agent_ref="tests/triggers/trigger_agents.py:reviewer",
+                agent_name="reviewer",
+                source_agent="writer",
+            )
+        )
+        ended = [
+            created("r1", "writer"),
+            ev.RunStarted(run_id=RunId("r1"), seq=2, worker_id="w1"),
+            ev.RunCompleted(run_id=RunId("r1"), seq=3, output="ok"),
+        ]
+        await store.append(RunId("r1"), ended, expected_seq=0)
+        with (
+            psycopg.connect(postgres_url) as holder,
+            psycopg.connect(postgres_url, autocommit=True) as onlooker,
+        ):
+            # Another transaction holds the trigger's row: the removal waits for it half way.
+            holder.execute("SELECT 1 FROM triggers WHERE name = 'review' FOR UPDATE")
+            removal = asyncio.create_task(queue.remove_trigger("review"))
+
+            async def waiting() -> bool:
+                row = onlooker.execute(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE wait_event_type = 'Lock' AND query LIKE 'DELETE FROM triggers%'"
+                ).fetchone()
+                return row is not None and row[0] == 1
+
+            await wait_until(waiting, what="the removal to wait for the row")
+            # Half way, nothing of it shows: the firing it already deleted is still there.
+            owed = onlooker.execute("SELECT count(*) FROM trigger_firings").fetchone()
+            assert owed == (1,)
+            holder.rollback()
+            assert await removal is True
+            assert onlooker.execute("SELECT count(*) FROM trigger_firings").fetchone() == (0,)
+    finally:
+        await store.close()
