@@ -20,9 +20,12 @@ PRIORITIES = range(-(2**31), 2**31)
 
 def check_priority(priority: int) -> None:
     """Raise ConfigError unless `priority` is in PRIORITIES."""
-    if priority not in PRIORITIES:
+    # Checked as an int first: `in` a range of anything else walks all 2**32 values.
+    valid = isinstance(priority, int) and not isinstance(priority, bool)
+    if not valid or priority not in PRIORITIES:
+        what = "is out of range" if valid else "is not an integer"
         raise ConfigError(
-            f"priority {priority} is out of range: use an integer from {PRIORITIES.start} "
+            f"priority {priority!r} {what}: use an integer from {PRIORITIES.start} "
             f"to {PRIORITIES.stop - 1}",
             priority=priority,
         )

@@ -4,6 +4,7 @@ wake-ups, the worker registry, schedule and trigger rows, and the firings runs' 
 from __future__ import annotations
 
 import asyncio
+import re
 import sqlite3
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -155,6 +156,27 @@ async def test_a_duplicate_start_returns_the_existing_run(backend_url: str) -> N
         entry = await q(rt.store).queue_entry(first)
         assert entry is not None
         assert (entry.priority, entry.tenant, entry.agent_name) == (3, "acme", "clerk")
+
+
+async def test_a_priority_that_is_no_integer_or_out_of_range_is_refused_at_once(
+    tmp_path: Path,
+) -> None:
+    """Refused with the reason and nothing recorded (a float once made the range check walk
+    all 2**32 priorities)."""
+    agent = Agent(name="clerk", model=ScriptedModel([reply("ok")]))
+    async with Runtime(str(tmp_path / "runs.db")) as rt:
+        for bad, why in (
+            (1.5, "is not an integer"),
+            ("5", "is not an integer"),
+            (True, "is not an integer"),
+            (2**31, "is out of range"),
+        ):
+            with pytest.raises(ConfigError, match=re.escape(f"priority {bad!r} {why}: use an")):
+                await rt.start(agent, "x", priority=bad)  # type: ignore[arg-type]
+        assert await rt.runs() == []
+        lowest = await rt.start(agent, "x", priority=-(2**31))
+        entry = await q(rt.store).queue_entry(lowest)
+        assert entry is not None and entry.priority == -(2**31)
 
 
 async def test_a_start_that_died_before_recording_its_run_is_finished_by_the_next(
