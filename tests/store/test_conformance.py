@@ -17,6 +17,7 @@ import pytest
 
 from contextos import codec
 from contextos import events as ev
+from contextos.delegation import DelegationContract
 from contextos.errors import (
     ConcurrencyConflict,
     EventDecodeError,
@@ -29,6 +30,7 @@ from contextos.messages import FinishReason, Message, ToolCall, Usage
 from contextos.runs import TERMINAL, FailureReason, RunId, RunStatus
 from contextos.store import EventStore, open_store
 from contextos.store.migrations import POSTGRES_MIGRATIONS, SQLITE_MIGRATIONS
+from contextos.store.queue import QueueEntry
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -241,7 +243,7 @@ async def test_an_expected_seq_ahead_of_the_log_conflicts_and_writes_nothing(
     await store.append(RunId("r1"), [created("r1"), started("r1", 2)], expected_seq=0)
     with pytest.raises(ConcurrencyConflict) as caught:
         await store.append(RunId("r1"), [note("r1", 5), note("r1", 6)], expected_seq=4)
-    assert (caught.value.expected_seq, caught.value.actual_seq) == (4, 2)
+    assert (caught.value.run_id, caught.value.expected_seq, caught.value.actual_seq) == ("r1", 4, 2)
     assert raw.seqs("r1") == [1, 2]
     assert (await store.get_run(RunId("r1"))).last_seq == 2
     # No gap was left: the writer in step appends right after the log's end.
@@ -276,6 +278,19 @@ async def test_of_concurrent_writers_at_one_seq_exactly_one_wins(backend_url: st
             await w.close()
 
 
+async def test_a_closed_store_takes_no_more_events(backend_url: str) -> None:
+    s = open_store(backend_url)
+    await s.append(RunId("r1"), [created("r1")], expected_seq=0)
+    await s.close()
+    with pytest.raises(RuntimeError, match=r"^store is closed$"):
+        await s.append(RunId("r1"), [note("r1", 2)], expected_seq=1)
+    reopened = open_store(backend_url)
+    try:
+        assert [e.seq for e in await reopened.read(RunId("r1"))] == [1]
+    finally:
+        await reopened.close()
+
+
 # -- terminal runs ----------------------------------------------------------------------------
 
 
@@ -284,7 +299,7 @@ async def test_a_terminal_run_takes_no_more_events(store: EventStore) -> None:
     await store.append(RunId("r1"), [responded("r1", 3), completed("r1", 4)], expected_seq=2)
     with pytest.raises(RunIsTerminal) as caught:
         await store.append(RunId("r1"), [note("r1", 5)], expected_seq=4)
-    assert caught.value.status == "completed"
+    assert (caught.value.run_id, caught.value.status) == ("r1", "completed")
     assert (await store.get_run(RunId("r1"))).status is RunStatus.COMPLETED
 
 
@@ -394,8 +409,9 @@ async def test_a_batch_that_fails_half_way_leaves_nothing_behind(
     # insert, after its first one went in.
     raw.insert_event("r1", 4, codec.encode(note("r1", 4, "intruder")), type="user_message_added")
     batch = [responded("r1", 3), note("r1", 4, "mine"), completed("r1", 5)]
-    with pytest.raises(ConcurrencyConflict):
+    with pytest.raises(ConcurrencyConflict) as caught:
         await store.append(RunId("r1"), batch, expected_seq=2)
+    assert (caught.value.run_id, caught.value.expected_seq, caught.value.actual_seq) == ("r1", 2, 2)
 
     assert [
         r[0] for r in raw.execute("SELECT seq FROM events WHERE run_id = ? ORDER BY seq", ("r1",))
@@ -474,10 +490,12 @@ async def test_an_unknown_run_is_reported_as_such(store: EventStore) -> None:
     with pytest.raises(RunNotFound) as caught:
         await store.read(RunId("nope"))
     assert caught.value.run_id == "nope"
-    with pytest.raises(RunNotFound):
+    with pytest.raises(RunNotFound) as caught:
         await store.get_run(RunId("nope"))
-    with pytest.raises(RunNotFound):
+    assert caught.value.run_id == "nope"
+    with pytest.raises(RunNotFound) as caught:
         await store.append(RunId("nope"), [note("nope", 2)], expected_seq=1)
+    assert caught.value.run_id == "nope"
 
 
 async def test_a_corrupt_payload_fails_loudly_with_run_and_seq(store: EventStore, raw: Raw) -> None:
@@ -613,6 +631,44 @@ async def test_list_runs_by_prefix_matches_ids_exactly(store: EventStore) -> Non
     assert await found("run_a_", status=RunStatus.QUEUED) == {"run_a_1", "run_a_2", "run_a_é"}
     assert await found("run_a_", status=RunStatus.COMPLETED) == set()
     assert await found("") == set(ids)
+
+
+def child(run_id: str, parent: str) -> ev.DelegationBound:
+    """The event that makes `run_id` a run another run started."""
+    contract = DelegationContract(
+        delegation_id="d1",
+        parent_run_id=RunId(parent),
+        child_run_id=RunId(run_id),
+        agent_name="helper",
+        objective="look it up",
+    )
+    return ev.DelegationBound(run_id=RunId(run_id), seq=2, occurred_at=T0, contract=contract)
+
+
+async def test_list_runs_shows_fifty_runs_by_default_child_runs_among_them(
+    store: EventStore,
+) -> None:
+    for i in range(50):
+        await store.append(RunId(f"r{i:02}"), [created(f"r{i:02}")], expected_seq=0)
+    later = T0 + timedelta(seconds=1)
+    await store.append(
+        RunId("kid"), [created("kid", at=later), child("kid", "r00")], expected_seq=0
+    )
+
+    listed = [r.run_id for r in await store.list_runs()]
+    assert len(listed) == 50
+    assert listed[0] == "kid"
+    top = [r.run_id for r in await store.list_runs(top_level=True, limit=100)]
+    assert sorted(top) == [f"r{i:02}" for i in range(50)]
+
+
+async def test_list_runs_of_a_tenant_shows_only_its_runs(store: EventStore) -> None:
+    for rid, tenant in [("a1", "acme"), ("b1", "bolt"), ("a2", "acme"), ("d1", "")]:
+        await store.enqueue(QueueEntry(run_id=RunId(rid), tenant=tenant))  # type: ignore[attr-defined]
+        await store.append(RunId(rid), [created(rid)], expected_seq=0)
+    assert {r.run_id for r in await store.list_runs(tenant="acme")} == {"a1", "a2"}
+    assert {r.run_id for r in await store.list_runs(tenant="default")} == {"d1"}
+    assert {r.run_id for r in await store.list_runs()} == {"a1", "b1", "a2", "d1"}
 
 
 # -- projections the store keeps --------------------------------------------------------------
