@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,11 +30,12 @@ from contextos.errors import (
 )
 from contextos.messages import FinishReason, Message, ToolCall, Usage
 from contextos.runs import TERMINAL, FailureReason, RunId, RunStatus
-from contextos.store import EventStore, open_store
+from contextos.store import EventStore, SqliteStore, open_store, snapshots
 from contextos.store.migrations import POSTGRES_MIGRATIONS, SQLITE_MIGRATIONS
 from contextos.store.queue import QueueEntry
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
+HOUR = timedelta(hours=1)
 
 
 # -- events ---------------------------------------------------------------------------------
@@ -222,7 +225,7 @@ async def test_creating_a_run_that_exists_conflicts(store: EventStore) -> None:
     await store.append(RunId("r1"), [created("r1")], expected_seq=0)
     with pytest.raises(ConcurrencyConflict) as caught:
         await store.append(RunId("r1"), [created("r1")], expected_seq=0)
-    assert (caught.value.expected_seq, caught.value.actual_seq) == (0, 1)
+    assert (caught.value.run_id, caught.value.expected_seq, caught.value.actual_seq) == ("r1", 0, 1)
 
 
 async def test_a_stale_expected_seq_conflicts_and_changes_nothing(store: EventStore) -> None:
@@ -289,6 +292,53 @@ async def test_a_closed_store_takes_no_more_events(backend_url: str) -> None:
         assert [e.seq for e in await reopened.read(RunId("r1"))] == [1]
     finally:
         await reopened.close()
+
+
+async def test_a_run_summary_tells_its_times_in_utc_whatever_the_local_zone(
+    store: EventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        await store.append(
+            RunId("r1"), [created("r1"), started("r1", 2, at=T0 + HOUR)], expected_seq=0
+        )
+        summary = await store.get_run(RunId("r1"))
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert (summary.created_at, summary.updated_at) == (T0, T0 + HOUR)
+    assert summary.created_at.utcoffset() == summary.updated_at.utcoffset() == timedelta(0)
+
+
+async def test_a_run_that_grows_long_gets_a_snapshot_of_its_own(backend_url: str, raw: Raw) -> None:
+    s = open_store(backend_url)
+    await s.append(RunId("r1"), [created("r1"), started("r1", 2)], expected_seq=0)
+    more = [note("r1", seq) for seq in range(3, 3 + snapshots.EVERY)]
+    await s.append(RunId("r1"), more, expected_seq=2)
+    await s.close()
+    rows = raw.execute("SELECT run_id, seq FROM snapshots")
+    assert [(r[0], int(r[1])) for r in rows] == [("r1", 2 + snapshots.EVERY)]
+
+
+async def test_a_sqlite_append_skips_the_wait_for_the_disk_only_when_told(tmp_path: Path) -> None:
+    """`synchronous=False` commits without the fsync (NORMAL); every other commit has it."""
+    store = SqliteStore(tmp_path / "s.db")
+    await store.list_runs()
+    assert store._conn is not None
+    seen: list[str] = []
+    store._conn.set_trace_callback(seen.append)
+    await store.append(RunId("r1"), [created("r1")], expected_seq=0)
+    await store.enqueue(QueueEntry(run_id=RunId("r2")))  # the queue's writes too
+    assert [s for s in seen if "synchronous" in s] == []
+    assert seen.count("COMMIT") == 2
+    await store.append(RunId("r1"), [note("r1", 2)], expected_seq=1, synchronous=False)
+    assert [s for s in seen if "synchronous" in s] == [
+        "PRAGMA synchronous=NORMAL",
+        "PRAGMA synchronous=FULL",
+    ]
+    store._conn.set_trace_callback(None)
+    await store.close()
 
 
 # -- terminal runs ----------------------------------------------------------------------------
