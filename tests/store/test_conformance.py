@@ -19,7 +19,7 @@ import pytest
 
 from contextos import codec
 from contextos import events as ev
-from contextos.delegation import DelegationContract
+from contextos.delegation import ChildStatus, DelegationContract
 from contextos.errors import (
     ConcurrencyConflict,
     EventDecodeError,
@@ -27,6 +27,7 @@ from contextos.errors import (
     MigrationError,
     RunIsTerminal,
     RunNotFound,
+    StoreUnavailable,
 )
 from contextos.messages import FinishReason, Message, ToolCall, Usage
 from contextos.runs import TERMINAL, FailureReason, RunId, RunStatus
@@ -226,6 +227,35 @@ async def test_creating_a_run_that_exists_conflicts(store: EventStore) -> None:
     with pytest.raises(ConcurrencyConflict) as caught:
         await store.append(RunId("r1"), [created("r1")], expected_seq=0)
     assert (caught.value.run_id, caught.value.expected_seq, caught.value.actual_seq) == ("r1", 0, 1)
+    # An ended run too: the fence answers first.
+    await store.append(RunId("r1"), [completed("r1", 2)], expected_seq=1)
+    with pytest.raises(ConcurrencyConflict) as caught:
+        await store.append(RunId("r1"), [created("r1")], expected_seq=0)
+    assert (caught.value.run_id, caught.value.expected_seq, caught.value.actual_seq) == ("r1", 0, 2)
+
+
+BAD_BATCHES: dict[str, tuple[int, list[ev.Event], str]] = {
+    "empty": (2, [], "append() needs at least one event"),
+    "of-another-run": (2, [note("r2", 3)], "event for run r2 appended to run r1"),
+    "with-a-gap": (
+        2,
+        [note("r1", 3), note("r1", 5)],
+        "event seq 5 does not follow expected seq 2 (should be 4)",
+    ),
+    "not-created-first": (0, [note("r1", 1)], "a run's first event must be RunCreated"),
+}
+
+
+@pytest.mark.parametrize("bad", sorted(BAD_BATCHES))
+async def test_a_batch_that_breaks_the_numbering_is_refused_before_any_write(
+    store: EventStore, raw: Raw, bad: str
+) -> None:
+    await store.append(RunId("r1"), [created("r1"), started("r1", 2)], expected_seq=0)
+    expected_seq, batch, why = BAD_BATCHES[bad]
+    with pytest.raises(ValueError) as caught:
+        await store.append(RunId("r1"), batch, expected_seq=expected_seq)
+    assert str(caught.value) == why
+    assert raw.seqs("r1") == [1, 2]
 
 
 async def test_a_stale_expected_seq_conflicts_and_changes_nothing(store: EventStore) -> None:
@@ -341,6 +371,38 @@ async def test_a_sqlite_append_skips_the_wait_for_the_disk_only_when_told(tmp_pa
     await store.close()
 
 
+async def test_a_sqlite_store_that_may_not_write_says_so(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "s.db")
+    await store.append(RunId("r1"), [created("r1")], expected_seq=0)
+    assert store._conn is not None
+    store._conn.execute("PRAGMA query_only=1")  # as a file this user may only read
+    with pytest.raises(StoreUnavailable, match=r"is read-only: .*; nothing recorded was changed"):
+        await store.append(RunId("r1"), [note("r1", 2)], expected_seq=1)
+    store._conn.execute("PRAGMA query_only=0")
+    assert [e.seq for e in await store.read(RunId("r1"))] == [1]
+    await store.close()
+
+
+async def test_a_finished_child_run_adds_its_spend_to_its_parents_summary(
+    store: EventStore,
+) -> None:
+    await store.append(RunId("r1"), [created("r1"), started("r1", 2)], expected_seq=0)
+    finished = ev.ChildRunFinished(
+        run_id=RunId("r1"),
+        seq=4,
+        occurred_at=T0,
+        delegation_id="d1",
+        child_run_id=RunId("r1.d1"),
+        status=ChildStatus.COMPLETED,
+        usage=Usage(input_tokens=100, output_tokens=40, cost_usd=2.0, requests=3),
+        turns=3,
+    )
+    await store.append(RunId("r1"), [responded("r1", 3), finished], expected_seq=2)
+    summary = await store.get_run(RunId("r1"))
+    assert (summary.turns, summary.input_tokens, summary.output_tokens) == (4, 107, 43)
+    assert summary.cost_usd == pytest.approx(2.25)
+
+
 # -- terminal runs ----------------------------------------------------------------------------
 
 
@@ -451,14 +513,15 @@ async def test_events_of_a_live_run_are_append_only_too(store: EventStore, raw: 
 # -- atomic batches ---------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("ends", [True, False], ids=["ending-the-run", "leaving-it-open"])
 async def test_a_batch_that_fails_half_way_leaves_nothing_behind(
-    store: EventStore, raw: Raw
+    store: EventStore, raw: Raw, ends: bool
 ) -> None:
     await store.append(RunId("r1"), [created("r1"), started("r1", 2)], expected_seq=0)
-    # A row appears at seq 4 behind the store's back; the batch 3, 4, 5 hits it on its second
+    # A row appears at seq 4 behind the store's back; the batch 3, 4(, 5) hits it on its second
     # insert, after its first one went in.
     raw.insert_event("r1", 4, codec.encode(note("r1", 4, "intruder")), type="user_message_added")
-    batch = [responded("r1", 3), note("r1", 4, "mine"), completed("r1", 5)]
+    batch = [responded("r1", 3), note("r1", 4, "mine"), *([completed("r1", 5)] if ends else [])]
     with pytest.raises(ConcurrencyConflict) as caught:
         await store.append(RunId("r1"), batch, expected_seq=2)
     assert (caught.value.run_id, caught.value.expected_seq, caught.value.actual_seq) == ("r1", 2, 2)
