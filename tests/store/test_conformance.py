@@ -383,6 +383,31 @@ async def test_a_sqlite_store_that_may_not_write_says_so(tmp_path: Path) -> None
     await store.close()
 
 
+async def test_a_sqlite_store_named_by_a_folder_says_so_to_its_first_append(
+    tmp_path: Path,
+) -> None:
+    store = SqliteStore(tmp_path)
+    with pytest.raises(StoreUnavailable, match="is a directory: name a database file in it"):
+        await store.append(RunId("r1"), [created("r1")], expected_seq=0)
+    await store.close()
+
+
+async def test_a_sqlite_file_locked_past_the_busy_timeout_fails_the_append(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    store = SqliteStore(db, busy_timeout_s=0.1)
+    await store.append(RunId("r1"), [created("r1")], expected_seq=0)
+    other = sqlite3.connect(db, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another process's writer holds the lock, and keeps it
+    try:
+        with pytest.raises(StoreUnavailable, match="is locked by another process"):
+            await store.append(RunId("r1"), [note("r1", 2)], expected_seq=1)
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert await store.append(RunId("r1"), [note("r1", 2)], expected_seq=1) == 2
+    await store.close()
+
+
 async def test_a_finished_child_run_adds_its_spend_to_its_parents_summary(
     store: EventStore,
 ) -> None:
