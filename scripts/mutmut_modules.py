@@ -47,6 +47,19 @@ class Pair(NamedTuple):
     """mutmut's names of the functions to mutate, when a module holds more than the promise."""
 
 
+_BOTH = ("append", "read", "_read_rows", "get_run", "list_runs")
+_STORE_METHODS = (*_BOTH, "_submit", "_schedule_flush", "_take", "_flush", "_flush_later", "_spawn")
+_SQLITE_HELPERS = (
+    "_write",
+    "_refuse",
+    "_events",
+    "_summary",
+    "_write_batch",
+    "_write_jobs",
+    "_write_alone",
+    "_deliver",
+)
+
 PAIRS: dict[str, Pair] = {
     # contract.py also builds tools from functions; that part is guarded by other test files.
     "retry": Pair(
@@ -80,9 +93,32 @@ PAIRS: dict[str, Pair] = {
             "tests/kernel/test_people_fold.py",
         ],
     ),
+    # The fence, the log's reads, the run summary and SQLite's group commit; connecting,
+    # migrating, snapshots and the queue's writes are guarded by other test files.
     "store": Pair(
-        ["src/contextos/store/sqlite.py", "src/contextos/store/postgres.py"],
+        [
+            "src/contextos/store/sqlite.py",
+            "src/contextos/store/postgres.py",
+            "src/contextos/store/base.py",
+        ],
         ["tests/store/test_conformance.py"],
+        tuple(
+            f"contextos.store.{name}__mutmut_*"
+            for name in (
+                *(f"sqlite.xǁSqliteStoreǁ{f}" for f in _STORE_METHODS),
+                *(f"postgres.xǁPostgresStoreǁ{f}" for f in _STORE_METHODS if f in _BOTH),
+                "sqlite.xǁ_Appendǁ__call__",
+                *(f"sqlite.x_{f}" for f in _SQLITE_HELPERS),
+                *(
+                    f"postgres.x_{f}"
+                    for f in ("_events", "_last_seq", "_status", "_summary", "_utc")
+                ),
+                *(
+                    f"base.x_{f}"
+                    for f in ("check_batch", "encode_batch", "_why", "summarize", "run_filter")
+                ),
+            )
+        ),
     ),
     # The engine's rules, conditions, limits and repeat guard are proven end to end in runs.
     "policy": Pair(

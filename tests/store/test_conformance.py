@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from contextos import codec
 from contextos import events as ev
+from contextos.delegation import ChildStatus, DelegationContract
 from contextos.errors import (
     ConcurrencyConflict,
     EventDecodeError,
@@ -24,13 +27,16 @@ from contextos.errors import (
     MigrationError,
     RunIsTerminal,
     RunNotFound,
+    StoreUnavailable,
 )
 from contextos.messages import FinishReason, Message, ToolCall, Usage
 from contextos.runs import TERMINAL, FailureReason, RunId, RunStatus
-from contextos.store import EventStore, open_store
+from contextos.store import EventStore, SqliteStore, open_store, snapshots
 from contextos.store.migrations import POSTGRES_MIGRATIONS, SQLITE_MIGRATIONS
+from contextos.store.queue import QueueEntry
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
+HOUR = timedelta(hours=1)
 
 
 # -- events ---------------------------------------------------------------------------------
@@ -220,7 +226,36 @@ async def test_creating_a_run_that_exists_conflicts(store: EventStore) -> None:
     await store.append(RunId("r1"), [created("r1")], expected_seq=0)
     with pytest.raises(ConcurrencyConflict) as caught:
         await store.append(RunId("r1"), [created("r1")], expected_seq=0)
-    assert (caught.value.expected_seq, caught.value.actual_seq) == (0, 1)
+    assert (caught.value.run_id, caught.value.expected_seq, caught.value.actual_seq) == ("r1", 0, 1)
+    # An ended run too: the fence answers first.
+    await store.append(RunId("r1"), [completed("r1", 2)], expected_seq=1)
+    with pytest.raises(ConcurrencyConflict) as caught:
+        await store.append(RunId("r1"), [created("r1")], expected_seq=0)
+    assert (caught.value.run_id, caught.value.expected_seq, caught.value.actual_seq) == ("r1", 0, 2)
+
+
+BAD_BATCHES: dict[str, tuple[int, list[ev.Event], str]] = {
+    "empty": (2, [], "append() needs at least one event"),
+    "of-another-run": (2, [note("r2", 3)], "event for run r2 appended to run r1"),
+    "with-a-gap": (
+        2,
+        [note("r1", 3), note("r1", 5)],
+        "event seq 5 does not follow expected seq 2 (should be 4)",
+    ),
+    "not-created-first": (0, [note("r1", 1)], "a run's first event must be RunCreated"),
+}
+
+
+@pytest.mark.parametrize("bad", sorted(BAD_BATCHES))
+async def test_a_batch_that_breaks_the_numbering_is_refused_before_any_write(
+    store: EventStore, raw: Raw, bad: str
+) -> None:
+    await store.append(RunId("r1"), [created("r1"), started("r1", 2)], expected_seq=0)
+    expected_seq, batch, why = BAD_BATCHES[bad]
+    with pytest.raises(ValueError) as caught:
+        await store.append(RunId("r1"), batch, expected_seq=expected_seq)
+    assert str(caught.value) == why
+    assert raw.seqs("r1") == [1, 2]
 
 
 async def test_a_stale_expected_seq_conflicts_and_changes_nothing(store: EventStore) -> None:
@@ -241,7 +276,7 @@ async def test_an_expected_seq_ahead_of_the_log_conflicts_and_writes_nothing(
     await store.append(RunId("r1"), [created("r1"), started("r1", 2)], expected_seq=0)
     with pytest.raises(ConcurrencyConflict) as caught:
         await store.append(RunId("r1"), [note("r1", 5), note("r1", 6)], expected_seq=4)
-    assert (caught.value.expected_seq, caught.value.actual_seq) == (4, 2)
+    assert (caught.value.run_id, caught.value.expected_seq, caught.value.actual_seq) == ("r1", 4, 2)
     assert raw.seqs("r1") == [1, 2]
     assert (await store.get_run(RunId("r1"))).last_seq == 2
     # No gap was left: the writer in step appends right after the log's end.
@@ -276,6 +311,123 @@ async def test_of_concurrent_writers_at_one_seq_exactly_one_wins(backend_url: st
             await w.close()
 
 
+async def test_a_closed_store_takes_no_more_events(backend_url: str) -> None:
+    s = open_store(backend_url)
+    await s.append(RunId("r1"), [created("r1")], expected_seq=0)
+    await s.close()
+    with pytest.raises(RuntimeError, match=r"^store is closed$"):
+        await s.append(RunId("r1"), [note("r1", 2)], expected_seq=1)
+    reopened = open_store(backend_url)
+    try:
+        assert [e.seq for e in await reopened.read(RunId("r1"))] == [1]
+    finally:
+        await reopened.close()
+
+
+async def test_a_run_summary_tells_its_times_in_utc_whatever_the_local_zone(
+    store: EventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        await store.append(
+            RunId("r1"), [created("r1"), started("r1", 2, at=T0 + HOUR)], expected_seq=0
+        )
+        summary = await store.get_run(RunId("r1"))
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert (summary.created_at, summary.updated_at) == (T0, T0 + HOUR)
+    assert summary.created_at.utcoffset() == summary.updated_at.utcoffset() == timedelta(0)
+
+
+async def test_a_run_that_grows_long_gets_a_snapshot_of_its_own(backend_url: str, raw: Raw) -> None:
+    s = open_store(backend_url)
+    await s.append(RunId("r1"), [created("r1"), started("r1", 2)], expected_seq=0)
+    more = [note("r1", seq) for seq in range(3, 3 + snapshots.EVERY)]
+    await s.append(RunId("r1"), more, expected_seq=2)
+    await s.close()
+    rows = raw.execute("SELECT run_id, seq FROM snapshots")
+    assert [(r[0], int(r[1])) for r in rows] == [("r1", 2 + snapshots.EVERY)]
+
+
+async def test_a_sqlite_append_skips_the_wait_for_the_disk_only_when_told(tmp_path: Path) -> None:
+    """`synchronous=False` commits without the fsync (NORMAL); every other commit has it."""
+    store = SqliteStore(tmp_path / "s.db")
+    await store.list_runs()
+    assert store._conn is not None
+    seen: list[str] = []
+    store._conn.set_trace_callback(seen.append)
+    await store.append(RunId("r1"), [created("r1")], expected_seq=0)
+    await store.enqueue(QueueEntry(run_id=RunId("r2")))  # the queue's writes too
+    assert [s for s in seen if "synchronous" in s] == []
+    assert seen.count("COMMIT") == 2
+    await store.append(RunId("r1"), [note("r1", 2)], expected_seq=1, synchronous=False)
+    assert [s for s in seen if "synchronous" in s] == [
+        "PRAGMA synchronous=NORMAL",
+        "PRAGMA synchronous=FULL",
+    ]
+    store._conn.set_trace_callback(None)
+    await store.close()
+
+
+async def test_a_sqlite_store_that_may_not_write_says_so(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "s.db")
+    await store.append(RunId("r1"), [created("r1")], expected_seq=0)
+    assert store._conn is not None
+    store._conn.execute("PRAGMA query_only=1")  # as a file this user may only read
+    with pytest.raises(StoreUnavailable, match=r"is read-only: .*; nothing recorded was changed"):
+        await store.append(RunId("r1"), [note("r1", 2)], expected_seq=1)
+    store._conn.execute("PRAGMA query_only=0")
+    assert [e.seq for e in await store.read(RunId("r1"))] == [1]
+    await store.close()
+
+
+async def test_a_sqlite_store_named_by_a_folder_says_so_to_its_first_append(
+    tmp_path: Path,
+) -> None:
+    store = SqliteStore(tmp_path)
+    with pytest.raises(StoreUnavailable, match="is a directory: name a database file in it"):
+        await store.append(RunId("r1"), [created("r1")], expected_seq=0)
+    await store.close()
+
+
+async def test_a_sqlite_file_locked_past_the_busy_timeout_fails_the_append(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    store = SqliteStore(db, busy_timeout_s=0.1)
+    await store.append(RunId("r1"), [created("r1")], expected_seq=0)
+    other = sqlite3.connect(db, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another process's writer holds the lock, and keeps it
+    try:
+        with pytest.raises(StoreUnavailable, match="is locked by another process"):
+            await store.append(RunId("r1"), [note("r1", 2)], expected_seq=1)
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert await store.append(RunId("r1"), [note("r1", 2)], expected_seq=1) == 2
+    await store.close()
+
+
+async def test_a_finished_child_run_adds_its_spend_to_its_parents_summary(
+    store: EventStore,
+) -> None:
+    await store.append(RunId("r1"), [created("r1"), started("r1", 2)], expected_seq=0)
+    finished = ev.ChildRunFinished(
+        run_id=RunId("r1"),
+        seq=4,
+        occurred_at=T0,
+        delegation_id="d1",
+        child_run_id=RunId("r1.d1"),
+        status=ChildStatus.COMPLETED,
+        usage=Usage(input_tokens=100, output_tokens=40, cost_usd=2.0, requests=3),
+        turns=3,
+    )
+    await store.append(RunId("r1"), [responded("r1", 3), finished], expected_seq=2)
+    summary = await store.get_run(RunId("r1"))
+    assert (summary.turns, summary.input_tokens, summary.output_tokens) == (4, 107, 43)
+    assert summary.cost_usd == pytest.approx(2.25)
+
+
 # -- terminal runs ----------------------------------------------------------------------------
 
 
@@ -284,7 +436,7 @@ async def test_a_terminal_run_takes_no_more_events(store: EventStore) -> None:
     await store.append(RunId("r1"), [responded("r1", 3), completed("r1", 4)], expected_seq=2)
     with pytest.raises(RunIsTerminal) as caught:
         await store.append(RunId("r1"), [note("r1", 5)], expected_seq=4)
-    assert caught.value.status == "completed"
+    assert (caught.value.run_id, caught.value.status) == ("r1", "completed")
     assert (await store.get_run(RunId("r1"))).status is RunStatus.COMPLETED
 
 
@@ -386,16 +538,18 @@ async def test_events_of_a_live_run_are_append_only_too(store: EventStore, raw: 
 # -- atomic batches ---------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("ends", [True, False], ids=["ending-the-run", "leaving-it-open"])
 async def test_a_batch_that_fails_half_way_leaves_nothing_behind(
-    store: EventStore, raw: Raw
+    store: EventStore, raw: Raw, ends: bool
 ) -> None:
     await store.append(RunId("r1"), [created("r1"), started("r1", 2)], expected_seq=0)
-    # A row appears at seq 4 behind the store's back; the batch 3, 4, 5 hits it on its second
+    # A row appears at seq 4 behind the store's back; the batch 3, 4(, 5) hits it on its second
     # insert, after its first one went in.
     raw.insert_event("r1", 4, codec.encode(note("r1", 4, "intruder")), type="user_message_added")
-    batch = [responded("r1", 3), note("r1", 4, "mine"), completed("r1", 5)]
-    with pytest.raises(ConcurrencyConflict):
+    batch = [responded("r1", 3), note("r1", 4, "mine"), *([completed("r1", 5)] if ends else [])]
+    with pytest.raises(ConcurrencyConflict) as caught:
         await store.append(RunId("r1"), batch, expected_seq=2)
+    assert (caught.value.run_id, caught.value.expected_seq, caught.value.actual_seq) == ("r1", 2, 2)
 
     assert [
         r[0] for r in raw.execute("SELECT seq FROM events WHERE run_id = ? ORDER BY seq", ("r1",))
@@ -444,7 +598,28 @@ UNREADABLE = {
     "output-not-json": lambda seq: ev.RunCompleted(
         run_id=RunId("r1"), seq=seq, output="done", structured_output=object(), occurred_at=T0
     ),
+    "two-arguments-as-objects": lambda seq: answer(
+        "r1",
+        seq,
+        message=Message(
+            role="assistant",
+            tool_calls=tuple(
+                ToolCall(id=f"c{i}", name="refund", arguments={"amount": i})  # type: ignore[arg-type]
+                for i in range(2)
+            ),
+        ),
+    ),
 }
+WHY = {
+    "arguments-as-object": "message.tool_calls.0.arguments: Input should be a valid string",
+    "cost-not-a-number": "usage.cost_usd: Input should be a valid number",
+    "output-not-json": "Unable to serialize unknown type: <class 'object'>",
+    "two-arguments-as-objects": (
+        "message.tool_calls.0.arguments: Input should be a valid string;"
+        " message.tool_calls.1.arguments: Input should be a valid string"
+    ),
+}
+"""What the error says of each: each field that would not read back, by path, and why."""
 
 
 @pytest.mark.filterwarnings("ignore:Pydantic serializer warnings")
@@ -454,10 +629,12 @@ async def test_an_event_that_would_not_read_back_is_refused_and_nothing_is_writt
 ) -> None:
     await store.append(RunId("r1"), [created("r1"), started("r1", 2)], expected_seq=0)
     batch = [note("r1", 3), UNREADABLE[unreadable](4), completed("r1", 5)]
-    with pytest.raises(EventEncodeError, match=r"run r1 event #4 cannot be stored: .+") as caught:
+    with pytest.raises(EventEncodeError) as caught:
         await store.append(RunId("r1"), batch, expected_seq=2)
     assert (caught.value.run_id, caught.value.seq) == ("r1", 4)
-    assert "nothing was appended" in str(caught.value)
+    assert str(caught.value) == (
+        f"run r1 event #4 cannot be stored: {WHY[unreadable]}; nothing was appended"
+    )
 
     assert raw.seqs("r1") == [1, 2]
     summary = await store.get_run(RunId("r1"))
@@ -474,10 +651,12 @@ async def test_an_unknown_run_is_reported_as_such(store: EventStore) -> None:
     with pytest.raises(RunNotFound) as caught:
         await store.read(RunId("nope"))
     assert caught.value.run_id == "nope"
-    with pytest.raises(RunNotFound):
+    with pytest.raises(RunNotFound) as caught:
         await store.get_run(RunId("nope"))
-    with pytest.raises(RunNotFound):
+    assert caught.value.run_id == "nope"
+    with pytest.raises(RunNotFound) as caught:
         await store.append(RunId("nope"), [note("nope", 2)], expected_seq=1)
+    assert caught.value.run_id == "nope"
 
 
 async def test_a_corrupt_payload_fails_loudly_with_run_and_seq(store: EventStore, raw: Raw) -> None:
@@ -598,7 +777,7 @@ async def test_list_runs_by_prefix_matches_ids_exactly(store: EventStore) -> Non
     counts, and ids that sort next to the prefix's range (punctuation, accents) stay out."""
     ids = [
         "run_a_1", "run_a_2", "run_A_3", "run_ab", "run_a", "run%a_1", "runxa_1", "run_b_1",
-        "run_a`", "run_á_1", "run_a_é",
+        "run_a`", "run_á_1", "run_a_é", "run\U0010ffff",
     ]  # fmt: skip
     for i, rid in enumerate(ids):
         await store.append(RunId(rid), [created(rid, at=T0 + timedelta(seconds=i))], expected_seq=0)
@@ -610,9 +789,49 @@ async def test_list_runs_by_prefix_matches_ids_exactly(store: EventStore) -> Non
     assert await found("run_a") == {"run_a_1", "run_a_2", "run_ab", "run_a", "run_a`", "run_a_é"}
     assert await found("run_á") == {"run_á_1"}
     assert await found("run%") == {"run%a_1"}
+    assert await found("r") == set(ids)  # one character
+    assert await found("run\U0010ffff") == {"run\U0010ffff"}  # no code point follows its last
     assert await found("run_a_", status=RunStatus.QUEUED) == {"run_a_1", "run_a_2", "run_a_é"}
     assert await found("run_a_", status=RunStatus.COMPLETED) == set()
     assert await found("") == set(ids)
+
+
+def child(run_id: str, parent: str) -> ev.DelegationBound:
+    """The event that makes `run_id` a run another run started."""
+    contract = DelegationContract(
+        delegation_id="d1",
+        parent_run_id=RunId(parent),
+        child_run_id=RunId(run_id),
+        agent_name="helper",
+        objective="look it up",
+    )
+    return ev.DelegationBound(run_id=RunId(run_id), seq=2, occurred_at=T0, contract=contract)
+
+
+async def test_list_runs_shows_fifty_runs_by_default_child_runs_among_them(
+    store: EventStore,
+) -> None:
+    for i in range(50):
+        await store.append(RunId(f"r{i:02}"), [created(f"r{i:02}")], expected_seq=0)
+    later = T0 + timedelta(seconds=1)
+    await store.append(
+        RunId("kid"), [created("kid", at=later), child("kid", "r00")], expected_seq=0
+    )
+
+    listed = [r.run_id for r in await store.list_runs()]
+    assert len(listed) == 50
+    assert listed[0] == "kid"
+    top = [r.run_id for r in await store.list_runs(top_level=True, limit=100)]
+    assert sorted(top) == [f"r{i:02}" for i in range(50)]
+
+
+async def test_list_runs_of_a_tenant_shows_only_its_runs(store: EventStore) -> None:
+    for rid, tenant in [("a1", "acme"), ("b1", "bolt"), ("a2", "acme"), ("d1", "")]:
+        await store.enqueue(QueueEntry(run_id=RunId(rid), tenant=tenant))  # type: ignore[attr-defined]
+        await store.append(RunId(rid), [created(rid)], expected_seq=0)
+    assert {r.run_id for r in await store.list_runs(tenant="acme")} == {"a1", "a2"}
+    assert {r.run_id for r in await store.list_runs(tenant="default")} == {"d1"}
+    assert {r.run_id for r in await store.list_runs()} == {"a1", "b1", "a2", "d1"}
 
 
 # -- projections the store keeps --------------------------------------------------------------
