@@ -73,6 +73,21 @@ def responded(log: Log, *calls: ToolCall, content: str = "", **fields: Any) -> e
     )
 
 
+def grant(log: Log, approval_id: str, interrupt_id: str, **fields: Any) -> ev.ApprovalGranted:
+    """alice approves the question `interrupt_id` for an hour."""
+    return log(
+        ev.ApprovalGranted,
+        **{
+            "approval_id": approval_id,
+            "interrupt_id": interrupt_id,
+            "action_hash": "ah",
+            "approver": "alice",
+            "expires_at": at(3600),
+            **fields,
+        },
+    )
+
+
 def changed(state: RunState, event: Any) -> dict[str, Any]:
     """Fold `event` into `state` and return every field it changed, with its new value."""
     before = copy.deepcopy(state)
@@ -904,14 +919,7 @@ def test_an_approval_resolves_its_question_and_what_it_was_about_follows_from_it
 def test_an_approval_of_a_question_not_in_the_log_is_still_kept() -> None:
     log = running()
     state = log.state()
-    granted = log(
-        ev.ApprovalGranted,
-        approval_id="apr_3",
-        interrupt_id="i_gone",
-        action_hash="ah",
-        approver="alice",
-        expires_at=at(3600),
-    )
+    granted = grant(log, "apr_3", "i_gone")
     change = changed(state, granted)
     assert change == moved(
         3,
@@ -970,14 +978,7 @@ def test_a_revoked_approval_is_kept_revoked_on_its_question() -> None:
     log, state = asked()
     apply(
         state,
-        log(
-            ev.ApprovalGranted,
-            approval_id="apr_6",
-            interrupt_id="i5",
-            action_hash="ah",
-            approver="alice",
-            expires_at=at(3600),
-        ),
+        grant(log, "apr_6", "i5"),
     )
     apply(state, log(ev.RunStarted, worker_id="w2"))
     revoked = log(ev.ApprovalRevoked, approval_id="apr_6", revoked_by="bob", reason="wrong order")
@@ -1004,14 +1005,7 @@ def test_revoking_an_approval_of_a_question_not_in_the_log_revokes_it() -> None:
     state = log.state()
     apply(
         state,
-        log(
-            ev.ApprovalGranted,
-            approval_id="apr_3",
-            interrupt_id="i_gone",
-            action_hash="ah",
-            approver="alice",
-            expires_at=at(3600),
-        ),
+        grant(log, "apr_3", "i_gone"),
     )
     apply(state, log(ev.RunStarted, worker_id="w2"))
     apply(state, log(ev.ApprovalRevoked, approval_id="apr_3", revoked_by="bob"))
