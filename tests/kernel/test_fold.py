@@ -976,10 +976,7 @@ def test_the_threads_of_an_event_are_its_question_then_its_call_then_its_effect(
 
 def test_a_revoked_approval_is_kept_revoked_on_its_question() -> None:
     log, state = asked()
-    apply(
-        state,
-        grant(log, "apr_6", "i5"),
-    )
+    apply(state, grant(log, "apr_6", "i5"))
     apply(state, log(ev.RunStarted, worker_id="w2"))
     revoked = log(ev.ApprovalRevoked, approval_id="apr_6", revoked_by="bob", reason="wrong order")
     approval = dataclasses.replace(
@@ -1003,10 +1000,7 @@ def test_revoking_an_approval_not_in_the_log_changes_nothing() -> None:
 def test_revoking_an_approval_of_a_question_not_in_the_log_revokes_it() -> None:
     log = running()
     state = log.state()
-    apply(
-        state,
-        grant(log, "apr_3", "i_gone"),
-    )
+    apply(state, grant(log, "apr_3", "i_gone"))
     apply(state, log(ev.RunStarted, worker_id="w2"))
     apply(state, log(ev.ApprovalRevoked, approval_id="apr_3", revoked_by="bob"))
     assert state.approvals["apr_3"].revoked_by == "bob"

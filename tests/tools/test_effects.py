@@ -26,6 +26,7 @@ from contextos.ledger import EffectState
 from contextos.records.interrupts import interrupt_id_for
 from contextos.runs import RunId
 from contextos.store import SqliteStore
+from contextos.store.base import RunSummary
 from contextos.testing import ScriptedModel, call_tool, reply
 from contextos.tools import Tool, ToolContext, as_tool, tool
 from contextos.tools.effects import confirmation
@@ -460,10 +461,9 @@ async def test_compensation_when_the_run_fails(runtime: Runtime, payments: Payme
     assert payments.stats()["refunds"] == 1
 
 
-async def test_cancel_of_a_run_nobody_drives_runs_its_saga(
-    tmp_path: Path, payments: PaymentsService
-) -> None:
-    db = str(tmp_path / "runs.db")
+async def died_sending_an_unchecked_charge(db: str) -> RunSummary:
+    """A run that charged a refundable order, then died while an unchecked charge was out
+    (its outcome unknown)."""
     model = ScriptedModel(
         [
             call_tool("charge_refundable", ORDER),
@@ -475,6 +475,14 @@ async def test_cancel_of_a_run_nobody_drives_runs_its_saga(
         with pytest.raises(Crash):
             await rt.run(agent(model), "go")
         (summary,) = await rt.runs()
+    return summary
+
+
+async def test_cancel_of_a_run_nobody_drives_runs_its_saga(
+    tmp_path: Path, payments: PaymentsService
+) -> None:
+    db = str(tmp_path / "runs.db")
+    summary = await died_sending_an_unchecked_charge(db)
     async with Runtime(db) as rt:
         waiting = await rt.resume(summary.run_id, agent(ScriptedModel([], by_turn=True)))
         assert waiting.status is RunStatus.INPUT_REQUIRED
@@ -491,17 +499,7 @@ async def test_a_cancelled_run_waiting_on_a_person_ends_once_they_answer(
     tmp_path: Path, payments: PaymentsService
 ) -> None:
     db = str(tmp_path / "runs.db")
-    model = ScriptedModel(
-        [
-            call_tool("charge_refundable", ORDER),
-            call_tool("charge_card_unchecked", {**ORDER, "order_id": "o2"}),
-            reply("x"),
-        ]
-    )
-    async with Runtime(DiesAround(db, "charge_card_unchecked")) as rt:
-        with pytest.raises(Crash):
-            await rt.run(agent(model), "go")
-        (summary,) = await rt.runs()
+    summary = await died_sending_an_unchecked_charge(db)
     rid = summary.run_id
     async with Runtime(db) as rt:
         await rt.resume(rid, agent(ScriptedModel([], by_turn=True)))
