@@ -325,11 +325,7 @@ def bench_fanout(plan: Plan, work: Path, report: Report) -> None:
             f"{ms(median(elapsed['langgraph']) / FANOUT_N)}); "
             f"{_less(median(size_ratio), 'storage')} ({size(per_child['contextos'])} a child "
             f"against {size(per_child['langgraph'])})"
-            + (
-                ": a child run keeps its own log, contract, lineage and decision record"
-                if why
-                else ""
-            ),
+            + (": a child run keeps its own log, contract and lineage" if why else ""),
             median(time_ratio) >= 5 and median(size_ratio) >= 10,
         )
 

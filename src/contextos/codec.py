@@ -17,6 +17,9 @@ old shape under tests/fixtures/events/):
 - node_started: the optional `effect` (a code node's declared effect, recorded before its code
   runs; rows written before it read with none); no version bump, since no graph without
   effects writes one.
+- child_run_finished: the optional `record_hash` (the child's DecisionRecord, which the child
+  no longer stores itself; rows written before it read with none); no version bump, since
+  the child runs of those rows stored their records.
 - every type: a stored row leaves out the fields that hold their default, `type` included (the
   row's own column names it), and reads them back as those defaults; rows written whole
   before read as ever. No version bump: the events are the same. A field's default is thus

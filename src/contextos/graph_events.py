@@ -58,6 +58,10 @@ class ChildRunFinished(BaseEvent):
     """Why it did not complete: its failure reason, or `output_invalid`."""
     message: str = ""
     """Human-readable detail."""
+    record_hash: str | None = None
+    """The hash of the child's DecisionRecord, built from its whole log as it ended. The child
+    stores no record of its own: the parent's log vouches for it (None in rows written before
+    it was recorded)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -152,6 +152,8 @@ class Runtime:
             cancel_child=self._children.cancel_child,
         )
         """A person's hand on runs: cancel, pause, send, finish."""
+        self._recording: set[asyncio.Task[None]] = set()
+        """Records of ended runs being stored in the background (see `_materialise`)."""
         self._traces = live_traces(
             tracer_provider, capture_content, meter_provider, pii=PiiRedaction()
         )
@@ -168,6 +170,7 @@ class Runtime:
 
     async def close(self) -> None:
         await self._own.close()
+        await self._recorded()
         if self._traces is not None:
             self._traces.close()
         await self.store.close()
@@ -726,13 +729,35 @@ class Runtime:
 
     async def receipts(self, run_id: str) -> list[Receipt]:
         """The DecisionRecords stored when the run stopped, each checked against its log."""
+        await self._recorded()
         return await stored_receipts(self.store, await self.events(run_id))
 
     async def _materialise(self, state: RunState) -> None:
         """Store the DecisionRecord of a run that ended or waits on a person (a receipt: it can
-        always be rebuilt from the log, so failing to store one never fails the run)."""
+        always be rebuilt from the log, so failing to store one never fails the run).
+
+        A run that ended has its end committed and its log frozen, so its record is made and
+        stored in the background and its result is handed back without waiting for it (a long
+        run's record is most of the time a resume to its end takes); `receipts` and `close`
+        wait for it. A run that waits on a person may go on at once: its record is stored now.
+        """
         if not (state.is_terminal or state.status is RunStatus.INPUT_REQUIRED):
             return
+        if state.is_terminal and state.delegation is not None:
+            return  # a child's record is vouched for by its parent's log (child_run_finished)
+        if not state.is_terminal:
+            await self._store_record(state)
+            return
+        task = asyncio.create_task(self._store_record(state))
+        self._recording.add(task)
+        task.add_done_callback(self._recording.discard)
+
+    async def _recorded(self) -> None:
+        """Wait for the records being stored in the background."""
+        while self._recording:
+            await asyncio.gather(*self._recording)
+
+    async def _store_record(self, state: RunState) -> None:
         try:
             # The state is the log folded up to its seq: the record needs no second fold.
             events = (await self.events(state.run_id))[: state.seq]

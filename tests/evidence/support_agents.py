@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from contextos import Agent, Budget, ToolContext, ToolResult, tool
+from contextos.agents import Subagent
 from contextos.models.base import ModelRequest, ModelResponse
 from contextos.policy import Decision, Policy, Rule
 from contextos.policy.rules import conditions
@@ -119,3 +120,14 @@ writer = Agent(
     verifier=cites,
 )
 """An agent whose first answer fails verification and whose second passes."""
+
+checker = Agent(name="checker", model=ScriptedModel([reply("A-1 is paid.")], by_turn=True))
+planner = Agent(
+    name="planner",
+    model=ScriptedModel(
+        [call_tool("delegate_to_checker", {"task": "Is order A-1 paid?"}), reply("It is paid.")],
+        by_turn=True,
+    ),
+    subagents=[Subagent(agent=checker)],
+)
+"""An agent that hands one question to a child run."""

@@ -3,6 +3,7 @@ wherever it is rebuilt."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 from evidence_cli import cli_for
 from pydantic import BaseModel
-from support_agents import POLICY, support
+from support_agents import POLICY, planner, support
 
 from contextos import Agent, Principal, RunStatus, Runtime
 from contextos import events as ev
@@ -41,6 +42,8 @@ from contextos.evidence.canonical import (
     canonical_json,
     sealed,
 )
+from contextos.store import SqliteStore
+from contextos.store.artifacts import Artifact
 from contextos.testing import ScriptedModel, reply
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -333,3 +336,82 @@ def test_a_stored_record_that_is_corrupt_or_of_an_unknown_version_fails_loudly(
     assert unknown.returncode == 1
     newer_version = "version 'contextos.decision_record.v2' is not one this ContextOS reads"
     assert newer_version in unknown.stdout
+
+
+async def test_a_child_runs_record_is_vouched_for_by_its_parents_log(tmp_path: Path) -> None:
+    """A child run stores no record of its own: its parent's child_run_finished holds the hash
+    of the child's record, which `receipts` checks against the child's log."""
+    db = tmp_path / "c.db"
+    async with Runtime(str(db)) as rt:
+        parent = (await rt.run(planner, "Check order A-1")).run_id
+        [finished] = [e for e in await rt.events(parent) if isinstance(e, ev.ChildRunFinished)]
+        child = finished.child_run_id
+        assert finished.record_hash == (await rt.record(child)).record_hash
+        [vouched] = await rt.receipts(child)
+        assert (vouched.anchor, vouched.matches, vouched.artifact_id) == (
+            f"{parent}#{finished.seq}",
+            True,
+            "",
+        )
+        assert vouched.at_seq == (await rt.events(child))[-1].seq
+        assert [r.anchor for r in await rt.receipts(parent)] == [""]  # the parent stores its own
+    conn = sqlite3.connect(db)
+    stored = conn.execute("SELECT run_id FROM artifacts WHERE type = 'decision_record'").fetchall()
+    assert stored == [(parent,)]
+
+    # Someone with the file rewrites the child's answer: the parent's hash no longer matches.
+    conn.execute("DROP TRIGGER events_are_append_only_u")
+    seq, payload = conn.execute(
+        "SELECT seq, payload FROM events WHERE run_id = ? AND type = 'model_responded'", (child,)
+    ).fetchone()
+    changed = json.loads(payload)
+    changed["message"]["content"] = "A-1 is not paid."
+    conn.execute(
+        "UPDATE events SET payload = ? WHERE run_id = ? AND seq = ?",
+        (json.dumps(changed).encode(), child, seq),
+    )
+    conn.execute("DELETE FROM snapshots")
+    conn.commit()
+    conn.close()
+    async with Runtime(str(db)) as rt:
+        [vouched] = await rt.receipts(child)
+    assert not vouched.matches
+    assert f"the one {parent}#{finished.seq} vouches for" in vouched.problem
+
+    cli = cli_for(tmp_path)
+    shown = cli("record", child)
+    assert shown.returncode == 1, shown.stderr  # a record the log no longer gives is a finding
+    assert f"vouched for by {parent}#{finished.seq}: DIFFERS" in shown.stdout
+
+
+async def test_a_run_that_ended_is_handed_back_before_its_record_is_stored(
+    tmp_path: Path,
+) -> None:
+    """The record of an ended run is stored in the background; `receipts` and `close` wait."""
+    held = asyncio.Event()
+
+    class SlowArtifacts(SqliteStore):
+        async def put_artifact(self, artifact: Artifact, content: bytes) -> None:
+            if artifact.type == "decision_record":
+                await held.wait()
+            await super().put_artifact(artifact, content)
+
+    db = tmp_path / "c.db"
+    writer = Agent(name="writer", model=ScriptedModel([reply("Paris.")], by_turn=True))
+    async with Runtime(SlowArtifacts(db)) as rt:
+        # handed back while its record is held (the limit only keeps a failure from hanging)
+        done = await asyncio.wait_for(rt.run(writer, "Capital of France?"), timeout=60)
+        assert done.status is RunStatus.COMPLETED
+        receipts = asyncio.ensure_future(rt.receipts(done.run_id))
+        await asyncio.sleep(0.05)
+        assert not receipts.done()  # waits for the record being stored
+        held.set()
+        [stored] = await receipts
+        assert stored.matches and stored.at_seq == (await rt.events(done.run_id))[-1].seq
+        held.clear()
+        again = await asyncio.wait_for(rt.run(writer, "Capital of Italy?"), timeout=60)
+        asyncio.get_running_loop().call_later(0.2, held.set)
+    # closing the runtime waited for the second run's record, held until after it began
+    conn = sqlite3.connect(db)
+    ids = conn.execute("SELECT run_id FROM artifacts WHERE type = 'decision_record'").fetchall()
+    assert sorted(ids) == sorted([(done.run_id,), (again.run_id,)])

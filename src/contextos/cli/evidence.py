@@ -137,9 +137,15 @@ def record(
     for r in stored:
         mark = "identical to the log" if r.matches else f"DIFFERS from the log: {r.problem}"
         style = "green" if r.matches else "bold red"
-        console.print(Text(f"stored at #{r.at_seq} ({r.artifact_id}): {mark}", style=style))
+        where = f"vouched for by {r.anchor}" if r.anchor else f"stored ({r.artifact_id})"
+        console.print(Text(f"at #{r.at_seq}, {where}: {mark}", style=style))
     if not stored:
-        console.print(Text("not stored yet (it is when the run ends or waits)", style="dim"))
+        when = (
+            "its parent's log vouches for it once the parent takes its result in"
+            if call(store, lambda rt: rt.state(run_id)).delegation is not None
+            else "it is stored when the run ends or waits"
+        )
+        console.print(Text(f"not vouched for yet ({when})", style="dim"))
     if not all(r.matches for r in stored):
         raise typer.Exit(1)  # a stored record the log no longer gives is a finding, not a view
 

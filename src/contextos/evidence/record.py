@@ -21,12 +21,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from contextos import events as ev
-from contextos.errors import ArtifactCorrupt, RecordInvalid
+from contextos.errors import ArtifactCorrupt, RecordInvalid, RunNotFound
 from contextos.evidence.canonical import DecisionRecord, canonical_hash, sealed
 from contextos.policy.identity import classification_rank
-from contextos.runs import RunStatus
+from contextos.runs import RunId, RunStatus
 from contextos.state import RunState, fold
 from contextos.store.artifacts import JSON, Artifact, artifacts_of, make_artifact
+from contextos.store.base import EventStore
 from contextos.telemetry import trace_id_for
 
 RECORD_TYPE = "decision_record"
@@ -407,7 +408,7 @@ class Receipt:
     """A DecisionRecord the runtime stored, checked against the log it was made from."""
 
     artifact_id: str
-    """Where it is stored."""
+    """Where it is stored ("" for a child run's record, which its parent's log vouches for)."""
     at_seq: int
     """The log prefix it covers."""
     record_hash: str
@@ -416,6 +417,8 @@ class Receipt:
     """True when the log up to `at_seq` still gives exactly this record."""
     problem: str = ""
     """Why it does not match, in one line ("" when it does)."""
+    anchor: str = ""
+    """For a child run: the parent's event that holds the hash (`run_id#seq`)."""
 
 
 async def materialise(
@@ -447,10 +450,49 @@ async def materialise(
     return artifact
 
 
-async def receipts(store: object, events: Sequence[ev.Event]) -> list[Receipt]:
-    """Every stored DecisionRecord of the run, oldest first, each checked against its log."""
+async def receipts(store: EventStore, events: Sequence[ev.Event]) -> list[Receipt]:
+    """Every stored DecisionRecord of the run, oldest first, each checked against its log;
+    for a child run that ended, the hash its parent recorded as it took the child's result in."""
+    if not events:
+        return []
+    out = await _stored(store, events)
+    anchor = await _anchor(store, events)
+    if anchor is not None:
+        out.append(anchor)
+    return sorted(out, key=lambda r: r.at_seq)
+
+
+async def _anchor(store: EventStore, events: Sequence[ev.Event]) -> Receipt | None:
+    """The receipt of a child run's record in its parent's log, once the parent took it in."""
+    bound = next((e for e in events if isinstance(e, ev.DelegationBound)), None)
+    if bound is None:
+        return None
+    run_id = events[0].run_id
+    try:
+        parent = await store.read(RunId(bound.contract.parent_run_id))
+    except RunNotFound:
+        return None
+    for e in reversed(parent):
+        if isinstance(e, ev.ChildRunFinished) and e.child_run_id == run_id and e.record_hash:
+            # A run that ended takes no more events: its whole log is the one the hash was of.
+            matches = record_data(events)["record_hash"] == e.record_hash
+            return Receipt(
+                artifact_id="",
+                at_seq=events[-1].seq,
+                record_hash=e.record_hash,
+                matches=matches,
+                problem=""
+                if matches
+                else f"its log gives another record than the one {e.run_id}#{e.seq} vouches "
+                "for (the log was changed after the child ended)",
+                anchor=f"{e.run_id}#{e.seq}",
+            )
+    return None
+
+
+async def _stored(store: object, events: Sequence[ev.Event]) -> list[Receipt]:
     artifacts = artifacts_of(store)
-    if artifacts is None or not events:
+    if artifacts is None:
         return []
     out: list[Receipt] = []
     for artifact in await artifacts.run_artifacts(events[0].run_id):
@@ -485,7 +527,7 @@ async def receipts(store: object, events: Sequence[ev.Event]) -> list[Receipt]:
                 "(the log was changed after it was stored)",
             )
         )
-    return sorted(out, key=lambda r: r.at_seq)
+    return out
 
 
 __all__ = ["RECORD_TYPE", "Receipt", "build_record", "materialise", "receipts", "record_data"]

@@ -25,6 +25,7 @@ from contextos import events as ev
 from contextos.agents import Agent, Subagent, has_effect_class
 from contextos.delegation import MAX_DEPTH, ChildStatus, DelegationContract
 from contextos.errors import ConfigError
+from contextos.evidence.record import record_data
 from contextos.policy.identity import RunContext
 from contextos.policy.narrowing import intersect_context
 from contextos.runs import Budget, FailureReason, RunId, RunStatus
@@ -267,12 +268,15 @@ class Delegations:
             await asyncio.sleep(pause)
             pause = min(pause * 2, _POLL_S[1])
 
-    def finished(
+    async def finished(
         self, contract: DelegationContract, spec: Subagent, child: RunState
     ) -> dict[str, Any]:
         """The fields of `child_run_finished` for an ended child: its result, validated against
-        the contract's expected output (merge policy `parent_validates`), and its evidence."""
+        the contract's expected output (merge policy `parent_validates`), its evidence, and
+        the hash of its DecisionRecord (a child stores none: its parent's log vouches for it,
+        and the parent's own stored record for that)."""
         status, result, reason, message = merge(child, spec.expected_output)
+        log = await self.host.store.read(contract.child_run_id)
         return {
             "delegation_id": contract.delegation_id,
             "child_run_id": contract.child_run_id,
@@ -283,6 +287,7 @@ class Delegations:
             "turns": child.turns + child.child_turns,
             "reason": reason,
             "message": message,
+            "record_hash": record_data(log, child)["record_hash"],
         }
 
     async def cancel_running(self, reason: str, *, node: str | None = None) -> None:

@@ -209,7 +209,7 @@ class WorkflowDriver:
             ended = await load_state(self.store, child.contract.child_run_id)
             if ended.is_terminal and spec is not None:
                 items.append(
-                    (ev.ChildRunFinished, self.children.finished(child.contract, spec, ended))
+                    (ev.ChildRunFinished, await self.children.finished(child.contract, spec, ended))
                 )
         if failure.node is not None:
             items.append(
@@ -411,7 +411,8 @@ class WorkflowDriver:
         if ended is None:
             return None
         # Not waiting for the disk: lost, it is recorded again from the ended child.
-        await d.record((ev.ChildRunFinished, d.finished(contract, spec, ended)), synchronous=False)
+        fields = await d.finished(contract, spec, ended)
+        await d.record((ev.ChildRunFinished, fields), synchronous=False)
         async with self._admit:
             self._admit.notify_all()  # what it did not spend is back
         return self.state.children[key]

@@ -58,7 +58,7 @@ class SubagentCalls:
         for (call, sub, contract, _, _), child in zip(started, ended, strict=True):
             if child is None:
                 continue
-            fields = d.finished(contract, sub, child)
+            fields = await d.finished(contract, sub, child)
             failed = fields["status"] is not ChildStatus.COMPLETED
             outcome = ToolOutcome(
                 output=outcome_text(fields),

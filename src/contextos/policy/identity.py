@@ -8,6 +8,7 @@ data clearance, the same tenant.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import getpass
 import hashlib
 import json
@@ -95,11 +96,16 @@ class Principal:
     @classmethod
     def local(cls) -> Principal:
         """The person at this terminal: every scope, for local development."""
-        try:
-            name = getpass.getuser()
-        except Exception:  # no passwd entry in some containers
-            name = "local"
-        return cls(kind=PrincipalKind.USER, id=name, tenant="default", scopes=("*",))
+        return cls(kind=PrincipalKind.USER, id=_login(), tenant="default", scopes=("*",))
+
+
+@functools.cache
+def _login() -> str:
+    """This process's login name (looked up once: every child run of a local parent asks)."""
+    try:
+        return getpass.getuser()
+    except Exception:  # no passwd entry in some containers
+        return "local"
 
 
 def scope_grants(held: str, wanted: str) -> bool:
