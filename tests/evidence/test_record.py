@@ -19,7 +19,7 @@ from evidence_cli import cli_for
 from pydantic import BaseModel
 from support_agents import POLICY, planner, support
 
-from contextos import Agent, Principal, RunStatus, Runtime
+from contextos import Agent, Budget, Principal, RunStatus, Runtime
 from contextos import events as ev
 from contextos.errors import RecordInvalid
 from contextos.evidence import DecisionRecord, build_record, record_data
@@ -42,9 +42,10 @@ from contextos.evidence.canonical import (
     canonical_json,
     sealed,
 )
+from contextos.evidence.record import OFF_LOOP
 from contextos.store import SqliteStore
 from contextos.store.artifacts import Artifact
-from contextos.testing import ScriptedModel, reply
+from contextos.testing import ScriptedModel, call_tool, reply
 
 ROOT = Path(__file__).resolve().parents[2]
 BOB = Principal.user("bob", scopes=("payments:*",))
@@ -415,3 +416,30 @@ async def test_a_run_that_ended_is_handed_back_before_its_record_is_stored(
     conn = sqlite3.connect(db)
     ids = conn.execute("SELECT run_id FROM artifacts WHERE type = 'decision_record'").fetchall()
     assert sorted(ids) == sorted([(done.run_id,), (again.run_id,)])
+
+
+async def test_a_long_runs_record_is_built_off_the_loop_and_matches_its_log(
+    tmp_path: Path,
+) -> None:
+    """A log of OFF_LOOP events or more has its record built in a thread: the same record."""
+
+    def echo(text: str) -> str:
+        """Say it back."""
+        return text
+
+    turns = OFF_LOOP // 2 + 1
+    steps = [call_tool("echo", {"text": f"turn {i}"}) for i in range(turns)]
+    agent = Agent(
+        name="echoer",
+        model=ScriptedModel([*steps, reply("done")], by_turn=True),
+        tools=[echo],
+        budget=Budget(max_turns=turns + 1),
+    )
+    async with Runtime(str(tmp_path / "c.db")) as rt:
+        done = await rt.run(agent, "Echo.")
+        events = await rt.events(done.run_id)
+        [stored] = await rt.receipts(done.run_id)
+        _, content = await rt.artifact(stored.artifact_id)
+    assert len(events) >= OFF_LOOP
+    assert stored.matches and stored.at_seq == events[-1].seq
+    assert content == canonical_json(record_data(events)).encode()

@@ -15,6 +15,7 @@ log it was made from.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -421,22 +422,38 @@ class Receipt:
     """For a child run: the parent's event that holds the hash (`run_id#seq`)."""
 
 
+OFF_LOOP = 256
+"""Logs at least this long have their record built in a thread: it takes tens of milliseconds
+at a thousand turns, during which the event loop (a worker's other runs, a lease to renew, the
+caller waiting for the run's result) would otherwise stand still."""
+
+
 async def materialise(
     store: object, events: Sequence[ev.Event], state: RunState | None = None
 ) -> Artifact | None:
     """Store the run's DecisionRecord as a `decision_record` artifact (once per log prefix);
     None when the store keeps no artifacts. `state` is the log folded, when the caller has
-    folded it already."""
+    folded it already (neither may change meanwhile: a long log's record is built in a
+    thread)."""
     artifacts = artifacts_of(store)
     if artifacts is None:
         return None
+    if len(events) >= OFF_LOOP:
+        artifact, blob = await asyncio.to_thread(_as_artifact, events, state)
+    else:
+        artifact, blob = _as_artifact(events, state)
+    await artifacts.put_artifact(artifact, blob)
+    return artifact
+
+
+def _as_artifact(events: Sequence[ev.Event], state: RunState | None) -> tuple[Artifact, bytes]:
     if state is None:
         state = fold(list(events))
     record = _unsealed(events, state)
     record["record_hash"], text = sealed(record, "record_hash")
     parts = record["artifacts"]
     levels = ["internal", *(a["classification"] for a in parts)]
-    artifact, blob = make_artifact(
+    return make_artifact(
         state,
         text,
         media_type=JSON,
@@ -446,8 +463,6 @@ async def materialise(
         schema_version=record["record_type"],
         classification=max(levels, key=classification_rank),
     )
-    await artifacts.put_artifact(artifact, blob)
-    return artifact
 
 
 async def receipts(store: EventStore, events: Sequence[ev.Event]) -> list[Receipt]:
