@@ -135,6 +135,8 @@ PAIRS: dict[str, Pair] = {
         ["src/contextos/middleware/pii.py"],
         ["tests/middleware/test_pii.py", "tests/middleware/test_context_layers.py"],
     ),
+    # The layer called directly and one real run; the other real runs and the public corpora,
+    # which every mutant reaching the layer would run, are in test_sanitize_runs.py.
     "sanitize": Pair(
         ["src/contextos/middleware/sanitize.py"], ["tests/middleware/test_sanitize.py"]
     ),
