@@ -27,11 +27,11 @@ def recovery(turns: int, events: int, resume_ms: float, langgraph_resume_ms: flo
         "rebuilds the history index (the keys of the rendered prompt's messages, to find "
         "where the last call ended, and each message's token estimate), where LangGraph "
         "hands its checkpointed messages to the model as they are. The run's decision record "
-        "(its "
-        f"{events:,} events read and decoded again, then built, hashed and encoded) is no "
-        "longer part of it: a run that ended has its record stored in the background, after "
-        "its result is handed back. Keys and token estimates kept in the snapshot would make "
-        "the call flat, at the cost of a larger snapshot."
+        f"(its {events:,} events read and decoded again, then built, hashed and encoded) is "
+        "out of the way: a run that ended has its record stored in the background, a long "
+        "log is decoded and its record built in threads, and the result is handed back "
+        "first. Keys and token estimates kept in the snapshot would make the call flat, at "
+        "the cost of a larger snapshot."
     )
 
 

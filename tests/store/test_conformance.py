@@ -32,6 +32,7 @@ from contextos.errors import (
 from contextos.messages import FinishReason, Message, ToolCall, Usage
 from contextos.runs import TERMINAL, FailureReason, RunId, RunStatus
 from contextos.store import EventStore, SqliteStore, open_store, snapshots
+from contextos.store.base import OFF_LOOP_ROWS
 from contextos.store.migrations import POSTGRES_MIGRATIONS, SQLITE_MIGRATIONS
 from contextos.store.queue import QueueEntry
 
@@ -667,6 +668,22 @@ async def test_a_corrupt_payload_fails_loudly_with_run_and_seq(store: EventStore
     with pytest.raises(EventDecodeError, match=r"run r1 event #3: corrupt") as caught:
         await store.read(RunId("r1"))
     assert (caught.value.run_id, caught.value.seq) == ("r1", 3)
+
+
+async def test_a_long_log_reads_back_whole_and_a_corrupt_row_in_it_fails_loudly(
+    store: EventStore, raw: Raw
+) -> None:
+    """A read of OFF_LOOP_ROWS events or more decodes them in a thread: the same events, in
+    order, and the same loud failure with its run and seq."""
+    n = OFF_LOOP_ROWS + 8
+    written = [created("r1"), *(note("r1", seq, f"note {seq}") for seq in range(2, n + 1))]
+    await store.append(RunId("r1"), written, expected_seq=0)
+    assert await store.read(RunId("r1")) == written
+    assert await store.read(RunId("r1"), after_seq=n - 2) == written[-2:]
+    raw.insert_event("r1", n + 1, b'{"content": ', type="user_message_added")
+    with pytest.raises(EventDecodeError, match=rf"run r1 event #{n + 1}: corrupt") as caught:
+        await store.read(RunId("r1"))
+    assert (caught.value.run_id, caught.value.seq) == ("r1", n + 1)
 
 
 async def test_a_payload_of_another_shape_fails_loudly(store: EventStore, raw: Raw) -> None:

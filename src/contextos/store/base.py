@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -187,6 +188,25 @@ async def load_state(store: EventStore, run_id: RunId) -> RunState:
     if conforms(store, StateStore):
         return await cast(StateStore, store).state(run_id)
     return fold(await store.read(run_id), run_id)
+
+
+OFF_LOOP_ROWS = 512
+"""Reads of at least this many events decode them in a thread: a long log takes tens of
+milliseconds to decode, during which the event loop (other runs, leases to renew, a caller
+waiting for a result) would otherwise stand still."""
+
+
+async def decode_rows(
+    run_id: RunId, rows: Sequence[tuple[int, str, int, bytes | str]]
+) -> list[ev.Event]:
+    """Stored rows (seq, type, schema version, payload) as events."""
+    if len(rows) < OFF_LOOP_ROWS:
+        return _decode(run_id, rows)
+    return await asyncio.to_thread(_decode, run_id, rows)
+
+
+def _decode(run_id: RunId, rows: Sequence[tuple[int, str, int, bytes | str]]) -> list[ev.Event]:
+    return [codec.decode(run_id, seq, t, v, payload) for seq, t, v, payload in rows]
 
 
 def check_batch(run_id: RunId, events: Sequence[ev.Event], expected_seq: int) -> None:

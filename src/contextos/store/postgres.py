@@ -19,7 +19,6 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from contextos import codec
 from contextos import events as ev
 from contextos.errors import (
     ConcurrencyConflict,
@@ -36,6 +35,7 @@ from contextos.store.artifacts import SqlArtifacts
 from contextos.store.base import (
     RunSummary,
     check_batch,
+    decode_rows,
     encode_batch,
     run_filter,
     summarize,
@@ -298,7 +298,7 @@ class PostgresStore(PostgresQueue, SqlTokens, snapshots.Snapshotting, SqlArtifac
 
     async def read(self, run_id: RunId, *, after_seq: int = 0) -> list[ev.Event]:
         rows = await self._read_rows(run_id, after_seq)
-        return [codec.decode(run_id, seq, t, v, payload) for seq, t, v, payload in rows]
+        return await decode_rows(run_id, rows)
 
     async def _read_rows(self, run_id: RunId, after_seq: int) -> list[snapshots.Row]:
         async with self._conn() as conn:

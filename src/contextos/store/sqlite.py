@@ -22,7 +22,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar, cast
 
-from contextos import codec
 from contextos import events as ev
 from contextos.errors import (
     ConcurrencyConflict,
@@ -39,6 +38,7 @@ from contextos.store.base import (
     RunSummary,
     SummaryDelta,
     check_batch,
+    decode_rows,
     encode_batch,
     run_filter,
     summarize,
@@ -362,7 +362,7 @@ class SqliteStore(SqliteQueue, SqlTokens, snapshots.Snapshotting, SqlArtifacts):
 
     async def read(self, run_id: RunId, *, after_seq: int = 0) -> list[ev.Event]:
         rows = await self._read_rows(run_id, after_seq)
-        return [codec.decode(run_id, seq, t, v, payload) for seq, t, v, payload in rows]
+        return await decode_rows(run_id, rows)
 
     async def _read_snapshot(
         self, run_id: RunId
