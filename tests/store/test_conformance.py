@@ -27,6 +27,7 @@ from contextos.errors import (
     MigrationError,
     RunIsTerminal,
     RunNotFound,
+    StoreError,
     StoreUnavailable,
 )
 from contextos.messages import FinishReason, Message, ToolCall, Usage
@@ -407,6 +408,38 @@ async def test_a_sqlite_file_locked_past_the_busy_timeout_fails_the_append(tmp_p
         other.close()
     assert await store.append(RunId("r1"), [note("r1", 2)], expected_seq=1) == 2
     await store.close()
+
+
+async def test_a_postgres_refusal_other_than_the_stores_own_is_a_store_error(
+    postgres_url: str,
+) -> None:
+    """A trigger the store does not know (an operator's audit, say) refuses an append: the
+    caller gets its words as a StoreError naming the run, not a conflict, and nothing is
+    written."""
+    s = open_store(postgres_url)
+    raw = Raw(postgres_url)
+    try:
+        await s.append(RunId("r1"), [created("r1")], expected_seq=0)
+        raw.execute(
+            "CREATE FUNCTION audit() RETURNS trigger LANGUAGE plpgsql AS"
+            " $$ BEGIN RAISE EXCEPTION 'audit: no writes today'; END $$"
+        )
+        raw.execute(
+            "CREATE TRIGGER audit BEFORE INSERT ON events FOR EACH ROW EXECUTE FUNCTION audit()"
+        )
+        with pytest.raises(StoreError) as refused:
+            await s.append(RunId("r1"), [note("r1", 2)], expected_seq=1)
+        error = refused.value.to_dict()
+        assert (type(refused.value), error["code"], error["run_id"]) == (
+            StoreError,
+            "store_error",
+            "r1",
+        )
+        assert error["message"].splitlines()[0] == "audit: no writes today"  # then where it rose
+        assert raw.seqs("r1") == [1]
+    finally:
+        raw.close()
+        await s.close()
 
 
 async def test_a_finished_child_run_adds_its_spend_to_its_parents_summary(

@@ -14,6 +14,7 @@ from contextos import events as ev
 from contextos.errors import ConcurrencyConflict, RunIsTerminal
 from contextos.runs import RunId
 from contextos.store import SqliteStore
+from contextos.store.sqlite import _Job, _write_jobs
 
 
 def created(run_id: str) -> ev.RunCreated:
@@ -88,6 +89,27 @@ async def test_a_file_locked_by_another_writer_is_waited_for_off_the_loop(tmp_pa
     await store.close()
 
 
+async def test_a_caller_giving_up_on_a_locked_file_leaves_the_rest_of_its_group_answered(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "s.db"
+    store = SqliteStore(db, busy_timeout_s=30)
+    for run_id in ("a", "b"):
+        await store.append(RunId(run_id), [created(run_id)], expected_seq=0)
+    other = sqlite3.connect(db, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another process's writer holds the lock
+    first = asyncio.ensure_future(store.append(RunId("a"), [started("a", 2)], expected_seq=1))
+    second = asyncio.ensure_future(store.append(RunId("b"), [started("b", 2)], expected_seq=1))
+    while store._lent is None:  # both wait in one group, on the store's thread
+        await asyncio.sleep(0.01)
+    first.cancel()  # its caller gives up
+    other.execute("COMMIT")
+    other.close()
+    assert await second == 2
+    assert first.cancelled()
+    await store.close()
+
+
 async def test_close_commits_appends_still_waiting(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "s.db")
     task = asyncio.ensure_future(store.append(RunId("a"), [created("a")], expected_seq=0))
@@ -116,25 +138,35 @@ async def test_appends_after_the_file_was_opened_elsewhere_still_fence(
     await two.close()
 
 
+def write(name: str, keep: bool) -> Callable[[sqlite3.Connection], str]:
+    """A write of the store's own (`_run`) in a transaction of its own, kept or rolled back."""
+
+    def fn(conn: sqlite3.Connection) -> str:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(
+            "INSERT INTO concurrency_limits (scope, name, max_running) VALUES ('agent', ?, 1)",
+            (name,),
+        )
+        conn.execute("COMMIT" if keep else "ROLLBACK")
+        return name
+
+    return fn
+
+
+def limits(db: Path) -> list[str]:
+    conn = sqlite3.connect(db)
+    try:
+        return [r[0] for r in conn.execute("SELECT name FROM concurrency_limits ORDER BY name")]
+    finally:
+        conn.close()
+
+
 async def test_other_writes_join_the_group_and_their_rollback_stays_theirs(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "s.db")
     await store.list_runs()
     seen: list[str] = []
     assert store._conn is not None
     store._conn.set_trace_callback(seen.append)
-
-    def write(name: str, keep: bool) -> Callable[[sqlite3.Connection], str]:
-        def fn(conn: sqlite3.Connection) -> str:
-            conn.execute("BEGIN IMMEDIATE")
-            conn.execute(
-                "INSERT INTO concurrency_limits (scope, name, max_running) VALUES ('agent', ?, 1)",
-                (name,),
-            )
-            conn.execute("COMMIT" if keep else "ROLLBACK")
-            return name
-
-        return fn
-
     done = await asyncio.gather(
         store._run(write("kept", True)),
         store._run(write("undone", False)),
@@ -144,8 +176,117 @@ async def test_other_writes_join_the_group_and_their_rollback_stays_theirs(tmp_p
     await store.close()
     assert list(done) == ["kept", "undone", 1]
     assert seen.count("COMMIT") == 1
-    conn = sqlite3.connect(tmp_path / "s.db")
-    names = [r[0] for r in conn.execute("SELECT name FROM concurrency_limits")]
-    conn.close()
-    assert names == ["kept"]
+    assert limits(tmp_path / "s.db") == ["kept"]
     assert committed_events(tmp_path / "s.db") == 1
+
+
+async def test_a_write_alone_in_its_group_still_has_its_transaction_mapped(tmp_path: Path) -> None:
+    """Alone in its group, a write of the store's own still gets the joined connection: its
+    BEGIN and COMMIT are the group's, its ROLLBACK undoes only its own rows."""
+    store = SqliteStore(tmp_path / "s.db")
+    assert await store._run(write("kept", True)) == "kept"
+    assert await store._run(write("undone", False)) == "undone"
+    assert await store.append(RunId("a"), [created("a")], expected_seq=0) == 1
+    await store.close()
+    assert limits(tmp_path / "s.db") == ["kept"]
+
+
+def failing_commits(conn: sqlite3.Connection) -> None:
+    """Make every COMMIT on `conn` fail, its transaction still open, as a disk error may."""
+    committing = False
+
+    def trace(sql: str) -> None:
+        nonlocal committing
+        committing = sql == "COMMIT"
+
+    conn.set_trace_callback(trace)
+    conn.set_progress_handler(lambda: int(committing), 1)
+
+
+def healed(conn: sqlite3.Connection) -> None:
+    conn.set_progress_handler(None, 1)
+    conn.set_trace_callback(None)
+
+
+@pytest.mark.parametrize("runs", [1, 2])
+async def test_appends_whose_commit_fails_leave_nothing_and_the_store_goes_on(
+    tmp_path: Path, runs: int
+) -> None:
+    """A lone append (no savepoint) and a group alike: the failed COMMIT's transaction is
+    rolled back, its callers hear why, and the same appends succeed once the disk does."""
+    store = SqliteStore(tmp_path / "s.db")
+    ids = [RunId(f"r{i}") for i in range(runs)]
+    for run_id in ids:
+        await store.append(run_id, [created(run_id)], expected_seq=0)
+    assert store._conn is not None
+    failing_commits(store._conn)
+    failed = await asyncio.gather(
+        *(store.append(run_id, [started(run_id, 2)], expected_seq=1) for run_id in ids),
+        return_exceptions=True,
+    )
+    healed(store._conn)
+    assert [str(f) for f in failed] == ["interrupted"] * runs
+    assert all(isinstance(f, sqlite3.OperationalError) for f in failed)
+    assert not store._conn.in_transaction
+    again = await asyncio.gather(
+        *(store.append(run_id, [started(run_id, 2)], expected_seq=1) for run_id in ids)
+    )
+    assert again == [2] * runs
+    await store.close()
+    assert committed_events(tmp_path / "s.db") == 2 * runs
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+async def test_a_write_interrupted_half_way_leaves_nothing_of_its_group(
+    tmp_path: Path, jobs: int
+) -> None:
+    """Ctrl-C inside a write (an exception that is no error, so no savepoint takes it): the
+    whole transaction rolls back, the others' rows with it, and the interrupt goes on up."""
+    conn = sqlite3.connect(tmp_path / "s.db", isolation_level=None)
+    conn.execute("CREATE TABLE t (n INTEGER)")
+
+    def insert(n: int) -> Callable[[sqlite3.Connection], int]:
+        def work(c: sqlite3.Connection) -> int:
+            c.execute("INSERT INTO t VALUES (?)", (n,))
+            return n
+
+        return work
+
+    def interrupted(c: sqlite3.Connection) -> None:
+        c.execute("INSERT INTO t VALUES (0)")
+        raise KeyboardInterrupt
+
+    loop = asyncio.get_running_loop()
+    works = [*(insert(n) for n in range(1, jobs)), interrupted]
+    batch = [_Job(work=w, joined=False, future=loop.create_future()) for w in works]
+    with pytest.raises(KeyboardInterrupt):
+        _write_jobs(conn, batch)
+    assert not conn.in_transaction
+    assert conn.execute("SELECT COUNT(*) FROM t").fetchone()[0] == 0
+    conn.close()
+
+
+@pytest.mark.parametrize("runs", [1, 2])
+async def test_a_database_error_of_another_kind_reaches_every_append_of_the_group(
+    tmp_path: Path, runs: int
+) -> None:
+    """Not a lock or an operational fault of the file (here a transaction the database
+    refuses): each caller hears the error instead of waiting for ever, and nothing is written."""
+    store = SqliteStore(tmp_path / "s.db")
+    ids = [RunId(f"r{i}") for i in range(runs)]
+    for run_id in ids:
+        await store.append(run_id, [created(run_id)], expected_seq=0)
+    assert store._conn is not None
+
+    def no_transactions(action: int, *_: object) -> int:
+        return sqlite3.SQLITE_DENY if action == sqlite3.SQLITE_TRANSACTION else sqlite3.SQLITE_OK
+
+    store._conn.set_authorizer(no_transactions)
+    failed = await asyncio.gather(
+        *(store.append(run_id, [started(run_id, 2)], expected_seq=1) for run_id in ids),
+        return_exceptions=True,
+    )
+    store._conn.set_authorizer(None)
+    assert [(type(f), str(f)) for f in failed] == [(sqlite3.DatabaseError, "not authorized")] * runs
+    assert [e.seq for run_id in ids for e in await store.read(run_id)] == [1] * runs
+    await store.close()

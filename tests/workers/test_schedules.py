@@ -1,13 +1,14 @@
 """Cron schedules: which ticks fire (catch-up policy), exactly once per tick across workers
-and restarts, on both backends."""
+and restarts, on both backends. Worker processes firing a schedule together and through a
+restart: `test_schedule_processes.py`."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import random
-import signal
-from collections import Counter
+import sys
+import time
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -18,7 +19,6 @@ from worker_helpers import AGENTS
 from contextos import Agent, Policy, Principal, RunContext, Runtime, Workflow, load_agent
 from contextos import events as ev
 from contextos.errors import ConfigError
-from contextos.runs import RunId
 from contextos.store.queue import CatchUp, RunQueue, Schedule, queue_of, tick_key
 from contextos.workers.scheduler import (
     add_schedule,
@@ -32,7 +32,6 @@ from contextos.workers.scheduler import (
     retry_at,
     retry_delay,
 )
-from support.processes import spawn_worker, stop_all, wait_until
 
 TICKER = f"{AGENTS}:ticker"
 DAY = timedelta(days=1)
@@ -167,6 +166,47 @@ def test_missed_ticks_are_reckoned_in_the_schedule_time_zone() -> None:
     assert (late.fire, late.missed, late.last_tick) == ((), 3, paris_6am + 2 * DAY)
 
 
+def test_missed_ticks_count_both_ticks_of_the_night_the_clocks_go_back() -> None:
+    """02:30 happens twice in Paris on 25 October 2026 (summer time, then winter time): a
+    schedule at 02:30 ticks on both, and missing them misses two ticks, not one."""
+    two_thirty = Schedule(
+        name="s",
+        agent_ref=TICKER,
+        cron="30 2 * * *",
+        timezone="Europe/Paris",
+        next_tick_at=datetime(2026, 10, 24, 0, 30, tzinfo=UTC),
+    )
+    p = plan(two_thirty, datetime(2026, 10, 27, 12, 0, tzinfo=UTC))
+    assert p is not None
+    assert (p.fire, p.missed) == ((), 5)  # the 24th, the 25th twice, the 26th and the 27th
+    assert p.last_tick == datetime(2026, 10, 27, 1, 30, tzinfo=UTC)
+
+
+def test_missed_ticks_are_counted_up_to_ten_thousand() -> None:
+    """Counting the ticks a long outage missed stops at 10,000 (plus the latest one): a cron
+    every second down for three hours does not count its 10,800 ticks one by one."""
+    every_second = Schedule(name="s", agent_ref=TICKER, cron="* * * * * *", next_tick_at=T)
+    p = plan(every_second, T + timedelta(hours=3))
+    assert p is not None
+    assert p.missed == 10_001
+
+
+def test_ticks_are_told_in_utc_whatever_the_local_zone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tick's time goes into its run's metadata and idempotency key as text: it reads the
+    same on every worker, whatever the machine's own zone."""
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        ticks = [
+            next_tick("0 6 * * *", T - DAY, timezone="Europe/Paris"),
+            latest_tick("0 6 * * *", T, timezone="Europe/Paris"),
+        ]
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert [t.isoformat() for t in ticks] == ["2026-03-02T05:00:00+00:00"] * 2
+
+
 def test_the_latest_tick_is_at_or_before_the_instant() -> None:
     assert latest_tick("0 6 * * *", T) == T
     assert latest_tick("0 6 * * *", T - timedelta(microseconds=1)) == T - DAY
@@ -182,6 +222,33 @@ def test_a_bad_cron_expression_says_how_to_write_one() -> None:
         "weekday), or 6 with seconds last",
         "cron": "every morning",
     }
+
+
+def test_an_unknown_time_zone_is_named_in_its_error() -> None:
+    with pytest.raises(ConfigError) as refused:
+        next_tick("0 6 * * *", T, timezone="Mars/Olympus")
+    assert refused.value.to_dict() == {
+        "code": "config_error",
+        "message": "unknown time zone 'Mars/Olympus'",
+        "timezone": "Mars/Olympus",
+    }
+
+
+def test_without_croniter_a_cron_schedule_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "croniter", None)  # as if it were not installed
+    with pytest.raises(ConfigError) as refused:
+        check_cron("0 6 * * *")
+    assert refused.value.to_dict() == {
+        "code": "config_error",
+        "message": "cron schedules need croniter: pip install 'contextos[cron]'",
+    }
+
+
+def test_a_tick_is_reckoned_in_utc_unless_a_zone_is_named() -> None:
+    assert next_tick("0 6 * * *", T) == T + DAY
+    assert latest_tick("0 6 * * *", T + DAY - timedelta(seconds=1)) == T
 
 
 # -- exactly once per tick --------------------------------------------------------------------
@@ -215,8 +282,9 @@ async def test_workers_firing_together_start_one_run_per_tick(backend_url: str) 
         async with Runtime(backend_url) as restarted:
             assert await fire_schedules(restarted, now=at) == []
             (schedule,) = await queue(restarted).list_schedules()
-            assert (schedule.next_tick_at, schedule.last_run_id) == (
+            assert (schedule.next_tick_at, schedule.last_tick_at, schedule.last_run_id) == (
                 tick + timedelta(minutes=1),
+                tick,
                 rid,
             )
             nxt = await fire_schedules(restarted, now=at + timedelta(minutes=1))
@@ -306,65 +374,20 @@ async def test_a_scheduled_run_acts_for_its_schedule_unless_a_policy_binds_it(
     """Where runs would be bound to no one, a schedule's run is bound to the schedule itself,
     so that what keys on a principal (memory, daily caps) can run on a schedule."""
     tick = T + timedelta(minutes=1)
-    bound: list[str] = []
+    bound: list[RunContext] = []
     for name, policy in (("ungoverned", None), ("governed", Policy(name="p"))):
         async with Runtime(str(tmp_path / f"{name}.db"), policy=policy) as rt:
             await add_schedule(queue(rt), "nightly", TICKER, "* * * * *", tenant="acme", now=T)
             ((_, run_id),) = (await fire_schedules(rt, now=tick + timedelta(seconds=1)))[0].runs
             context = (await rt.state(run_id)).context
             assert context is not None
-            bound.append(RunContext.from_dict(context.context).principal.ref)
-    assert bound[0] == "automation:nightly@acme"
+            bound.append(RunContext.from_dict(context.context))
+    ungoverned, governed = bound
+    assert ungoverned.principal.ref == "automation:nightly@acme"
+    # every scope and the clearance of a run bound to no one (`RunContext.local()`)
+    assert (ungoverned.principal.scopes, ungoverned.clearance) == (("*",), "restricted")
     operator = Principal.local().id  # a policy binds it to the local operator, in its tenant
-    assert bound[1] == f"user:{operator}@acme"
-
-
-# -- across worker processes and a restart ----------------------------------------------------
-
-
-async def test_three_workers_and_a_restart_fire_each_tick_exactly_once(
-    backend_url: str, tmp_path: Path
-) -> None:
-    async with Runtime(backend_url) as rt:
-        await add_schedule(queue(rt), "every-second", TICKER, "* * * * * *")
-
-        async def ticks_fired(n: int) -> bool:
-            return len(await rt.runs(limit=1000)) >= n
-
-        procs = [spawn_worker(backend_url, tmp_path / f"a{i}.log") for i in range(3)]
-        try:
-            await wait_until(lambda: ticks_fired(4), what="four ticks")
-            procs[0].kill()  # one dies at a random point of its firing loop
-            for p in procs[1:]:
-                p.send_signal(signal.SIGTERM)
-            for p in procs:
-                p.wait(timeout=30)
-            before = len(await rt.runs(limit=1000))
-            procs = [spawn_worker(backend_url, tmp_path / f"b{i}.log") for i in range(3)]
-            await wait_until(lambda: ticks_fired(before + 4), what="four more ticks")
-            for p in procs:
-                p.send_signal(signal.SIGTERM)
-            for p in procs:
-                p.wait(timeout=30)
-        finally:
-            stop_all(procs)
-
-        ticks: Counter[str] = Counter()
-        for summary in await rt.runs(limit=1000):
-            created = (await rt.events(summary.run_id))[0]
-            assert isinstance(created, ev.RunCreated)
-            assert created.metadata["schedule"] == "every-second"
-            ticks[created.metadata["tick"]] += 1
-        assert max(ticks.values()) == 1, ticks  # no tick started two runs
-        fired = sorted(datetime.fromisoformat(t) for t in ticks)
-        # Every second from the first tick to the last fired, the restart's gap included
-        # (it was within the misfire grace): none lost, none repeated.
-        expected = [fired[0] + timedelta(seconds=i) for i in range(len(fired))]
-        assert fired == expected
-        (schedule,) = await queue(rt).list_schedules()
-        assert schedule.last_tick_at in fired
-        assert schedule.last_run_id is not None
-        assert RunId(schedule.last_run_id) in {r.run_id for r in await rt.runs(limit=1000)}
+    assert governed.principal.ref == f"user:{operator}@acme"
 
 
 # -- retry timers -----------------------------------------------------------------------------
@@ -385,17 +408,56 @@ def test_a_retry_waits_over_the_upper_half_of_a_doubling_capped_delay(
 
 
 @pytest.mark.parametrize(
-    ("base_s", "cap_s", "wait_s"),
-    [(0.25, 300.0, 1.0), (0.5, 1.5, 1.5)],  # the base doubled twice, or the cap below it
+    ("attempt", "back_off", "wait_s"),
+    [
+        (3, {"base_s": 0.25, "cap_s": 300.0}, 1.0),  # the base doubled twice
+        (3, {"base_s": 0.5, "cap_s": 1.5}, 1.5),  # the cap below it
+        (3, {}, 4.0),  # by default a second doubled twice
+        (40, {}, 300.0),  # and at most five minutes
+    ],
 )
 def test_a_retry_timer_is_set_that_far_ahead(
-    monkeypatch: pytest.MonkeyPatch, base_s: float, cap_s: float, wait_s: float
+    monkeypatch: pytest.MonkeyPatch, attempt: int, back_off: dict[str, float], wait_s: float
 ) -> None:
     monkeypatch.setattr(random, "random", lambda: 1.0)
     before = datetime.now(UTC)
-    at = retry_at(3, base_s=base_s, cap_s=cap_s)
+    at = retry_at(attempt, **back_off)
     after = datetime.now(UTC)
     assert before + timedelta(seconds=wait_s) <= at <= after + timedelta(seconds=wait_s)
+
+
+async def test_a_schedule_keeps_the_settings_it_was_given(backend_url: str) -> None:
+    async with Runtime(backend_url) as rt:
+        given = await add_schedule(
+            rt.store,
+            "paris",
+            TICKER,
+            "0 6 * * *",
+            input="go",
+            timezone="Europe/Paris",
+            catch_up="run_once",
+            misfire_grace_s=300.0,
+            now=T,
+        )
+        (stored,) = await list_schedules(rt.store)
+    paris_6am = T + DAY - timedelta(hours=1)  # 06:00 in Paris is 05:00 UTC in March
+    for schedule in (given, stored):
+        assert (schedule.timezone, schedule.next_tick_at) == ("Europe/Paris", paris_6am)
+        assert (schedule.input, schedule.catch_up, schedule.misfire_grace_s) == (
+            "go",
+            CatchUp.RUN_ONCE,
+            300.0,
+        )
+        assert schedule.created_at == T
+
+
+async def test_the_schedule_due_longest_fires_first(backend_url: str) -> None:
+    async with Runtime(backend_url) as rt:
+        await add_schedule(rt.store, "a-daily", TICKER, "0 6 * * *", now=T - DAY)
+        await add_schedule(rt.store, "b-hourly", TICKER, "0 * * * *", now=T - 2 * DAY)
+        await add_schedule(rt.store, "c-later", TICKER, "0 7 * * *", now=T)  # not due yet
+        fired = await fire_schedules(rt, now=T)
+        assert [f.schedule for f in fired] == ["b-hourly", "a-daily"]
 
 
 async def test_a_schedule_keeps_its_settings_and_its_runs_carry_them(backend_url: str) -> None:
