@@ -539,6 +539,7 @@ def bench_concurrency(plan: Plan, work: Path, report: Report) -> dict[str, float
     ideal = CONCURRENT_CALLS * MODEL_SLEEP_S
     rows = []
     per_run_kb: dict[str, float] = {}
+    why = ""
     for runs, n_rounds, peers in plan.concurrency:
         systems = ["contextos", "langgraph"] if peers else ["contextos"]
         results: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
@@ -593,6 +594,9 @@ def bench_concurrency(plan: Plan, work: Path, report: Report) -> dict[str, float
                 + (f" (LangGraph {median(g_walls):.2f} s)" if g_walls else ""),
                 c_wall / ideal <= 1.5,
             )
+            if c_wall / ideal > 1.5:
+                used = median([x["cpu_s"] for x in results["contextos"]])
+                why = explain.concurrency(runs, CONCURRENT_CALLS, c_wall, used, ideal)
         if runs == 1000:
             first = next((x["first_error"] for x in results["contextos"] if x["errors"]), None)
             report.target(
@@ -623,6 +627,7 @@ def bench_concurrency(plan: Plan, work: Path, report: Report) -> dict[str, float
             ],
             rows,
         )
+        + (f"\n\n{why}" if why else "")
     )
     return per_run_kb
 

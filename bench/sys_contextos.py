@@ -185,7 +185,7 @@ async def _concurrent(db: Path, runs: int) -> dict[str, Any]:
         base_rss = rss_mb()
         latencies: list[float] = []
         errors: list[str] = []
-        started = now()
+        started, cpu_started = now(), cpu()
 
         async def one() -> None:
             try:
@@ -197,8 +197,8 @@ async def _concurrent(db: Path, runs: int) -> dict[str, Any]:
             latencies.append(now() - started)
 
         await asyncio.gather(*(one() for _ in range(runs)))
-        wall = now() - started
-    return _concurrency_result(wall, latencies, errors, runs, base_rss)
+        wall, used = now() - started, cpu() - cpu_started
+    return {**_concurrency_result(wall, latencies, errors, runs, base_rss), "cpu_s": used}
 
 
 def _concurrency_result(
