@@ -79,6 +79,30 @@ def fanout(children: int, per_child: float, langgraph_per_child: float) -> str:
     )
 
 
+def fanout_time(children: int, cpu: dict[str, float], wall: dict[str, float], events: float) -> str:
+    """Why a fan-out child takes more than a fifth of LangGraph's time, when it does (per
+    child, in ms: `cpu` and `wall` by system)."""
+    from bench.run import ms
+
+    ours, theirs = wall["contextos"], wall["langgraph"]
+    if ours * 5 <= theirs:
+        return ""
+    target = theirs / 5
+    return (
+        "**Why the fan-out's time is not a fifth of LangGraph's.** A ContextOS child takes "
+        f"{ms(cpu['contextos'])} of CPU in its {ms(ours)} of wall time, a LangGraph child "
+        f"{ms(cpu['langgraph'])} in {ms(theirs)}. A ContextOS child is a run of its own, "
+        f"{events:.0f} events in all: created under its contract, taken under a lease, its "
+        "model call recorded with the lineage of what it saw, its output stored, its end "
+        "recorded, and its result and its record's hash taken into its parent's log, each "
+        "step a commit of the kind table 1 measures. A fifth of LangGraph's time would be "
+        f"{ms(target)} a child"
+        + (", less than the CPU a child takes now" if target < cpu["contextos"] else "")
+        + ": the CPU per step of table 1 is what brings it there, or one-turn children kept "
+        "in their parent's log."
+    )
+
+
 def guard_sites(sites: Sequence[tuple[str, float]]) -> list[tuple[str, float]]:
     """The allocation sites (`file:line`, kB per 1,000 turns) of the history index and the
     content guards."""

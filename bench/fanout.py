@@ -245,6 +245,7 @@ def bench_fanout(plan: Plan, work: Path, report: Report) -> None:
     n_rounds = max(1, plan.startup_rounds)
     elapsed: dict[str, list[float]] = {s: [] for s in SYSTEMS}
     stored: dict[str, list[float]] = {s: [] for s in SYSTEMS}
+    cpu: dict[str, list[float]] = {s: [] for s in SYSTEMS}
     rows_written: dict[str, float] = {}
     outputs: dict[str, Any] = {}
     for r, order in enumerate(rounds(n_rounds, list(SYSTEMS))):
@@ -257,6 +258,7 @@ def bench_fanout(plan: Plan, work: Path, report: Report) -> None:
             res = measure(system.split("-")[0], **kwargs)
             elapsed[system].append(res["elapsed_s"] * 1000)
             stored[system].append(res["bytes"])
+            cpu[system].append(res["cpu_s"] * 1000)
             rows_written[system] = res["rows"]
             outputs[system] = res["output"]
             for p in work.glob(f"fanout-{system}-{r}*"):
@@ -299,6 +301,7 @@ def bench_fanout(plan: Plan, work: Path, report: Report) -> None:
             [
                 row("time for the run", elapsed, ms),
                 row("time per child", elapsed, ms, FANOUT_N),
+                row("CPU time per child (process time)", cpu, ms, FANOUT_N),
                 row("storage for the run", stored, size),
                 row("storage per child", stored, size, FANOUT_N),
                 [
@@ -317,6 +320,14 @@ def bench_fanout(plan: Plan, work: Path, report: Report) -> None:
         why = explain.fanout(FANOUT_N, per_child["contextos"], per_child["langgraph"])
         if why:
             report.add(why)
+        slow = explain.fanout_time(
+            FANOUT_N,
+            {s: median(v) / FANOUT_N for s, v in cpu.items()},
+            {s: median(v) / FANOUT_N for s, v in elapsed.items()},
+            rows_written.get("contextos", 0) / FANOUT_N,
+        )
+        if slow:
+            report.add(slow)
         report.target(
             f"Fan-out: a {FANOUT_N}-way map of one-turn agent children and a reduce, ≥ 5× less "
             "time and ≥ 10× less storage than LangGraph's `Send` (agent as the node)",
