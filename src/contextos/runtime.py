@@ -728,7 +728,8 @@ class Runtime:
         return build_record(await self.events(run_id))
 
     async def receipts(self, run_id: str) -> list[Receipt]:
-        """The DecisionRecords stored when the run stopped, each checked against its log."""
+        """The DecisionRecords stored when the run stopped, each checked against its log (for
+        a child run, the hash of its record its parent took in)."""
         await self._recorded()
         return await stored_receipts(self.store, await self.events(run_id))
 

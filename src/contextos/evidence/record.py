@@ -446,6 +446,16 @@ async def materialise(
     return artifact
 
 
+async def record_hash(events: Sequence[ev.Event], state: RunState | None = None) -> str:
+    """The hash of the log's DecisionRecord (built in a thread for a long log, like a stored
+    one)."""
+    if len(events) >= OFF_LOOP:
+        data = await asyncio.to_thread(record_data, events, state)
+    else:
+        data = record_data(events, state)
+    return str(data["record_hash"])
+
+
 def _as_artifact(events: Sequence[ev.Event], state: RunState | None) -> tuple[Artifact, bytes]:
     if state is None:
         state = fold(list(events))
@@ -490,7 +500,7 @@ async def _anchor(store: EventStore, events: Sequence[ev.Event]) -> Receipt | No
     for e in reversed(parent):
         if isinstance(e, ev.ChildRunFinished) and e.child_run_id == run_id and e.record_hash:
             # A run that ended takes no more events: its whole log is the one the hash was of.
-            matches = record_data(events)["record_hash"] == e.record_hash
+            matches = await record_hash(events) == e.record_hash
             return Receipt(
                 artifact_id="",
                 at_seq=events[-1].seq,
@@ -545,4 +555,12 @@ async def _stored(store: object, events: Sequence[ev.Event]) -> list[Receipt]:
     return out
 
 
-__all__ = ["RECORD_TYPE", "Receipt", "build_record", "materialise", "receipts", "record_data"]
+__all__ = [
+    "RECORD_TYPE",
+    "Receipt",
+    "build_record",
+    "materialise",
+    "receipts",
+    "record_data",
+    "record_hash",
+]

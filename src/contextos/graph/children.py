@@ -25,7 +25,7 @@ from contextos import events as ev
 from contextos.agents import Agent, Subagent, has_effect_class
 from contextos.delegation import MAX_DEPTH, ChildStatus, DelegationContract
 from contextos.errors import ConfigError
-from contextos.evidence.record import record_data
+from contextos.evidence.record import record_hash
 from contextos.policy.identity import RunContext
 from contextos.policy.narrowing import intersect_context
 from contextos.runs import Budget, FailureReason, RunId, RunStatus
@@ -287,7 +287,7 @@ class Delegations:
             "turns": child.turns + child.child_turns,
             "reason": reason,
             "message": message,
-            "record_hash": record_data(log, child)["record_hash"],
+            "record_hash": await record_hash(log, child),
         }
 
     async def cancel_running(self, reason: str, *, node: str | None = None) -> None:
