@@ -44,6 +44,25 @@ def test_fan_out_storage_is_explained_only_when_a_child_stores_more_than_a_tenth
     assert "1.7 MB for the run" in why and "would be 1.1 kB a child" in why
 
 
+def test_fan_out_time_is_explained_only_when_a_child_takes_more_than_a_fifth() -> None:
+    cpu = {"contextos": 2.0, "langgraph": 9.0}
+    assert explain.fanout_time(100, cpu, {"contextos": 2.0, "langgraph": 13.3}, 8.08) == ""
+    why = explain.fanout_time(100, cpu, {"contextos": 3.5, "langgraph": 13.3}, 8.08)
+    assert "2.0 ms of CPU in its 3.5 ms of wall time, a LangGraph child 9.0 ms in 13.3 ms" in why
+    assert "8 events in all" in why and "would be 2.7 ms a child:" in why
+    assert "less than the CPU" not in why  # 2.7 ms is more than the 2.0 ms it takes
+    slower = explain.fanout_time(100, cpu, {"contextos": 3.5, "langgraph": 7.5}, 8.08)
+    assert "would be 1.5 ms a child, less than the CPU a child takes now" in slower
+
+
+def test_concurrency_is_explained_only_past_one_and_a_half_times_the_ideal() -> None:
+    assert explain.concurrency(200, 5, wall_s=1.4, cpu_s=1.2, ideal_s=1.0) == ""
+    why = explain.concurrency(200, 5, wall_s=2.22, cpu_s=1.6, ideal_s=1.0)
+    assert "take 2.22\u00d7 the ideal" in why
+    assert "used 1.60 s of CPU in the 2.22 s" in why and "1.6 ms for each of the 1,000" in why
+    assert "for the other 0.62 s it did not run" in why
+
+
 def test_a_long_runs_growth_names_the_guards_only_when_their_sites_grow() -> None:
     assert explain.long_run([("store/snapshots.py:127", 641.0)], per_turn_kb=900) == ""
     why = explain.long_run(SITES, per_turn_kb=7_732)
