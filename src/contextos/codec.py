@@ -25,12 +25,17 @@ old shape under tests/fixtures/events/):
   before read as ever. No version bump: the events are the same. A field's default is thus
   part of its type's schema: changing one needs a version bump whose upcaster writes the old
   default into the rows that left it out.
+- every type: a stored row leaves out `run_id`, `seq` and `occurred_at` too, which its own
+  columns hold, and reads them back from those columns; rows written whole before read as
+  ever (their payload opens with `run_id`). No version bump: an older reader stops loudly on
+  such a row (a required field is missing) instead of misreading it.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
@@ -84,14 +89,36 @@ def encode(event: Event) -> bytes:
     return _adapter(type(event)).dump_json(event)
 
 
+ROW_FIELDS = {"run_id", "seq", "occurred_at"}
+"""Fields a stored row keeps in columns of its own (as it does `type`), not in its payload."""
+
+_WHOLE = b'{"run_id"'
+"""How a payload that holds every field opens (a row written before ROW_FIELDS were left
+out, or an exported event): `run_id` is every event's first field."""
+
+
 def pack(event: Event) -> bytes:
-    """The event as a stored row's payload: its JSON without the fields that hold their
-    default (an empty list, a null, a zero usage; `type`, which the row holds)."""
-    return _adapter(type(event)).dump_json(event, exclude_defaults=True)
+    """The event as a stored row's payload: its JSON without what the row's columns hold
+    (ROW_FIELDS, `type`) and without the fields that hold their default (an empty list, a
+    null, a zero usage)."""
+    return _adapter(type(event)).dump_json(event, exclude_defaults=True, exclude=ROW_FIELDS)
 
 
-def decode(run_id: str, seq: int, event_type: str, version: int, payload: bytes | str) -> Event:
-    """Turn a stored row back into an event; corrupt or unknown rows raise EventDecodeError."""
+def decode(
+    run_id: str,
+    seq: int,
+    event_type: str,
+    version: int,
+    payload: bytes | str,
+    occurred_at: datetime | str | None = None,
+) -> Event:
+    """Turn a stored row back into an event; corrupt or unknown rows raise EventDecodeError.
+
+    `occurred_at` is the row's column: a packed payload leaves it out (see `pack`)."""
+    if isinstance(payload, str):
+        payload = payload.encode()
+    if not payload.startswith(_WHOLE):
+        payload = _with_row(run_id, seq, occurred_at, payload)
     cls = EVENT_TYPES.get(event_type)
     if cls is None:
         raise EventDecodeError(run_id, seq, f"unknown event type {event_type!r}")
@@ -111,6 +138,21 @@ def decode(run_id: str, seq: int, event_type: str, version: int, payload: bytes 
     if event.run_id != run_id or event.seq != seq or event.type != event_type:
         raise EventDecodeError(run_id, seq, "payload does not match its row (run id, seq or type)")
     return event
+
+
+def _with_row(run_id: str, seq: int, occurred_at: datetime | str | None, payload: bytes) -> bytes:
+    """A packed payload with the row's own fields put back in front."""
+    if occurred_at is None:
+        raise EventDecodeError(run_id, seq, "the row gives no time for its event")
+    if isinstance(occurred_at, datetime):  # PostgreSQL's column, in the session's zone
+        occurred_at = occurred_at.astimezone(UTC).isoformat()
+    head = f'{{"run_id":{json.dumps(run_id)},"seq":{seq},"occurred_at":{json.dumps(occurred_at)}'
+    body = payload.strip()
+    if body == b"{}":
+        return head.encode() + b"}"
+    if not body.startswith(b"{"):
+        return body  # not an object: validation says so
+    return head.encode() + b"," + body[1:]
 
 
 def _upcast(run_id: str, seq: int, event_type: str, version: int, payload: bytes | str) -> Event:

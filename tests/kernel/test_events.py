@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sqlite3
+from datetime import timedelta, timezone
 from pathlib import Path
 from typing import get_args
 
@@ -63,13 +64,38 @@ def sample_events() -> list[ev.Event]:
 def test_a_stored_row_leaves_out_what_holds_its_default() -> None:
     started = ev.RunStarted(run_id=RID, seq=2, worker_id="w1")
     packed = json.loads(codec.pack(started))
-    # the row's own column names the type; the actor, the null causes, `recovered` are defaults
-    assert set(packed) == {"run_id", "seq", "occurred_at", "worker_id"}
-    assert len(codec.pack(started)) < len(codec.encode(started)) / 2
-    assert codec.decode(RID, 2, "run_started", 1, codec.pack(started)) == started
+    # the row's own columns hold the run, the seq, the time and the type; the actor, the null
+    # causes and `recovered` are defaults
+    assert set(packed) == {"worker_id"}
+    assert len(codec.pack(started)) < len(codec.encode(started)) / 5
+    at = started.occurred_at.isoformat()
+    assert codec.decode(RID, 2, "run_started", 1, codec.pack(started), at) == started
     # a packed row under another type's column does not read as that type
     with pytest.raises(EventDecodeError, match="corrupt run_created payload"):
-        codec.decode(RID, 2, "run_created", 1, codec.pack(started))
+        codec.decode(RID, 2, "run_created", 1, codec.pack(started), at)
+    # nor without the time its row holds (never the time of reading)
+    with pytest.raises(EventDecodeError, match="the row gives no time for its event"):
+        codec.decode(RID, 2, "run_started", 1, codec.pack(started))
+
+
+def test_a_row_reads_its_run_seq_and_time_from_its_columns() -> None:
+    """PostgreSQL hands the time back as a datetime in the session's zone: the same instant."""
+    completed = ev.RunCompleted(run_id=RID, seq=3, output="o")
+    packed = codec.pack(completed)
+    elsewhere = completed.occurred_at.astimezone(timezone(timedelta(hours=-5)))
+    read = codec.decode(RID, 3, "run_completed", 2, packed, elsewhere)
+    assert read == completed
+    assert read.occurred_at.utcoffset() == timedelta(0)
+    assert codec.decode("other", 4, "run_completed", 2, packed, elsewhere).run_id == "other"
+    # an event with nothing but defaults besides what the row holds
+    paused = ev.RunPaused(run_id=RID, seq=5)
+    assert codec.pack(paused) == b"{}"
+    assert codec.decode(RID, 5, paused.type, 1, b"{}", paused.occurred_at.isoformat()) == paused
+    # a row written whole before still reads, and still must match its row
+    whole = codec.encode(completed)
+    assert codec.decode(RID, 3, "run_completed", 2, whole) == completed
+    with pytest.raises(EventDecodeError, match="does not match its row"):
+        codec.decode(RID, 4, "run_completed", 2, whole)
 
 
 def test_every_event_type_round_trips_through_the_codec() -> None:
@@ -80,8 +106,9 @@ def test_every_event_type_round_trips_through_the_codec() -> None:
         ev.RunCancelled(run_id=RID, seq=1, reason="r"),
         ev.RunExpired(run_id=RID, seq=1, reason="r"),
     ]:
+        at = event.occurred_at.isoformat()
         for payload in (codec.encode(event), codec.pack(event)):  # whole, as once stored; packed
-            assert codec.decode(RID, event.seq, event.type, 1, payload) == event
+            assert codec.decode(RID, event.seq, event.type, 1, payload, at) == event
         seen.add(event.type)
     kernel_types = {
         "run_created",

@@ -46,7 +46,8 @@ def test_reading_the_rows_of_many_runs_keeps_none_of_their_values() -> None:
                 ),
                 ToolCompleted(run_id=rid, seq=4, call_id=call.id, name="echo", output="hi"),
             ):
-                rows.append((rid, event.seq, event.type, 1, codec.pack(event)))
+                at = event.occurred_at.isoformat()
+                rows.append((rid, event.seq, event.type, 1, codec.pack(event), at))
         tracemalloc.start()
         gc.collect()
         before = tracemalloc.get_traced_memory()[0]

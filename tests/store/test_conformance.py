@@ -8,6 +8,7 @@ bug, an operator or a half-finished write could.
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -222,6 +223,22 @@ async def test_create_append_and_read_back(store: EventStore) -> None:
     assert (summary.turns, summary.input_tokens, summary.output_tokens) == (2, 18, 5)
     assert summary.cost_usd == pytest.approx(0.5)
     assert summary.created_at == T0
+
+
+async def test_a_row_keeps_its_run_seq_and_time_in_its_columns_only(
+    store: EventStore, raw: Raw
+) -> None:
+    """The payload leaves out what the row's columns hold; a read takes them from there, and a
+    row written whole (by an earlier version) reads as ever."""
+    later = T0 + timedelta(hours=3, microseconds=7)
+    await store.append(RunId("r1"), [created("r1"), started("r1", 2, at=later)], expected_seq=0)
+    payload = bytes(raw.execute("SELECT payload FROM events WHERE seq = 2")[0][0])
+    assert json.loads(payload) == {"worker_id": "w1"}
+    whole = note("r1", 3, "written whole", at=later)
+    raw.insert_event("r1", 3, codec.encode(whole), type=whole.type)
+    read = await store.read(RunId("r1"))
+    assert read[1:] == [started("r1", 2, at=later), whole]
+    assert read[1].occurred_at.utcoffset() == timedelta(0)
 
 
 async def test_creating_a_run_that_exists_conflicts(store: EventStore) -> None:

@@ -190,23 +190,24 @@ async def load_state(store: EventStore, run_id: RunId) -> RunState:
     return fold(await store.read(run_id), run_id)
 
 
+Row = tuple[int, str, int, bytes, datetime | str]
+"""A stored event: seq, type, schema version, payload, when it occurred (the column)."""
+
 OFF_LOOP_ROWS = 512
 """Reads of at least this many events decode them in a thread: a long log takes tens of
 milliseconds to decode, during which the event loop (other runs, leases to renew, a caller
 waiting for a result) would otherwise stand still."""
 
 
-async def decode_rows(
-    run_id: RunId, rows: Sequence[tuple[int, str, int, bytes | str]]
-) -> list[ev.Event]:
-    """Stored rows (seq, type, schema version, payload) as events."""
+async def decode_rows(run_id: RunId, rows: Sequence[Row]) -> list[ev.Event]:
+    """Stored rows (seq, type, schema version, payload, time) as events."""
     if len(rows) < OFF_LOOP_ROWS:
         return _decode(run_id, rows)
     return await asyncio.to_thread(_decode, run_id, rows)
 
 
-def _decode(run_id: RunId, rows: Sequence[tuple[int, str, int, bytes | str]]) -> list[ev.Event]:
-    return [codec.decode(run_id, seq, t, v, payload) for seq, t, v, payload in rows]
+def _decode(run_id: RunId, rows: Sequence[Row]) -> list[ev.Event]:
+    return [codec.decode(run_id, seq, t, v, payload, at) for seq, t, v, payload, at in rows]
 
 
 def check_batch(run_id: RunId, events: Sequence[ev.Event], expected_seq: int) -> None:
@@ -236,7 +237,8 @@ def encode_batch(run_id: RunId, events: Sequence[ev.Event]) -> list[bytes]:
     for event in events:
         try:
             payload = codec.pack(event)
-            codec.decode(run_id, event.seq, event.type, type(event).SCHEMA_VERSION, payload)
+            version = type(event).SCHEMA_VERSION
+            codec.decode(run_id, event.seq, event.type, version, payload, event.occurred_at)
         except PydanticSerializationError as exc:
             raise EventEncodeError(run_id, event.seq, str(exc)) from exc
         except EventDecodeError as exc:

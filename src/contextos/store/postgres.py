@@ -33,6 +33,7 @@ from contextos.runs import TERMINAL, RunId, RunStatus
 from contextos.store import snapshots
 from contextos.store.artifacts import SqlArtifacts
 from contextos.store.base import (
+    Row,
     RunSummary,
     check_batch,
     decode_rows,
@@ -300,13 +301,11 @@ class PostgresStore(PostgresQueue, SqlTokens, snapshots.Snapshotting, SqlArtifac
         rows = await self._read_rows(run_id, after_seq)
         return await decode_rows(run_id, rows)
 
-    async def _read_rows(self, run_id: RunId, after_seq: int) -> list[snapshots.Row]:
+    async def _read_rows(self, run_id: RunId, after_seq: int) -> list[Row]:
         async with self._conn() as conn:
             return await _events(conn, run_id, after_seq)
 
-    async def _read_snapshot(
-        self, run_id: RunId
-    ) -> tuple[snapshots.Snapshot | None, list[snapshots.Row]]:
+    async def _read_snapshot(self, run_id: RunId) -> tuple[snapshots.Snapshot | None, list[Row]]:
         async with self._conn() as conn:
             cur = await conn.execute(
                 "SELECT seq, format, state FROM snapshots WHERE run_id = %s AND format = %s"
@@ -406,11 +405,9 @@ class PostgresStore(PostgresQueue, SqlTokens, snapshots.Snapshotting, SqlArtifac
         return current
 
 
-async def _events(
-    conn: psycopg.AsyncConnection[Any], run_id: RunId, after_seq: int
-) -> list[snapshots.Row]:
+async def _events(conn: psycopg.AsyncConnection[Any], run_id: RunId, after_seq: int) -> list[Row]:
     cur = await conn.execute(
-        "SELECT seq, type, schema_version, payload FROM events"
+        "SELECT seq, type, schema_version, payload, occurred_at FROM events"
         " WHERE run_id = %s AND seq > %s ORDER BY seq",
         (run_id, after_seq),
         binary=True,  # payloads as they are, not as hex text to decode
@@ -420,7 +417,7 @@ async def _events(
         cur = await conn.execute("SELECT 1 FROM runs WHERE run_id = %s", (run_id,))
         if await cur.fetchone() is None:
             raise RunNotFound(run_id)
-    return [(int(seq), str(t), int(v), bytes(payload)) for seq, t, v, payload in rows]
+    return [(int(seq), str(t), int(v), bytes(payload), at) for seq, t, v, payload, at in rows]
 
 
 async def _last_seq(conn: psycopg.AsyncConnection[Any], run_id: str) -> int:

@@ -34,6 +34,7 @@ from contextos.errors import EventDecodeError
 from contextos.messages import Message
 from contextos.runs import RunId, RunStatus
 from contextos.state import RunState, apply
+from contextos.store.base import Row
 
 log = logging.getLogger("contextos.store")
 
@@ -159,15 +160,11 @@ def restore(run_id: RunId, seq: int, fmt: str, blob: bytes) -> RunState | None:
     return state
 
 
-Row = tuple[int, str, int, bytes]
-"""An event row: seq, type, schema version, payload."""
-
-
 def replay(state: RunState, rows: Sequence[Row]) -> RunState:
     """Fold event rows into `state`; a corrupt or unknown row stops with its run and seq."""
     run_id = state.run_id
-    for seq, event_type, version, payload in rows:
-        apply(state, codec.decode(run_id, seq, event_type, version, payload))
+    for seq, event_type, version, payload, at in rows:
+        apply(state, codec.decode(run_id, seq, event_type, version, payload, at))
     return state
 
 

@@ -35,6 +35,7 @@ from contextos.runs import TERMINAL, RunId, RunStatus
 from contextos.store import snapshots
 from contextos.store.artifacts import SqlArtifacts
 from contextos.store.base import (
+    Row,
     RunSummary,
     SummaryDelta,
     check_batch,
@@ -364,10 +365,8 @@ class SqliteStore(SqliteQueue, SqlTokens, snapshots.Snapshotting, SqlArtifacts):
         rows = await self._read_rows(run_id, after_seq)
         return await decode_rows(run_id, rows)
 
-    async def _read_snapshot(
-        self, run_id: RunId
-    ) -> tuple[snapshots.Snapshot | None, list[snapshots.Row]]:
-        def _read(conn: sqlite3.Connection) -> tuple[Any, list[snapshots.Row]]:
+    async def _read_snapshot(self, run_id: RunId) -> tuple[snapshots.Snapshot | None, list[Row]]:
+        def _read(conn: sqlite3.Connection) -> tuple[Any, list[Row]]:
             snap = conn.execute(
                 "SELECT seq, format, state FROM snapshots WHERE run_id = ? AND format = ?"
                 " AND seq <= (SELECT last_seq FROM runs WHERE run_id = ?)",  # never ahead
@@ -377,7 +376,7 @@ class SqliteStore(SqliteQueue, SqlTokens, snapshots.Snapshotting, SqlArtifacts):
 
         return await self._query(_read)
 
-    async def _read_rows(self, run_id: RunId, after_seq: int) -> list[snapshots.Row]:
+    async def _read_rows(self, run_id: RunId, after_seq: int) -> list[Row]:
         return await self._query(lambda conn: _events(conn, run_id, after_seq))
 
     async def _write_snapshot(self, run_id: RunId, seq: int, blob: bytes) -> None:
@@ -455,9 +454,9 @@ class SqliteStore(SqliteQueue, SqlTokens, snapshots.Snapshotting, SqlArtifacts):
 _TERMINAL_VALUES = frozenset(s.value for s in TERMINAL)
 
 
-def _events(conn: sqlite3.Connection, run_id: RunId, after_seq: int) -> list[snapshots.Row]:
-    rows: list[snapshots.Row] = conn.execute(
-        "SELECT seq, type, schema_version, payload FROM events"
+def _events(conn: sqlite3.Connection, run_id: RunId, after_seq: int) -> list[Row]:
+    rows: list[Row] = conn.execute(
+        "SELECT seq, type, schema_version, payload, occurred_at FROM events"
         " WHERE run_id = ? AND seq > ? ORDER BY seq",
         (run_id, after_seq),
     ).fetchall()
