@@ -14,10 +14,12 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
+from contextos import events as ev
 from contextos.agents import Agent
 from contextos.errors import ConcurrencyConflict, RunNotFound
 from contextos.graph.children import ChildHost, ChildStart
 from contextos.runs import RunId
+from contextos.starting import Created
 from contextos.state import RunState
 from contextos.store import EventStore
 from contextos.store.queue import Lease, QueueEntry, RunQueue
@@ -25,6 +27,10 @@ from contextos.store.queue import Lease, QueueEntry, RunQueue
 HANDOFF_S = 0.05
 """On a store whose queue wakes other processes (PostgreSQL), how long a parent leaves a new
 child run to idle workers before driving it itself: fan-outs spread across workers."""
+
+
+KEPT_LOGS = 1024
+"""At most this many logs of ended children wait for their parents here."""
 
 
 class ChildRuns:
@@ -37,7 +43,7 @@ class ChildRuns:
         *,
         worker_id: str,
         lease_s: float,
-        create: Callable[..., Awaitable[tuple[RunId, Lease | None]]],
+        create: Callable[..., Awaitable[Created]],
         resume: Callable[..., Awaitable[RunState]],
         cancel: Callable[..., Awaitable[Any]],
     ) -> None:
@@ -51,8 +57,12 @@ class ChildRuns:
         """The runtime's resume under a lease."""
         self._cancel = cancel
         """The runtime's cancel."""
-        self._child_leases: dict[RunId, Lease] = {}
-        """Leases on child runs this runtime created held, until it drives them."""
+        self._held: dict[RunId, tuple[Lease, RunState, list[ev.Event]]] = {}
+        """Child runs this runtime created and holds, until it drives them: their leases,
+        their states and their logs as created."""
+        self._ended: dict[RunId, list[ev.Event]] = {}
+        """The whole logs of children driven here from their creation to their end, until
+        their parents take them (see `log`)."""
 
     def host(self, *, take_over: bool, clock: Callable[[], datetime]) -> ChildHost:
         """What a parent driven here uses to start and drive its children. `take_over`: the
@@ -61,7 +71,9 @@ class ChildRuns:
         return ChildHost(
             store=self.store,
             create=self._create_child,
+            held=self._held.__contains__,
             drive=self._drive_child,
+            log=self._log,
             cancel=self.cancel_child,
             clock=clock,
             take_over=take_over,
@@ -78,7 +90,7 @@ class ChildRuns:
         # and any child when no other process would hear of it soon (SQLite: workers poll),
         # since this process drives it at once.
         try:
-            _, held = await self._create(
+            created = await self._create(
                 start.agent,
                 start.input,
                 run_id=contract.child_run_id,
@@ -96,8 +108,9 @@ class ChildRuns:
             )
         except ConcurrencyConflict:
             return False  # another process created it meanwhile
-        if held is not None:
-            self._child_leases[contract.child_run_id] = held
+        if created.lease is not None and created.state is not None:
+            log = list(created.events)
+            self._held[contract.child_run_id] = (created.lease, created.state, log)
         return True
 
     @property
@@ -109,7 +122,7 @@ class ChildRuns:
         """Drive a child run here unless another process holds it (None then); where it
         stands once this process stopped driving it."""
         queue = self._queue
-        lease = self._child_leases.pop(run_id, None)
+        lease, state, log = self._held.pop(run_id, (None, None, None))
         if lease is None and queue is not None:
             if take_over:
                 lease = await queue.acquire(run_id, self.worker_id, lease_s=self.lease_s)
@@ -121,8 +134,21 @@ class ChildRuns:
                 )
             if lease is None:
                 return None
-        return await self._resume(run_id, agent, lease=lease, take_over=take_over)
+        ended = await self._resume(
+            run_id, agent, lease=lease, take_over=take_over, state=state, log=log
+        )
+        # Whole when every event of it was committed by this driver (a person's request
+        # folded in on the way, say, is not in it): seqs run from 1 without a gap.
+        if log is not None and ended.is_terminal and len(log) == ended.seq:
+            self._ended[run_id] = log
+            while len(self._ended) > KEPT_LOGS:  # their parents stopped before taking them
+                del self._ended[next(iter(self._ended))]
+        return ended
+
+    def _log(self, run_id: RunId) -> list[ev.Event] | None:
+        return self._ended.pop(run_id, None)
 
     async def cancel_child(self, run_id: RunId, reason: str, agent: Agent | None = None) -> None:
+        self._held.pop(run_id, None)  # its state as created is no longer where it stands
         with contextlib.suppress(RunNotFound):
             await self._cancel(run_id, reason=reason, actor="runtime", agent=agent)

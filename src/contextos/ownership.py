@@ -124,9 +124,11 @@ class Ownership:
             await self.withdraw()
         if cut_from_outside:
             raise asyncio.CancelledError
-        # The driver's state is the log up to its seq; fold in whatever others added since.
-        for event in await self.store.read(state.run_id, after_seq=driver.state.seq):
-            apply(driver.state, event)
+        # The driver's state is the log up to its seq; fold in whatever others added since
+        # (nothing follows an ended run's last event).
+        if not driver.state.is_terminal:
+            for event in await self.store.read(state.run_id, after_seq=driver.state.seq):
+                apply(driver.state, event)
         return driver.state
 
     # -- leases ---------------------------------------------------------------------------

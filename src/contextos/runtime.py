@@ -11,7 +11,7 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -211,7 +211,7 @@ class Runtime:
         """
         check_priority(priority)
         bound = await self._context_for(principal, context, tenant=tenant)
-        rid, _ = await self._starter.create(
+        created = await self._starter.create(
             agent,
             input,
             run_id=run_id,
@@ -228,7 +228,7 @@ class Runtime:
             context=bound,
             caused_by=caused_by,
         )
-        return rid
+        return created.run_id
 
     async def run(
         self,
@@ -243,7 +243,7 @@ class Runtime:
     ) -> RunResult:
         """Start a run and drive it until it ends or waits (leased to this runtime throughout)."""
         bound = await self._context_for(principal, context)
-        rid, lease = await self._starter.create(
+        created = await self._starter.create(
             agent,
             input,
             run_id=run_id,
@@ -256,7 +256,14 @@ class Runtime:
             context=bound,
             announce=True,
         )
-        return await self.resume(rid, agent, lease=lease)
+        state = await self._resume(
+            created.run_id,
+            agent,
+            lease=created.lease,
+            take_over=created.lease is None,
+            state=created.state,
+        )
+        return RunResult.from_state(state)
 
     async def resume(
         self,
@@ -294,8 +301,14 @@ class Runtime:
         allow_changed_agent: bool = False,
         lease: Lease | None,
         take_over: bool,
+        state: RunState | None = None,
+        log: list[ev.Event] | None = None,
     ) -> RunState:
-        state = await self.state(run_id)
+        """Drive a run on from its folded `state`, read from the store unless given (a run
+        this runtime just created and holds); `log`, its log so far, is extended with every
+        event the driver commits."""
+        if state is None:
+            state = await self.state(run_id)
         if state.status is RunStatus.INPUT_REQUIRED and await expire_overdue(
             self.store, state.run_id, now=self.governance.clock(), actor=f"worker:{self.worker_id}"
         ):
@@ -334,7 +347,7 @@ class Runtime:
             lease = await self._own.take(state.run_id)
             for event in await self.store.read(state.run_id, after_seq=state.seq):
                 apply(state, event)
-        return await self._drive(state, agent, lease, take_over=take_over)
+        return await self._drive(state, agent, lease, take_over=take_over, log=log)
 
     async def _drive(
         self,
@@ -343,6 +356,7 @@ class Runtime:
         lease: Lease | None = None,
         *,
         take_over: bool = False,
+        log: list[ev.Event] | None = None,
     ) -> RunState:
         if isinstance(agent, Workflow):
             flow = WorkflowDriver(
@@ -353,7 +367,7 @@ class Runtime:
                 host=self._children.host(take_over=take_over, clock=self.governance.clock),
                 clock=self.governance.clock,
             )
-            return await self._supervise(flow, state, lease)
+            return await self._supervise(flow, state, lease, log)
         driver = self._driver(state, agent)
         if agent.subagents:
             driver.delegations = SubagentCalls(
@@ -361,7 +375,7 @@ class Runtime:
                 self._children.host(take_over=take_over, clock=self.governance.clock),
                 parent_ref=state.agent_ref,
             )
-        return await self._supervise(driver, state, lease)
+        return await self._supervise(driver, state, lease, log)
 
     def _driver(self, state: RunState, agent: Agent) -> Driver:
         return Driver(
@@ -375,11 +389,17 @@ class Runtime:
         )
 
     async def _supervise(
-        self, driver: Driver | WorkflowDriver, state: RunState, lease: Lease | None
+        self,
+        driver: Driver | WorkflowDriver,
+        state: RunState,
+        lease: Lease | None,
+        log: list[ev.Event] | None = None,
     ) -> RunState:
         """Drive under the lease: renew it, watch for cancellation, hand back on a stop."""
+        traced = None
         if self._traces is not None:
-            driver.on_commit = functools.partial(self._traces.committed, self.store, state.run_id)
+            traced = functools.partial(self._traces.committed, self.store, state.run_id)
+        driver.on_commit = traced if log is None else _kept_in(log, traced)
         return await self._own.supervise(driver, state, lease, materialise=self._materialise)
 
     # -- ownership: leases, handing back, draining --------------------------------------
@@ -780,6 +800,19 @@ class Runtime:
         if store is None:
             raise ConfigError(f"the store {self.store.url} keeps no artifacts")
         return await store.get_artifact(artifact_id), await store.artifact_content(artifact_id)
+
+
+def _kept_in(
+    log: list[ev.Event], then: Callable[[tuple[ev.Event, ...]], Awaitable[None]] | None
+) -> Callable[[tuple[ev.Event, ...]], Awaitable[None]]:
+    """A driver's commit hook that adds each committed batch to `log`, then calls `then`."""
+
+    async def committed(events: tuple[ev.Event, ...]) -> None:
+        log.extend(events)
+        if then is not None:
+            await then(events)
+
+    return committed
 
 
 def _authority_from(

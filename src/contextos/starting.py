@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel
 
@@ -27,7 +27,7 @@ from contextos.middleware.base import needs_principal
 from contextos.policy.identity import RunContext
 from contextos.releases import BOUND, route
 from contextos.runs import RunId
-from contextos.state import RunState
+from contextos.state import RunState, apply
 from contextos.store import EventStore, wakeup
 from contextos.store.base import load_state
 from contextos.store.queue import Lease, QueueEntry, RunQueue
@@ -36,6 +36,19 @@ from contextos.tools.gateway import Gateway
 
 def new_run_id() -> RunId:
     return RunId(f"run_{uuid.uuid4().hex[:20]}")
+
+
+class Created(NamedTuple):
+    """A run a start created, or found created by an earlier start with its key."""
+
+    run_id: RunId
+    lease: Lease | None
+    """Held by this runtime (a start with `hold`)."""
+    state: RunState | None
+    """Its folded state, when this start recorded it: whoever drives it next need not read
+    back what was just written."""
+    events: tuple[ev.Event, ...] = ()
+    """What this start recorded (its log so far)."""
 
 
 class RunStarter:
@@ -81,7 +94,7 @@ class RunStarter:
         contract: DelegationContract | None = None,
         started: bool = False,
         caused_by: str | None = None,
-    ) -> tuple[RunId, Lease | None]:
+    ) -> Created:
         """Queue the run, then record RunCreated; with `hold`, leased to this runtime.
 
         The queue row comes first so that no worker can see a created run before it is
@@ -118,7 +131,7 @@ class RunStarter:
             if owner != rid:  # the key belongs to an earlier start
                 try:
                     await self.store.get_run(owner)
-                    return owner, None
+                    return Created(owner, None, None)
                 except RunNotFound:
                     rid = owner  # that start died before recording its run: record it now
         now = utcnow()
@@ -181,10 +194,13 @@ class RunStarter:
                     f"that run with `contextos resume {rid}`",
                     run_id=rid,
                 ) from None
-            return rid, None  # a concurrent start with the same key recorded it first
+            return Created(rid, None, None)  # a concurrent start with the key recorded it first
         if lease is None:  # a worker in this process need not wait for its next poll
             wakeup.wake_local(self.store)
-        return rid, lease
+        state = RunState(run_id=rid)
+        for event in first:
+            apply(state, event)
+        return Created(rid, lease, state, tuple(first))
 
     async def _lineage(
         self, caused_by: str | None, context: RunContext | None

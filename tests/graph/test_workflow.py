@@ -153,6 +153,35 @@ async def test_a_fan_out_runs_each_item_as_a_child_and_a_reduce_folds_them(rt: R
         )
 
 
+async def test_a_child_driven_from_its_creation_to_its_end_is_never_read_back(
+    rt: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The parent hands its new child the state it was created with, and takes the child's
+    log from what it committed for the hash of its record: neither is read from the store."""
+    looked_at: list[str] = []
+    for name in ("read", "get_run", "state"):
+        original = getattr(rt.store, name)
+
+        def watched(run_id: str, *a: object, _original=original, **kw: object) -> object:  # type: ignore[no-untyped-def]
+            looked_at.append(run_id)
+            return _original(run_id, *a, **kw)
+
+        monkeypatch.setattr(rt.store, name, watched)
+    flow = Workflow("sum-doubles", input=Numbers)
+    flow.map("double", doubler(), over="values")
+    flow.reduce("sum", add_up)
+    result = await rt.run(flow, Numbers(values=[1, 2, 3]))
+    assert result.structured_output == {"total": 12}
+    children = [f"{result.run_id}.double.{i}" for i in range(3)]
+    assert not set(looked_at) & set(children)
+    # and the hash each child's finish records is still that of its stored log
+    monkeypatch.undo()
+    for child_id in children:
+        [vouched] = await rt.receipts(child_id)
+        assert vouched.matches and vouched.anchor.startswith(result.run_id + "#")
+        assert vouched.record_hash == (await rt.record(child_id)).record_hash
+
+
 async def test_a_fan_out_keeps_to_its_concurrency(rt: Runtime) -> None:
     running = 0
     most = 0

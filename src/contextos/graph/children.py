@@ -79,9 +79,14 @@ class ChildHost:
     store: EventStore
     create: Callable[[ChildStart], Awaitable[bool]]
     """Create the child run, queued, with its contract bound; False when it existed."""
+    held: Callable[[RunId], bool]
+    """Whether this process created the child and holds it, to drive it at once."""
     drive: Callable[[RunId, Agent, bool], Awaitable[RunState | None]]
     """Drive the child in this process if nobody holds it (or, with the flag, whoever holds
     it) and say where it stands then; None when another process drives it."""
+    log: Callable[[RunId], list[ev.Event] | None]
+    """The whole log of a child this process drove from its creation to its end, once (None:
+    read it from the store)."""
     cancel: Callable[[RunId, str, Agent | None], Awaitable[None]]
     """Cancel a child run (and its own children); its agent settles what it started."""
     clock: Callable[[], datetime]
@@ -251,6 +256,10 @@ class Delegations:
         pause = _POLL_S[0]
         take_over = self.host.take_over and contract.delegation_id not in self.created
         handoff = self.host.handoff_s if contract.delegation_id in self.created else 0.0
+        if self.host.held(child_id) and not self.j.stop_requested:  # nobody else can have it
+            driven = await self.host.drive(child_id, spec.child_agent, take_over)
+            if driven is not None:
+                return driven if driven.is_terminal else None
         while True:
             summary = await self.host.store.get_run(child_id)
             if summary.status.is_terminal:
@@ -276,7 +285,9 @@ class Delegations:
         the hash of its DecisionRecord (a child stores none: its parent's log vouches for it,
         and the parent's own stored record for that)."""
         status, result, reason, message = merge(child, spec.expected_output)
-        log = await self.host.store.read(contract.child_run_id)
+        log = self.host.log(contract.child_run_id)
+        if log is None:
+            log = await self.host.store.read(contract.child_run_id)
         return {
             "delegation_id": contract.delegation_id,
             "child_run_id": contract.child_run_id,
