@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import logging
 import os
 import socket
 import uuid
@@ -27,8 +26,9 @@ from contextos.errors import (
 )
 from contextos.evidence.canonical import DecisionRecord, ReplayPacket
 from contextos.evidence.fork import fork_events
+from contextos.evidence.keeping import Records
 from contextos.evidence.packet import make_packet, packet_events
-from contextos.evidence.record import Receipt, build_record, materialise
+from contextos.evidence.record import Receipt, build_record
 from contextos.evidence.record import receipts as stored_receipts
 from contextos.evidence.replay import ReplayReport
 from contextos.evidence.replay import replay as replay_run
@@ -66,8 +66,6 @@ from contextos.store.queue import (
 )
 from contextos.telemetry import Content, TimelineEntry, Trace, live_traces, timeline, trace_of
 from contextos.tools.ask import HumanTool
-
-log = logging.getLogger("contextos.runtime")
 
 
 def new_run_id_for_fork() -> RunId:
@@ -138,6 +136,8 @@ class Runtime:
             resume=self._resume,
             cancel=self.cancel,
         )
+        self._records = Records(self.store)
+        """The DecisionRecords of the runs it drives, stored as they stop."""
         self._steering = Steering(
             self.store,
             self._own,
@@ -147,13 +147,11 @@ class Runtime:
                 rid, agent, lease=lease, take_over=lease is None
             ),
             driver=self._driver,
-            materialise=self._materialise,
+            materialise=self._records.stopped,
             committed=self._committed,
             cancel_child=self._children.cancel_child,
         )
         """A person's hand on runs: cancel, pause, send, finish."""
-        self._recording: set[asyncio.Task[None]] = set()
-        """Records of ended runs being stored in the background (see `_materialise`)."""
         self._traces = live_traces(
             tracer_provider, capture_content, meter_provider, pii=PiiRedaction()
         )
@@ -170,7 +168,7 @@ class Runtime:
 
     async def close(self) -> None:
         await self._own.close()
-        await self._recorded()
+        await self._records.stored()
         if self._traces is not None:
             self._traces.close()
         await self.store.close()
@@ -400,7 +398,7 @@ class Runtime:
         if self._traces is not None:
             traced = functools.partial(self._traces.committed, self.store, state.run_id)
         driver.on_commit = traced if log is None else _kept_in(log, traced)
-        return await self._own.supervise(driver, state, lease, materialise=self._materialise)
+        return await self._own.supervise(driver, state, lease, materialise=self._records.stopped)
 
     # -- ownership: leases, handing back, draining --------------------------------------
 
@@ -750,41 +748,8 @@ class Runtime:
     async def receipts(self, run_id: str) -> list[Receipt]:
         """The DecisionRecords stored when the run stopped, each checked against its log (for
         a child run, the hash of its record its parent took in)."""
-        await self._recorded()
+        await self._records.stored()
         return await stored_receipts(self.store, await self.events(run_id))
-
-    async def _materialise(self, state: RunState) -> None:
-        """Store the DecisionRecord of a run that ended or waits on a person (a receipt: it can
-        always be rebuilt from the log, so failing to store one never fails the run).
-
-        A run that ended has its end committed and its log frozen, so its record is made and
-        stored in the background and its result is handed back without waiting for it (a long
-        run's record is most of the time a resume to its end takes); `receipts` and `close`
-        wait for it. A run that waits on a person may go on at once: its record is stored now.
-        """
-        if not (state.is_terminal or state.status is RunStatus.INPUT_REQUIRED):
-            return
-        if state.is_terminal and state.delegation is not None:
-            return  # a child's record is vouched for by its parent's log (child_run_finished)
-        if not state.is_terminal:
-            await self._store_record(state)
-            return
-        task = asyncio.create_task(self._store_record(state))
-        self._recording.add(task)
-        task.add_done_callback(self._recording.discard)
-
-    async def _recorded(self) -> None:
-        """Wait for the records being stored in the background."""
-        while self._recording:
-            await asyncio.gather(*self._recording)
-
-    async def _store_record(self, state: RunState) -> None:
-        try:
-            # The state is the log folded up to its seq: the record needs no second fold.
-            events = (await self.events(state.run_id))[: state.seq]
-            await materialise(self.store, events, state)
-        except Exception:
-            log.warning("run %s: could not store its decision record", state.run_id, exc_info=True)
 
     async def artifacts(self, run_id: str) -> list[Artifact]:
         """The artifacts a run recorded, in the order it recorded them."""
