@@ -87,10 +87,13 @@ class Ownership:
         if self._watcher is None or self._watcher.done():
             self._watcher = asyncio.create_task(self._watch_for_cancel())
         cut_from_outside = False
+        ended = False
         try:
             await task
             await driver.after_run()
-            await materialise(driver.state)
+            ended = driver.state.is_terminal
+            if not ended:
+                await materialise(driver.state)
         except asyncio.CancelledError:
             # Cancelled from outside. While draining (a worker's second SIGTERM) the step is
             # abandoned to the lease; otherwise (Ctrl-C in a script) the run is handed back
@@ -122,6 +125,10 @@ class Ownership:
             await self.release_lease(held, not_before=wake)
         if not self._leases:
             await self.withdraw()
+        if ended:
+            # Only now: an ended run's record (its whole log read, decoded and built) would
+            # otherwise hold the loop while its lease is given back and its result waits.
+            await materialise(driver.state)
         if cut_from_outside:
             raise asyncio.CancelledError
         # The driver's state is the log up to its seq; fold in whatever others added since

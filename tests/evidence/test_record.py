@@ -418,6 +418,33 @@ async def test_a_run_that_ended_is_handed_back_before_its_record_is_stored(
     assert sorted(ids) == sorted([(done.run_id,), (again.run_id,)])
 
 
+async def test_an_ended_runs_record_is_begun_only_once_its_lease_is_given_back(
+    tmp_path: Path,
+) -> None:
+    """Reading and building the record of an ended run would hold the loop while its lease is
+    given back and its result waits: it begins after."""
+    order: list[str] = []
+
+    class Watched(SqliteStore):
+        async def read(self, run_id: Any, *, after_seq: int = 0) -> list[ev.Event]:
+            order.append(f"read after {after_seq}")
+            return await super().read(run_id, after_seq=after_seq)
+
+        async def release(self, lease: Any, **kwargs: Any) -> Any:
+            released = await super().release(lease, **kwargs)
+            order.append("lease given back")
+            return released
+
+    writer = Agent(name="writer", model=ScriptedModel([reply("Paris.")], by_turn=True))
+    async with Runtime(Watched(tmp_path / "c.db")) as rt:
+        done = await rt.run(writer, "Capital of France?")
+        given_back = order.index("lease given back")
+        [stored] = await rt.receipts(done.run_id)
+    assert stored.matches
+    assert "read after 0" in order[given_back:]  # the record's read of the whole log
+    assert "read after 0" not in order[:given_back]
+
+
 async def test_a_long_runs_record_is_built_off_the_loop_and_matches_its_log(
     tmp_path: Path,
 ) -> None:

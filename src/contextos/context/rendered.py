@@ -35,9 +35,13 @@ def _blob(m: Message) -> dict[str, Any]:
     return out
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+"""What `json.dumps` with these options writes, without building an encoder per message (a
+resumed long run keys its whole history at its first call)."""
+
+
 def _key(blob: Mapping[str, Any]) -> str:
-    text = json.dumps(blob, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode()).hexdigest()
+    return hashlib.sha256(_CANONICAL.encode(blob).encode()).hexdigest()
 
 
 DIGEST_CHARS = 32
