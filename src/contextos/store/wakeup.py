@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import threading
@@ -64,8 +65,14 @@ def store_key(store: object) -> str:
     """Which store two objects in one process share: a SQLite file's real path, else its URL."""
     path = getattr(store, "path", None)
     if path is not None:
-        return "file:" + str(os.path.realpath(os.fspath(path)))
+        return _file_key(os.fspath(path))
     return "url:" + str(getattr(store, "url", id(store)))
+
+
+@functools.lru_cache(maxsize=256)
+def _file_key(path: str) -> str:
+    # Resolved once per path: every run given back to the queue wakes by this key.
+    return "file:" + os.path.realpath(path)
 
 
 def wake_local(store: object, ready: Ready = Ready.RUNS) -> None:
