@@ -24,14 +24,14 @@ def recovery(turns: int, events: int, resume_ms: float, langgraph_resume_ms: flo
         "**Why resuming is slower than LangGraph's.** "
         f"Resuming takes {ms(resume_ms)} against LangGraph's {ms(langgraph_resume_ms)}: "
         f"the {turns:,}-turn run's history weighs on its one last model call. The call "
-        "rebuilds the history index (the keys of the rendered prompt's messages, to find "
-        "where the last call ended, and each message's token estimate), where LangGraph "
-        "hands its checkpointed messages to the model as they are. The run's decision record "
-        f"(its {events:,} events read and decoded again, then built, hashed and encoded) is "
-        "out of the way: a run that ended has its record stored in the background, a long "
-        "log is decoded and its record built in threads, and the result is handed back "
-        "first. Keys and token estimates kept in the snapshot would make the call flat, at "
-        "the cost of a larger snapshot."
+        "rebuilds the history index (each message's token estimate, and the hash of each "
+        "message of the rendered prompt, to check that it begins with the prompt the last "
+        "driver recorded before recording only what is new), where LangGraph hands its "
+        "checkpointed messages to the model as they are; and a fresh process builds the "
+        "encoders of the events it writes on first use. The run's decision record (its "
+        f"{events:,} events read and decoded again, then built, hashed and encoded) is out "
+        "of the way: it is begun once the run's lease is given back and its result handed "
+        "over."
     )
 
 
