@@ -96,6 +96,9 @@ class RunState:
     """For a child run: the contract it works under."""
     children: dict[str, ChildRun] = field(default_factory=dict)
     """Child runs it started, by delegation id, in start order."""
+    running_children: dict[str, None] = field(default_factory=dict)
+    """Delegation ids of the child runs still running, in start order (an ordered set): what
+    holds part of its budget, found without walking every child it ever started."""
     child_by_call: dict[str, str] = field(default_factory=dict)
     """Tool call id (`delegate_to_<name>`) -> the delegation it started."""
     child_usage: Usage = field(default_factory=Usage)
@@ -359,6 +362,7 @@ def _apply_graph(
             state.children[contract.delegation_id] = ChildRun(
                 contract=contract, started_seq=event.seq, started_at=event.occurred_at
             )
+            state.running_children[contract.delegation_id] = None
             if contract.call_id is not None:
                 state.child_by_call[contract.call_id] = contract.delegation_id
             if contract.node is not None and contract.node in state.nodes:
@@ -372,6 +376,7 @@ def _apply_graph(
                     f"delegation {event.delegation_id} finished without running",
                 )
             child.status = event.status
+            del state.running_children[event.delegation_id]
             child.result = event.result
             child.evidence = dict(event.evidence)
             child.usage = event.usage

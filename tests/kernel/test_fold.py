@@ -1105,11 +1105,13 @@ def test_a_child_run_started_is_kept_with_its_call() -> None:
     state = log.state()
     started = log(ev.ChildRunStarted, contract=contract("d1", call_id="c1"))
     child = ChildRun(contract=contract("d1", call_id="c1"), started_seq=3, started_at=at(3))
-    assert changed(state, started) == moved(3, children={"d1": child}, child_by_call={"c1": "d1"})
+    assert changed(state, started) == moved(
+        3, children={"d1": child}, child_by_call={"c1": "d1"}, running_children={"d1": None}
+    )
     other = log(ev.ChildRunStarted, contract=contract("d2"))  # no call: a workflow's
     change = changed(state, other)
-    assert set(change) == {"seq", "updated_at", "children"}
-    assert list(state.children) == ["d1", "d2"]
+    assert set(change) == {"seq", "updated_at", "children", "running_children"}
+    assert list(state.children) == list(state.running_children) == ["d1", "d2"]
 
 
 def test_a_delegation_started_twice_is_refused() -> None:
@@ -1153,12 +1155,14 @@ def test_a_child_run_finished_gives_back_its_result_and_what_it_spent() -> None:
     assert changed(state, done) == moved(
         5,
         children={"d1": child, "d2": state.children["d2"]},
+        running_children={"d2": None},  # what still holds part of the budget
         child_usage=Usage(input_tokens=3, output_tokens=1),
         child_turns=2,
     )
     assert state.children["d1"].evidence is not evidence
     apply(state, finished(log, "d2", usage=Usage(input_tokens=10), turns=3))
     assert (state.child_usage, state.child_turns) == (Usage(input_tokens=13, output_tokens=1), 5)
+    assert state.running_children == {}
 
 
 def test_a_child_run_that_finishes_without_running_is_refused() -> None:
@@ -1209,7 +1213,7 @@ def test_a_nodes_children_are_kept_in_start_order() -> None:
         apply(state, log(ev.ChildRunStarted, contract=contract(f"d{i}", node="fan", index=i)))
     assert state.nodes["fan"].children == ["d1", "d2"]
     elsewhere = log(ev.ChildRunStarted, contract=contract("d3", node="not_started"))
-    assert set(changed(state, elsewhere)) == {"seq", "updated_at", "children"}
+    assert set(changed(state, elsewhere)) == {"seq", "updated_at", "children", "running_children"}
 
 
 def test_a_loop_node_keeps_each_round_then_its_outcome() -> None:

@@ -318,7 +318,7 @@ def remaining(state: RunState, reserved: Sequence[DelegationContract] = ()) -> B
     """What a run has left to hand out: its budget minus what it and its finished children
     spent, and minus what its running children (and `reserved`) may still spend."""
     b = state.budget
-    running = [c.contract for c in state.children.values() if not c.finished]
+    running = [state.children[key].contract for key in state.running_children]
     holds = [*running, *reserved]
     turns = b.max_turns - state.turns - state.child_turns - sum(c.budget.max_turns for c in holds)
     tokens = cost = None

@@ -446,7 +446,7 @@ class WorkflowDriver:
         return contract
 
     def _running(self) -> bool:
-        return bool(self._starting) or any(not c.finished for c in self.state.children.values())
+        return bool(self._starting) or bool(self.state.running_children)
 
     # -- fan-out, gates, loops --------------------------------------------------------------
 
