@@ -7,12 +7,12 @@ memory benchmarks queue live at module level here. Only the public API is used.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.common import MESSAGE, SCALE_CALLS, SCALE_TOOL_S
-from bench.longrun import sample_runs
+from bench.common import MESSAGE, SCALE_CALLS, SCALE_TOOL_S, rss_mb
 from contextos import Agent, Budget, ModelRequest, ModelResponse, tool
 from contextos.testing import call_tool, reply
 
@@ -88,6 +88,26 @@ scale_out = Agent(
     budget=Budget(max_turns=SCALE_CALLS + 1),
 )
 """The scale-out run: 5 calls of a 50 ms tool, then the answer."""
+
+LOG_ENV = "CONTEXTOS_BENCH_RSS_LOG"
+"""Where a worker process appends its samples (`runs rss_mb` lines)."""
+EVERY_ENV = "CONTEXTOS_BENCH_RSS_EVERY"
+
+
+def sample_runs(turn: int) -> None:
+    """The `short` agent's model hook: in a worker process, note the RSS every k runs."""
+    if turn != 1 or LOG_ENV not in os.environ:
+        return
+    _started[0] += 1
+    runs = _started[0]
+    if runs % int(os.environ[EVERY_ENV]) == 0:
+        with open(os.environ[LOG_ENV], "a") as f:
+            f.write(f"{runs} {rss_mb():.2f}\n")
+
+
+_started = [0]
+"""Runs this process has started driving (turn 1 seen)."""
+
 
 short = echo_agent(2, name="short", on_turn=sample_runs)
 """The run a long-lived worker drives 10,000 times: two echo calls, then the answer."""

@@ -10,13 +10,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from bench.harness import ms, sec, size
+
 GUARD_SITES = ("context/compiled.py", "middleware/pii.py", "middleware/sanitize.py")
 """Where the history index and the content guards keep what they made of each message."""
 
 
 def recovery(turns: int, events: int, resume_ms: float, langgraph_resume_ms: float) -> str:
     """Why resuming a long run takes longer than LangGraph's, when it does."""
-    from bench.run import ms
 
     if resume_ms <= langgraph_resume_ms:
         return ""
@@ -37,7 +38,6 @@ def recovery(turns: int, events: int, resume_ms: float, langgraph_resume_ms: flo
 
 def concurrency(runs: int, calls: int, wall_s: float, cpu_s: float, ideal_s: float) -> str:
     """Why many concurrent runs on one worker take more than half again the ideal, when they do."""
-    from bench.run import ms, sec
 
     if wall_s <= 1.5 * ideal_s:
         return ""
@@ -59,7 +59,6 @@ def concurrency(runs: int, calls: int, wall_s: float, cpu_s: float, ideal_s: flo
 
 def fanout(children: int, per_child: float, langgraph_per_child: float) -> str:
     """Why a child run stores more than a tenth of LangGraph's child, when it does."""
-    from bench.run import size
 
     if per_child * 10 <= langgraph_per_child:
         return ""
@@ -82,7 +81,6 @@ def fanout(children: int, per_child: float, langgraph_per_child: float) -> str:
 def fanout_time(children: int, cpu: dict[str, float], wall: dict[str, float], events: float) -> str:
     """Why a fan-out child takes more than a fifth of LangGraph's time, when it does (per
     child, in ms: `cpu` and `wall` by system)."""
-    from bench.run import ms
 
     ours, theirs = wall["contextos"], wall["langgraph"]
     if ours * 5 <= theirs:

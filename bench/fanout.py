@@ -22,13 +22,24 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypedDict
+from typing import Annotated, Any, TypedDict
 
 from bench import explain
 from bench.common import MESSAGE, disk_bytes, emit, median, now
-
-if TYPE_CHECKING:
-    from bench.run import Plan, Report
+from bench.harness import (
+    ROOT,
+    Plan,
+    Report,
+    WorkerFailed,
+    log,
+    ms,
+    ratios,
+    rounds,
+    size,
+    spread,
+    table,
+    times,
+)
 
 FANOUT_N = 100
 """Children per run."""
@@ -224,7 +235,6 @@ def langgraph(db: str, n: int, shape: str = "subgraph", warmup: bool = True) -> 
 
 def measure(system: str, **kwargs: Any) -> dict[str, Any]:
     """One measurement in a fresh process."""
-    from bench.run import ROOT, WorkerFailed
 
     cmd = [sys.executable, "-m", "bench.fanout", system, json.dumps(kwargs)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
@@ -240,7 +250,6 @@ SYSTEMS = ("contextos", "langgraph", "langgraph-node")
 
 def bench_fanout(plan: Plan, work: Path, report: Report) -> None:
     """The fan-out table: time and storage of one 100-way map plus a reduce."""
-    from bench.run import log, ms, ratios, rounds, size, spread, table, times
 
     n_rounds = max(1, plan.startup_rounds)
     elapsed: dict[str, list[float]] = {s: [] for s in SYSTEMS}

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import STAMPS, disk_bytes, median, now, turn_medians
+from bench.harness import log, ratios, rounds, size, spread, table, times, us, worker
 
 N = 50
 """Turns per run, as in table 1."""
@@ -336,7 +337,6 @@ ROUNDS = {"quick": 1, "default": 5, "full": 7}
 
 def bench(plan: str, work: Path, fast: Path | None, report: Any) -> None:
     """The governed-turn table, its target, and where ContextOS's governed turn goes."""
-    from bench.run import log, ratios, rounds, size, spread, table, times, us, worker
 
     systems = ["contextos", "langgraph"]
     results: dict[str, dict[str, list[dict[str, Any]]]] = {"disk": {}, "cpu": {}}

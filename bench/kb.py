@@ -30,9 +30,11 @@ import tracemalloc
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bench.common import median
+from bench.harness import Report as Findings
+from bench.harness import log, spread, table
 from contextos import Runtime
 from contextos.jobs.kb import (
     SCANNER,
@@ -46,9 +48,6 @@ from contextos.jobs.kb import (
 from contextos.jobs.kb.scan import RACY_NS
 from contextos.jobs.kb.synthetic import generate, page_path
 from contextos.testing import ScriptedModel, reply
-
-if TYPE_CHECKING:
-    from bench.run import Report as Findings
 
 CHANGED = 0.01
 """Fraction of pages edited before the incremental scan."""
@@ -165,7 +164,6 @@ TARGET = 0.1
 
 def bench(size: str, report: Findings) -> None:
     """The knowledge-base section of `python -m bench`: both scans, a few fresh processes each."""
-    from bench.run import log, spread, table
 
     # A median of two rounds is their mean: three at least, each a fresh process.
     pages, rounds = {"quick": (1000, 1), "full": (5000, 5)}.get(size, (5000, 3))

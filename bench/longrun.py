@@ -20,27 +20,10 @@ from typing import Any
 
 from bench import explain
 from bench.common import MESSAGE, rss_mb
+from bench.harness import log, table, worker
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = 20
-LOG_ENV = "CONTEXTOS_BENCH_RSS_LOG"
-"""Where a worker process appends its samples (`runs rss_mb` lines)."""
-EVERY_ENV = "CONTEXTOS_BENCH_RSS_EVERY"
-
-
-def sample_runs(turn: int) -> None:
-    """The `short` agent's model hook: in a worker process, note the RSS every k runs."""
-    if turn != 1 or LOG_ENV not in os.environ:
-        return
-    _started[0] += 1
-    runs = _started[0]
-    if runs % int(os.environ[EVERY_ENV]) == 0:
-        with open(os.environ[LOG_ENV], "a") as f:
-            f.write(f"{runs} {rss_mb():.2f}\n")
-
-
-_started = [0]
-"""Runs this process has started driving (turn 1 seen)."""
 
 
 def many_runs(db: str, runs: int) -> dict[str, Any]:
@@ -48,7 +31,7 @@ def many_runs(db: str, runs: int) -> dict[str, Any]:
 
 
 async def _many_runs(db: Path, runs: int) -> dict[str, Any]:
-    from bench.agents import ref, short
+    from bench.agents import EVERY_ENV, LOG_ENV, ref, short
     from contextos import RunStatus, Runtime
 
     url = f"sqlite:///{db}"
@@ -173,7 +156,6 @@ kB, a turn's two messages about one)."""
 
 def bench(plan: str, where: Path, report: Any) -> None:
     """RSS over many runs in one worker and over one long run; whether each is flat."""
-    from bench.run import log, table, worker
 
     runs, turns = SIZES[plan]
     log(f"memory: one worker driving {runs:,} runs")

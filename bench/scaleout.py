@@ -30,6 +30,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from bench.common import MESSAGE, SCALE_CALLS, SCALE_TOOL_S, percentile
+from bench.harness import log, rounds, sec, spread, table, times, worker
 
 ROOT = Path(__file__).resolve().parent.parent
 SLOTS = 4
@@ -354,7 +355,6 @@ def bench(plan: str, report: Any) -> None:
     The server: CONTEXTOS_BENCH_POSTGRES if set; else a throwaway one of our own (so its CPU
     can be measured: nothing else uses it); else CONTEXTOS_TEST_POSTGRES.
     """
-    from bench.run import log
 
     server, pg_dir = os.environ.get("CONTEXTOS_BENCH_POSTGRES"), None
     # The script notes the server it started last in $TMPDIR (for a bare `stop`): our own
@@ -395,7 +395,6 @@ def _start_server(env: dict[str, str]) -> tuple[str | None, str | None]:
 
 def _bench(plan: str, server: str, pg_dir: str | None, report: Any, log: Any) -> None:
     from bench.common import median
-    from bench.run import rounds, sec, spread, table, times, worker
 
     n_rounds, per_worker = SIZES[plan]
     results: dict[tuple[str, int], list[dict[str, Any]]] = {}

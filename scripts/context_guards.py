@@ -25,7 +25,7 @@ from guard_corpora import (
     project_pii,
 )
 
-from contextos.middleware.sanitize import spotlight
+from contextos.untrusted import spotlight
 
 
 def flag_table(corpus: Corpus) -> str:

@@ -146,7 +146,8 @@ PAIRS: dict[str, Pair] = {
     # The layer called directly and one real run; the other real runs and the public corpora,
     # which every mutant reaching the layer would run, are in test_sanitize_runs.py.
     "sanitize": Pair(
-        ["src/contextos/middleware/sanitize.py"], ["tests/middleware/test_sanitize.py"]
+        ["src/contextos/middleware/sanitize.py", "src/contextos/untrusted.py"],
+        ["tests/middleware/test_sanitize.py"],
     ),
     "budget": Pair(["src/contextos/middleware/budget.py"], ["tests/middleware/test_budget.py"]),
     "leases": Pair(["src/contextos/store/queue_sql.py"], ["tests/store/test_queue.py"]),

@@ -32,7 +32,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("state", "causality"),
     ("records",),
     ("events", "codec", "graph_events", "evidence_events", "event_base"),
-    ("errors", "runs", "messages", "ledger", "delegation", "numbers"),
+    ("errors", "runs", "messages", "ledger", "delegation", "numbers", "untrusted"),
 )
 """The rooms from the top down: the faces; the public API (`contextos` and the face of
 `contextos.workers`); the improvement loop (it drives runs, replays and releases); the harness;
@@ -41,14 +41,7 @@ middleware shape what the model sees; a model proposes and never persists or act
 the fold and the core records. A room may import its own layer
 and the layers below it, never one above."""
 
-CLIMBS_ALLOWED: dict[tuple[str, str], str] = {
-    (
-        "contextos.tools.mcp",
-        "contextos.middleware.sanitize",
-    ): "MCP cleans a remote server's descriptions with the untrusted-output sanitizer's own "
-    "defanging; those text functions belong with the context, where they move when the "
-    "sanitizer itself is next reworked",
-}
+CLIMBS_ALLOWED: dict[tuple[str, str], str] = {}
 """Known arrows that climb, each with the reason it is still there. Adding one is a decision."""
 
 

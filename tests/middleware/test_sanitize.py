@@ -24,16 +24,16 @@ from contextos.context.compiled import (
 )
 from contextos.messages import Message
 from contextos.middleware import ModelCall, ModelResult, RunView, Sanitizer, Services, spotlight
-from contextos.middleware.sanitize import (
+from contextos.middleware.sanitize import NOTICE_ID
+from contextos.testing import ScriptedModel, call_tool, reply
+from contextos.untrusted import (
     CHAT_TEMPLATE_MARKERS,
-    NOTICE_ID,
     block_id,
     datamark,
     defang,
     flag_injections,
     normalise,
 )
-from contextos.testing import ScriptedModel, call_tool, reply
 from support.blocks import SPOTLIT, only_block, reader_view
 from support.spoofs import SPOOFS, TRICKS
 

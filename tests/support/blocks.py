@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
-from contextos.middleware.sanitize import CLOSE, OPEN
+from contextos.untrusted import CLOSE, OPEN
 
 _BLOCK = re.compile(
     r"\A<<untrusted-data [^\n]*>>\n(?P<body>.*)\n<<end untrusted-data [^\n]*>>\Z", re.S

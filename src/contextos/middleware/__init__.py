@@ -34,8 +34,9 @@ from contextos.middleware.paths import PathInstructions
 from contextos.middleware.pii import Detection, Detector, PiiRedaction, Strategy, custom, detect
 from contextos.middleware.profile import Profile
 from contextos.middleware.retrieval import Retrieval
-from contextos.middleware.sanitize import Sanitizer, spotlight
+from contextos.middleware.sanitize import Sanitizer
 from contextos.middleware.skills import Skill, Skills
+from contextos.untrusted import spotlight
 
 __all__ = [
     "PLATFORM_LAYERS",

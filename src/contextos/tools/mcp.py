@@ -32,9 +32,9 @@ from contextos.errors import (
     ToolManifestChanged,
     ToolOutcomeUnknown,
 )
-from contextos.middleware.sanitize import defang, flag_injections
 from contextos.tools.contract import EffectKind, RetryPolicy, Risk, Tool, ToolContext
 from contextos.tools.mcp_connection import Connection, ConnectionLost
+from contextos.untrusted import defang, flag_injections
 
 IDEMPOTENCY_META_KEY = "io.contextos/idempotency-key"
 """Request `_meta` entry carrying the effect's idempotency key to servers that honour one."""
