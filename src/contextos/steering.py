@@ -7,6 +7,7 @@ what drives the run on afterwards (a resume here, the workers) is the runtime's,
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -21,6 +22,10 @@ from contextos.runs import RunId, RunStatus
 from contextos.state import RunState, apply
 from contextos.store import EventStore, wakeup
 from contextos.store.queue import Lease
+
+ENDING_POLLS = 14
+"""How often `cancel` looks whether a live driver has ended a run it asked to end: about
+five seconds in all."""
 
 
 class Steering:
@@ -53,12 +58,14 @@ class Steering:
         self._cancel_child = cancel_child
 
     async def cancel(self, rid: RunId, *, reason: str, actor: str, agent: Agent | None) -> RunState:
+        ends_children = False
         while True:
             state = await self._state(rid)
             if state.is_terminal or state.ending is not None:
                 break
             event: ev.Event
-            if state.needs_settling:
+            ends_children = await self._driven_with_children(state)
+            if state.needs_settling or ends_children:
                 event = ev.RunEnding(
                     run_id=rid, seq=state.seq + 1, outcome="cancelled", reason=reason, actor=actor
                 )
@@ -85,6 +92,31 @@ class Steering:
                 await self._cancel_child(
                     child.contract.child_run_id, f"its parent run {rid} was cancelled"
                 )
+        if ends_children and not state.is_terminal:
+            return await self._ended(rid, state)
+        return state
+
+    async def _driven_with_children(self, state: RunState) -> bool:
+        """Whether the run is a workflow a live driver holds with children running: asked to
+        end, it stops them and records what they became, so that their spend counts in its
+        own. (Nobody driving it, it is cancelled at once, and its children after it.)"""
+        if state.workflow is None or not state.running_children:
+            return False
+        if state.status is not RunStatus.RUNNING:
+            return False
+        owner = await self._own.owner(state.run_id)
+        return owner is not None and not process_gone(owner)
+
+    async def _ended(self, rid: RunId, state: RunState) -> RunState:
+        """The workflow once its live driver, woken by its children's cancellation, has ended
+        it; or as it is after a few seconds, still ending."""
+        pause = 0.02
+        for _ in range(ENDING_POLLS):
+            await asyncio.sleep(pause)
+            state = await self._state(rid)
+            if state.is_terminal:
+                break
+            pause = min(pause * 2, 0.5)
         return state
 
     async def pause(self, rid: RunId, *, reason: str, actor: str) -> RunState:

@@ -86,7 +86,7 @@ def test_edges_are_typed_when_the_workflow_is_declared() -> None:
         flow.code("wrong", wants_numbers, after=doubled)
     with pytest.raises(ConfigError, match="reduces a list"):
         flow.reduce("nothing-to-reduce", wants_numbers, after=flow.start)
-    with pytest.raises(ConfigError, match="no field named"):
+    with pytest.raises(ConfigError, match="no field of that name"):
         flow.map("over-what", doubler(), over="missing", after=flow.start)
     with pytest.raises(ConfigError, match="return annotation or output"):
         flow.code("untyped", lambda parts: parts, after=doubled)
@@ -444,10 +444,94 @@ async def test_cancelling_a_workflow_cancels_its_children(tmp_path: Path) -> Non
         first = await rt.run(flow, Numbers(values=[1]), principal=bob)
         assert first.status is RunStatus.QUEUED
         assert (await rt.state(f"{first.run_id}.ask")).status is RunStatus.INPUT_REQUIRED
-        await rt.cancel(first.run_id, reason="not needed")
+        cancelled = await rt.cancel(first.run_id, reason="not needed")
         child = await rt.state(f"{first.run_id}.ask")
+        parent = await rt.state(first.run_id)
     assert child.status is RunStatus.CANCELLED
     assert f"its parent run {first.run_id} was cancelled" in (child.failure_message or "")
+    assert cancelled.status is parent.status is RunStatus.CANCELLED  # nobody drove it
+
+
+async def test_cancelling_a_running_workflow_ends_it_with_what_its_children_spent(
+    rt: Runtime,
+) -> None:
+    never = asyncio.Event()
+
+    @tool(timeout_s=60)
+    async def wait(q: str) -> str:
+        """Wait for something that never comes."""
+        await never.wait()
+        return "late"
+
+    worker = Agent(
+        name="worker",
+        model=ScriptedModel([call_tool("wait", {"q": "x"})] * 3),
+        tools=[wait],
+        output_type=Doubled,
+    )
+    flow = Workflow("stopped", input=Numbers)
+    flow.map("work", worker, over="values", concurrency=2)
+    flow.reduce("sum", add_up)
+    running = asyncio.create_task(rt.run(flow, Numbers(values=[1, 2, 3])))
+    while len([r for r in await rt.runs(status=RunStatus.RUNNING) if ".work." in r.run_id]) < 2:
+        await asyncio.sleep(0.02)
+    (top,) = await rt.runs(top_level=True)
+    cancelled = await rt.cancel(top.run_id, reason="wrong batch")
+    result = await running  # the driver ends it: no error escapes
+    assert cancelled.status is RunStatus.CANCELLED and result.status is RunStatus.CANCELLED
+    events = await rt.events(top.run_id)
+    assert [e.type for e in events[-4:]] == [
+        "run_ending",
+        "child_run_finished",
+        "child_run_finished",
+        "run_cancelled",
+    ]
+    assert events[-1].actor == "user"  # who asked, not the worker that recorded it
+    children = [r for r in await rt.runs() if ".work." in r.run_id]
+    assert {r.status for r in children} == {RunStatus.CANCELLED}
+    (summary,) = await rt.runs(top_level=True)
+    assert summary.turns == sum(r.turns for r in children) == 2
+    assert summary.input_tokens == sum(r.input_tokens for r in children) > 0
+    tree = await rt.tree(top.run_id)
+    assert [(n.label, n.status) for n in tree.children] == [
+        ("work", "cancelled"),
+        ("sum", "not run"),
+    ]
+
+
+async def test_a_map_whose_items_cannot_be_listed_fails_with_a_readable_log(rt: Runtime) -> None:
+    class Maybe(BaseModel):
+        values: list[int] | None = None
+
+    def lost(m: Maybe) -> list[int]:
+        raise LookupError("the listing service is down")
+
+    for over, reason, says in (
+        (lambda m: m.values, FailureReason.OUTPUT_INVALID, "not a list of int: got NoneType"),
+        (lost, FailureReason.NODE_FAILED, "the listing service is down"),
+    ):
+        flow = Workflow("unlisted", input=Maybe)
+        flow.map("work", doubler(), over=over, item=int)
+        result = await rt.run(flow, Maybe())
+        assert result.status is RunStatus.FAILED and result.failure_reason is reason
+        assert says in (result.failure_message or "")
+        state = await rt.state(result.run_id)  # the log folds: the node started, then failed
+        assert state.nodes["work"].status.value == "failed"
+        assert [n.status for n in (await rt.tree(result.run_id)).children] == ["failed"]
+
+
+def test_a_map_over_a_field_that_is_missing_or_no_list_is_refused_when_declared() -> None:
+    class Named(BaseModel):
+        name: str
+        values: list[int]
+
+    flow = Workflow("declared", input=Named)
+    with pytest.raises(ConfigError, match="no field of that name; its fields: name, values"):
+        flow.map("work", doubler(), over="nope", item=int)
+    with pytest.raises(ConfigError, match=r"maps over Named.name, a str, not a list"):
+        flow.map("work", doubler(), over="name", item=str)
+    with pytest.raises(ConfigError, match="not a list"):
+        flow.map("work", doubler(), over="name")
 
 
 # -- seeing it --------------------------------------------------------------------------------

@@ -10,9 +10,10 @@ in flight is resumed. Nodes that read only completed nodes run at the same time.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -21,6 +22,7 @@ from pydantic import ValidationError
 from contextos import events as ev
 from contextos.agents import Subagent
 from contextos.delegation import ChildRun, ChildStatus, DelegationContract, NodeStatus
+from contextos.errors import ConcurrencyConflict
 from contextos.events import utcnow
 from contextos.graph.children import WAIT_S, ChildHost, Delegations, child_input, remaining
 from contextos.graph.workflow import ClaimCheck, Node, Route, Workflow
@@ -44,6 +46,13 @@ class _Failed(Exception):
         self.errors = errors
 
 
+class _Ending(Exception):
+    """Internal: someone asked the workflow to end (`RunEnding`); it stops its nodes and ends."""
+
+
+_REASONS = {r.value for r in FailureReason}
+
+
 class _Waiting:
     """A node that cannot finish now: a child run waits for a person, or this process stops."""
 
@@ -59,6 +68,22 @@ SKIPPED = _Skipped()
 
 NOT_RUN = _Skipped()
 """An item of a `first` map not started: an item before it gave a result already."""
+
+
+async def _together(work: Iterable[Coroutine[Any, Any, Any]]) -> list[Any]:
+    """Run `work` concurrently, each one's result in order; the first to fail stops the others.
+
+    What failed is raised as itself, not in a group (a node's failure ahead of the rest), so
+    that the callers above can tell a failed node, a workflow asked to end, a run another
+    writer took and a crash apart by their type.
+    """
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(w) for w in work]
+    except BaseExceptionGroup as failed:
+        first = (failed.subgroup(_Failed) or failed).exceptions[0]
+        raise first from None
+    return [t.result() for t in tasks]
 
 
 class WorkflowDriver:
@@ -82,6 +107,7 @@ class WorkflowDriver:
         self.clock = clock
         self.step_started = time.monotonic()
         self.stop_requested = False
+        self._ending = False
         self.stop_reason: str | None = None
         self.wake_after_s: float | None = None
         self.on_commit: Callable[[tuple[ev.Event, ...]], Awaitable[None]] | None = None
@@ -101,13 +127,31 @@ class WorkflowDriver:
         return cls(run_id=self.state.run_id, seq=seq, **fields)
 
     async def commit(self, *events: ev.Event, synchronous: bool = True) -> None:
-        await self.store.append(
-            self.state.run_id, events, expected_seq=self.state.seq, synchronous=synchronous
-        )
+        """Append events (the fence), then fold them in; `_Ending` once someone asked the
+        workflow to end, after what was asked for is committed."""
+        while True:
+            try:
+                await self.store.append(
+                    self.state.run_id, events, expected_seq=self.state.seq, synchronous=synchronous
+                )
+                break
+            except ConcurrencyConflict:
+                # A person asking the workflow to end is folded in, and the events go after it;
+                # any other writer means we lost the run, and the fence stands.
+                tail = await self.store.read(self.state.run_id, after_seq=self.state.seq)
+                if not tail or not all(isinstance(e, ev.RunEnding) for e in tail):
+                    raise
+                for e in tail:
+                    apply(self.state, e)
+                events = tuple(
+                    dataclasses.replace(e, seq=self.state.seq + i) for i, e in enumerate(events, 1)
+                )
         for e in events:
             apply(self.state, e)
         if self.on_commit is not None:
             await self.on_commit(events)
+        if self.state.ending is not None and not self.state.is_terminal and not self._ending:
+            raise _Ending
 
     async def record(self, cls: type[Any], synchronous: bool = True, **fields: Any) -> None:
         await self.children.record((cls, fields), synchronous=synchronous)
@@ -120,12 +164,18 @@ class WorkflowDriver:
     async def drive(self) -> RunState:
         s = self.state
         await self._begin()
+        if s.ending is not None and not s.is_terminal:
+            await self._end()  # asked to end while nobody drove it
+            return s
         if s.status is not RunStatus.RUNNING:
             return s
         try:
             result = await self._graph()
         except _Failed as failure:
             await self._fail(failure)
+            return s
+        except _Ending:
+            await self._end()
             return s
         if isinstance(result, _Waiting):
             if s.pending_interrupts:
@@ -164,12 +214,7 @@ class WorkflowDriver:
                 raise _Failed(None, FailureReason.TIMEOUT, "the workflow's deadline passed")
             values.update({n.name: SKIPPED for n in wave if self._skipped(n, values)})
             wave = [n for n in wave if n.name not in values]
-            try:
-                async with asyncio.TaskGroup() as group:
-                    tasks = [group.create_task(self._node(n, values)) for n in wave]
-            except* _Failed as failed:
-                raise failed.exceptions[0] from None
-            results = [t.result() for t in tasks]
+            results = await _together(self._node(n, values) for n in wave)
             if any(isinstance(r, _Waiting) for r in results) or self.stop_requested:
                 return WAITING
             values.update({n.name: r for n, r in zip(wave, results, strict=True)})
@@ -198,19 +243,16 @@ class WorkflowDriver:
     async def _fail(self, failure: _Failed) -> None:
         """Stop every child still running, record what they became, then the failure."""
         s = self.state
-        await self.children.cancel_running(
+        if s.ending is not None:  # a child failed because the workflow is being ended
+            await self._end()
+            return
+        items = await self._stop_children(
             f"workflow {s.run_id} failed" + (f" at node {failure.node}" if failure.node else "")
         )
-        items: list[tuple[type[Any], dict[str, Any]]] = []
-        for child in s.children.values():
-            if child.finished:
-                continue
-            spec = self._spec_of(child)
-            ended = await load_state(self.store, child.contract.child_run_id)
-            if ended.is_terminal and spec is not None:
-                items.append(
-                    (ev.ChildRunFinished, await self.children.finished(child.contract, spec, ended))
-                )
+        if failure.node is not None and failure.node not in s.nodes:
+            # It failed before it started (the function that lists a map's items raised).
+            kind = self.workflow.node(failure.node).kind
+            items.append((ev.NodeStarted, {"node": failure.node, "kind": kind}))
         if failure.node is not None:
             items.append(
                 (
@@ -228,6 +270,46 @@ class WorkflowDriver:
             (ev.RunFailed, {"reason": failure.reason, "message": failure.message, "error": error})
         )
         await self.children.record(*items)
+
+    async def _end(self) -> None:
+        """Finish a workflow someone asked to end (`RunEnding`): stop its children, record
+        what they became, so their spend counts in the workflow's, then the end."""
+        s = self.state
+        ending = s.ending
+        assert ending is not None
+        self._ending = True  # what follows is the ending itself
+        items = await self._stop_children(f"workflow {s.run_id} was {ending.outcome}")
+        if ending.outcome == "cancelled":
+            items.append((ev.RunCancelled, {"reason": ending.reason, "actor": ending.actor}))
+        else:
+            reason = FailureReason(ending.reason) if ending.reason in _REASONS else None
+            error = {"code": (reason or FailureReason.NODE_FAILED).value, **ending.error}
+            items.append(
+                (
+                    ev.RunFailed,
+                    {
+                        "reason": reason or FailureReason.NODE_FAILED,
+                        "message": ending.message,
+                        "error": error,
+                    },
+                )
+            )
+        await self.children.record(*items)
+
+    async def _stop_children(self, reason: str) -> list[tuple[type[Any], dict[str, Any]]]:
+        """Cancel the children still running; what each ended child became, to record."""
+        await self.children.cancel_running(reason)
+        items: list[tuple[type[Any], dict[str, Any]]] = []
+        for child in self.state.children.values():
+            if child.finished:
+                continue
+            spec = self._spec_of(child)
+            ended = await load_state(self.store, child.contract.child_run_id)
+            if ended.is_terminal and spec is not None:
+                items.append(
+                    (ev.ChildRunFinished, await self.children.finished(child.contract, spec, ended))
+                )
+        return items
 
     def _spec_of(self, child: ChildRun) -> Subagent | None:
         node = child.contract.node
@@ -484,12 +566,7 @@ class WorkflowDriver:
                     await self._took_first(node, i)
                 return output
 
-        try:
-            async with asyncio.TaskGroup() as group:
-                tasks = [group.create_task(one(i, item)) for i, item in enumerate(items)]
-        except* _Failed as failed:
-            raise failed.exceptions[0] from None
-        outputs = [t.result() for t in tasks]
+        outputs = await _together(one(i, item) for i, item in enumerate(items))
         if any(isinstance(o, _Waiting) for o in outputs):
             return WAITING
         if node.kind == "map":
@@ -512,17 +589,18 @@ class WorkflowDriver:
         if node.over is None:
             raw = upstream
         elif isinstance(node.over, str):
-            raw = getattr(upstream, node.over)
+            raw = getattr(upstream, node.over, None)
         else:
             raw = await self._call(node, node.over, upstream)
+        not_list = f"the items of node {node.name} are not a list of {_name(node.item)}"
+        if isinstance(raw, str | bytes | Mapping) or not isinstance(raw, Iterable):
+            raise _Failed(
+                node.name, FailureReason.OUTPUT_INVALID, f"{not_list}: got {type(raw).__name__}"
+            )
         try:
             items = list(node.items_adapter.validate_python(list(raw)))
         except (ValidationError, TypeError) as exc:
-            raise _Failed(
-                node.name,
-                FailureReason.OUTPUT_INVALID,
-                f"the items of node {node.name} are not a list of {_name(node.item)}: {exc}",
-            ) from None
+            raise _Failed(node.name, FailureReason.OUTPUT_INVALID, f"{not_list}: {exc}") from None
         await self._started(node, node.items_adapter.dump_python(items, mode="json"))
         return items
 

@@ -31,7 +31,8 @@ class RunTree:
     kind: str
     """`workflow`, `run`, a node kind (agent, code, map, reduce, gate, loop) or `child`."""
     status: str
-    """pending, running, completed, failed, … (a node not started yet is pending)."""
+    """pending, running, completed, failed, … (a node not started yet is pending; in an
+    ended workflow, `not run`, and one it left running `stopped`, or `cancelled` with it)."""
     detail: str = ""
     """The agent a run runs, a fan-out's items, a gate's verdicts, a loop's rounds, why it
     failed."""
@@ -81,8 +82,11 @@ async def run_tree(store: EventStore, run_id: RunId, *, depth: int = 0) -> RunTr
         kind, detail = "run", f"{state.agent_name} v{state.agent_version}"
     else:
         left_out = _skipped(state.workflow.nodes, state.nodes)
+        ended = state.status.value if state.is_terminal else None
         below = tuple(
-            _node(spec, state.nodes.get(str(spec["name"])), children, spec["name"] in left_out)
+            _node(
+                spec, state.nodes.get(str(spec["name"])), children, spec["name"] in left_out, ended
+            )
             for spec in state.workflow.nodes
         )
         kind, detail = "workflow", f"{state.workflow.workflow} v{state.agent_version}"
@@ -123,13 +127,21 @@ def _skipped(specs: Sequence[dict[str, Any]], nodes: dict[str, NodeRun]) -> set[
 
 
 def _node(
-    spec: dict[str, Any], node: NodeRun | None, children: dict[str, RunTree], skipped: bool
+    spec: dict[str, Any],
+    node: NodeRun | None,
+    children: dict[str, RunTree],
+    skipped: bool,
+    ended: str | None,
 ) -> RunTree:
+    """A node's line; `ended`: how its workflow ended, if it did (a node it left unfinished
+    was stopped, cancelled with it; one it never reached did not run)."""
     name = str(spec["name"])
     if node is None:
-        return RunTree(
-            label=name, kind=str(spec["kind"]), status="skipped" if skipped else "pending"
-        )
+        status = "skipped" if skipped else "pending" if ended is None else "not run"
+        return RunTree(label=name, kind=str(spec["kind"]), status=status)
+    status = node.status.value
+    if ended is not None and node.status is NodeStatus.RUNNING:
+        status = "cancelled" if ended == "cancelled" else "stopped"
     below = tuple(children[k] for k in node.children if k in children)
     detail = _node_detail(node, spec)
     if node.reason:
@@ -137,7 +149,7 @@ def _node(
     return RunTree(
         label=name,
         kind=node.kind,
-        status=node.status.value,
+        status=status,
         detail=detail,
         started_at=node.started_at,
         finished_at=node.finished_at,

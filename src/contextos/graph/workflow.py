@@ -608,18 +608,14 @@ class Workflow:
         self, name: str, upstream: str, over: str | Callable[[Any], Any] | None, item: Any
     ) -> Any:
         source = (self._build.nodes.get(upstream) or self.start).output
+        if isinstance(over, str):
+            _check_list_field(name, source, over)
         if item is not None:
             return item
         if over is None:
             found = get_args(source)[0] if get_origin(source) is list else None
         elif isinstance(over, str):
-            fields = getattr(source, "model_fields", {})
-            if over not in fields:
-                raise ConfigError(
-                    f"node {name!r} is over {over!r}, which {_name(source)} has no field named",
-                    node=name,
-                )
-            annotation = fields[over].annotation
+            annotation = source.model_fields[over].annotation
             found = get_args(annotation)[0] if get_origin(annotation) is list else None
         else:
             ret = _hints(over).get("return")
@@ -632,6 +628,26 @@ class Workflow:
 
 
 # -- checking types when the workflow is declared --------------------------------------------
+
+
+def _check_list_field(node: str, source: Any, over: str) -> None:
+    """ConfigError unless `over` names a field of `source` (a model) that can hold a list."""
+    fields = getattr(source, "model_fields", None)
+    if fields is None:
+        return  # not a model: what it holds is known only when it runs
+    if over not in fields:
+        raise ConfigError(
+            f"node {node!r} maps over {over!r}, but {_name(source)} has no field of that name; "
+            f"its fields: {', '.join(fields) or 'none'}",
+            node=node,
+        )
+    annotation = fields[over].annotation
+    if isinstance(annotation, type) and not issubclass(annotation, list | tuple | set | frozenset):
+        raise ConfigError(
+            f"node {node!r} maps over {_name(source)}.{over}, a {_name(annotation)}, not a "
+            "list: map over a field that holds the items",
+            node=node,
+        )
 
 
 def load_runnable(ref: str) -> Agent | Workflow:
