@@ -559,7 +559,8 @@ async def test_show_draws_the_tree_runs_lists_top_level_and_traces_join(tmp_path
         child_events = await rt.events(f"{result.run_id}.double.0")
     run_id = result.run_id
 
-    shown = await asyncio.to_thread(cli, "show", run_id, "--store", str(db))
+    # a short prefix names the workflow, not the child runs whose ids start with its id
+    shown = await asyncio.to_thread(cli, "show", run_id[:8], "--store", str(db))
     assert shown.returncode == 0, shown.stderr
     lines = shown.stdout.splitlines()
     assert any(

@@ -277,7 +277,9 @@ PREFIX_SHOWN = 8
 
 def resolve_run(store: str | None, given: str) -> str:
     """The run `given` names: itself when it is a run's id, else the one run whose id starts
-    with it. Several: one line listing them, exit 1. None: `given`, for the command to say."""
+    with it; a prefix without a dot names a top-level run, not the child runs below it (whose
+    ids start with their parent's). Several: one line listing them, exit 1. None: `given`, for
+    the command to say."""
 
     async def work(rt: Runtime) -> str:
         ids: list[str] = [r.run_id for r in await rt.runs(prefix=given, limit=PREFIX_SHOWN + 1)]
@@ -287,7 +289,16 @@ def resolve_run(store: str | None, given: str) -> str:
             try:
                 await rt.result(given)
             except RunNotFound:
-                ambiguous("run", given, ids)
+                pass
+            else:
+                return given
+            if "." not in given:
+                found = await rt.runs(prefix=given, top_level=True, limit=PREFIX_SHOWN + 1)
+                tops: list[str] = [r.run_id for r in found]
+                if len(tops) == 1:
+                    return tops[0]
+                ids = tops or ids
+            ambiguous("run", given, ids)
         return given
 
     return call(store, work)
