@@ -55,6 +55,7 @@ def test_the_runs_table_fits_80_columns_without_cutting_an_id(tmp_path: Path) ->
     assert max(len(line) for line in lines) <= 80
     assert "…" not in listed.stdout
     assert any(rid in line and "greeter v1" in line and "completed" in line for line in lines)
+    assert "tokens" in lines[1] and "cost" in lines[1]  # what the run spent stays
 
 
 def test_serve_without_a_worker_says_runs_will_wait(tmp_path: Path) -> None:

@@ -289,8 +289,9 @@ def runs(
         console.print("[dim]no runs yet — start one with `contextos run AGENT_REF INPUT`[/]")
         return
     # Ids are what people copy into `show` and `resume`: never cut them, nor wrap the agent.
-    # On a narrow terminal the columns that `--json` and `show` also give go first.
-    for dropped in ((), ("tokens", "cost"), ("tokens", "cost", "turns")):
+    # On a narrow terminal the columns that `--json` and `show` also give go, what a run
+    # spent last: its age first, its cost only when nothing else is left to drop.
+    for dropped in DROPPED_IN_TURN:
         table = _runs_table(rows, dropped)
         unbounded = console.options.update_width(10_000)  # its natural width, not the screen's
         if Measurement.get(console, unbounded, table).maximum <= console.width:
@@ -298,8 +299,11 @@ def runs(
     console.print(table)
 
 
+DROPPED_IN_TURN = ((), ("age",), ("age", "turns"), ("age", "turns", "tokens"))
+
+
 def _runs_table(rows: list[RunSummary], dropped: tuple[str, ...]) -> Table:
-    table = Table(title=f"runs ({len(rows)})", title_justify="left")
+    table = Table(title=f"runs ({len(rows)})", title_justify="left", show_edge=False)
     cells: dict[str, list[str | Text]] = {
         "id": [r.run_id for r in rows],
         "agent": [Text(f"{r.agent_name} v{r.agent_version}") for r in rows],
