@@ -3,6 +3,7 @@ reference string."""
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import importlib
 import importlib.util
@@ -194,6 +195,14 @@ class Subagent:
                 name=self.name,
             )
         check_effect_classes(self.forbidden_effects)
+        names = [t.name for t in self.agent.tool_list]
+        for allowed in self.tools or ():
+            if not any(fnmatch.fnmatchcase(n, allowed) for n in names):
+                raise ConfigError(
+                    f"subagent {self.name!r} allows the tool {allowed!r}, which none of agent "
+                    f"{self.agent.name!r}'s tools is: {', '.join(names) or 'it has none'}",
+                    name=self.name,
+                )
 
     @property
     def tool_name(self) -> str:

@@ -14,6 +14,7 @@ from pydantic import BaseModel
 from contextos import (
     Agent,
     Budget,
+    ConfigError,
     Containment,
     FailureReason,
     NetworkPolicy,
@@ -154,6 +155,13 @@ async def test_a_child_declared_wider_than_its_parent_runs_with_exactly_the_inte
     assert started.contract.allowed_tools == ("read_doc", "search")
     assert started.contract.forbidden_effects == ("irreversible",)
     assert started.contract.expected_output == "Fare"
+
+
+def test_a_subagent_allowed_a_tool_its_agent_does_not_have_is_refused_when_declared() -> None:
+    helper = Agent(name="helper", model=ScriptedModel([]), tools=[read_doc, search])
+    assert Subagent(agent=helper, tools=("read_*",)).tools == ("read_*",)
+    with pytest.raises(ConfigError, match=r"allows the tool 'rm_rf', which none of agent "):
+        Subagent(agent=helper, tools=("read_doc", "rm_rf"))
 
 
 async def test_a_separately_started_child_gets_at_most_what_its_parent_has_left(
