@@ -189,13 +189,14 @@ class Ownership:
         if lease is not None:
             return lease
         owner = await self.owner(run_id)
-        if owner is None or process_gone(owner):
+        if owner is None:
             return await queue.acquire(run_id, self.worker_id, lease_s=self.lease_s)
         since = f" since {owner.since:%H:%M:%S} UTC" if owner.since else ""
         raise RunInUse(run_id, owner.describe(), detail=since)
 
     async def owner(self, run_id: str) -> RunOwner | None:
-        """Who drives the run now (the holder of its live lease), or None: nobody does."""
+        """Who drives the run now (the holder of its live lease), or None: nobody does (a
+        holder seen killed on this machine drives nothing, lease or not)."""
         queue = self._queue
         if queue is None:
             return None
@@ -212,7 +213,7 @@ class Ownership:
         info = known[0] if known else None
         if info is not None and info.status is WorkerStatus.STOPPED:
             return None  # it said it stopped: the lease it left behind drives nothing
-        return RunOwner(
+        owner = RunOwner(
             run_id=RunId(run_id),
             worker_id=entry.lease_owner,
             expires_at=entry.lease_expires_at,
@@ -220,6 +221,7 @@ class Ownership:
             pid=info.pid if info else None,
             since=info.started_at if info else None,
         )
+        return None if process_gone(owner) else owner  # killed: its lease drives nothing
 
     async def announce(self) -> None:
         """Enter this runtime in the worker registry (once), as a driver of one run at a time."""

@@ -17,7 +17,7 @@ from contextos.causality import stamp
 from contextos.control import check_finishable, check_pausable, check_sendable
 from contextos.errors import AgentChanged, ConcurrencyConflict, ConfigError, RunInUse, RunIsTerminal
 from contextos.loop import Driver
-from contextos.ownership import Ownership, process_gone
+from contextos.ownership import Ownership
 from contextos.runs import RunId, RunStatus
 from contextos.state import RunState, apply
 from contextos.store import EventStore, wakeup
@@ -104,8 +104,7 @@ class Steering:
             return False
         if state.status is not RunStatus.RUNNING:
             return False
-        owner = await self._own.owner(state.run_id)
-        return owner is not None and not process_gone(owner)
+        return await self._own.owner(state.run_id) is not None
 
     async def _ended(self, rid: RunId, state: RunState) -> RunState:
         """The workflow once its live driver, woken by its children's cancellation, has ended
@@ -125,8 +124,7 @@ class Steering:
             if state.status is RunStatus.PAUSED:
                 return state
             check_pausable(state)
-            owner = await self._own.owner(rid) if state.status is RunStatus.RUNNING else None
-            driven = owner is not None and not process_gone(owner)
+            driven = state.status is RunStatus.RUNNING and await self._own.owner(rid) is not None
             if driven and state.pause_requested is not None:
                 return state  # asked already; its driver will see it
             kind = ev.RunPauseRequested if driven else ev.RunPaused

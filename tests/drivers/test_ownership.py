@@ -115,6 +115,21 @@ async def test_resume_of_a_live_run_is_refused_naming_its_driver(
     assert cli("workers", "--store", str(db), "--json").stdout.strip() == "[]"
 
 
+def test_a_driver_killed_on_this_machine_is_not_shown_as_live(
+    work: Path, procs: list[subprocess.Popen[str]]
+) -> None:
+    db = work / "runs.db"
+    driver = start_cli("run", AGENT, "two steps", "--run-id", "run_dead", "--store", str(db))
+    procs.append(driver)
+    wait_for_file(work / "started-1")
+    driver.kill()  # SIGKILL: its lease stays behind, unexpired
+    driver.wait(timeout=30)
+    shown = cli("show", "run_dead", "--store", str(db))
+    assert "live:" not in shown.stdout
+    assert "continue with `contextos resume run_dead`" in shown.stdout
+    assert json.loads(cli("show", "run_dead", "--store", str(db), "--json").stdout)["owner"] is None
+
+
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 async def test_a_signal_records_the_step_in_flight_and_releases_the_run(
     work: Path, procs: list[subprocess.Popen[str]], sig: signal.Signals, code: int

@@ -92,7 +92,9 @@ async def test_a_route_runs_the_chosen_branch_only_and_records_the_choice(rt: Ru
     ]
     lines = [t.line for t in await rt.timeline(done.run_id) if t.type == "node_completed"]
     assert lines[0].startswith("triage completed → refund: ")
-    tree = {n.label: n.status for n in (await rt.tree(done.run_id)).children}
+    drawn = (await rt.tree(done.run_id)).children
+    assert drawn[0].detail == "routed to refund"  # `show` says which branch it took
+    tree = {n.label: n.status for n in drawn}
     assert tree == {
         "triage": "completed",
         "refund": "completed",
@@ -203,7 +205,9 @@ async def test_a_node_reading_a_skipped_node_is_skipped_and_one_reading_the_sour
     flow.join("reply", after=[paid, dropped])
     done = await rt.run(flow, Ticket(text="hello"))
     assert done.structured_output == {"said": "dropped"}
-    tree = {n.label: n.status for n in (await rt.tree(done.run_id)).children}
+    drawn = (await rt.tree(done.run_id)).children
+    assert drawn[0].detail == "routed to drop"  # `show` says which branch it took
+    tree = {n.label: n.status for n in drawn}
     assert tree == {
         "triage": "completed",
         "refund": "skipped",

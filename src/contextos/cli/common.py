@@ -237,10 +237,15 @@ def print_result(result: RunResult, as_json: bool, *, owner: RunOwner | None = N
     if result.output is not None:
         console.print(Text(result.output))
     if result.failure_reason is not None:
-        console.print(f"[red]{result.failure_reason}[/]:", Text(result.failure_message or ""))
+        why = result.failure_message or ""
+        if why in ("", result.failure_reason.value):  # nothing more to say than the reason
+            console.print(f"[red]{result.failure_reason}[/]")
+        else:
+            console.print(f"[red]{result.failure_reason}[/]:", Text(why))
     u = result.usage
     console.print(
-        f"[dim]{result.turns} turns · {u.input_tokens}+{u.output_tokens} tokens · "
+        f"[dim]{result.turns} turn{'' if result.turns == 1 else 's'} · "
+        f"{u.input_tokens}+{u.output_tokens} tokens · "
         f"${u.cost_usd:.4f}[/]"
     )
     if owner is not None:

@@ -64,7 +64,7 @@ AsOption = Annotated[
 )
 def inbox(
     store: StoreOption = None,
-    limit: Annotated[int, typer.Option(help="How many waiting runs to look at.")] = 200,
+    limit: Annotated[int, typer.Option(min=1, help="How many waiting runs to look at.")] = 200,
     as_json: JsonOption = False,
 ) -> None:
     """List interrupts waiting for a person, across runs, with what each one would do."""

@@ -274,7 +274,7 @@ def runs(
             help=f"Only runs with this status: {', '.join(RunStatus)}.",
         ),
     ] = None,
-    limit: Annotated[int, typer.Option(help="How many runs to list.")] = 50,
+    limit: Annotated[int, typer.Option(min=1, help="How many runs to list.")] = 50,
     top_level: Annotated[
         bool, typer.Option("--top-level", help="Only runs no other run started (no child runs).")
     ] = False,
@@ -324,7 +324,7 @@ def _runs_table(rows: list[RunSummary], dropped: tuple[str, ...]) -> Table:
 
 
 @app.command(
-    short_help="Show a run's timeline: every recorded event.",
+    short_help="Show a run's timeline, and the tree of what it started.",
     epilog=examples(
         "contextos show run_3f2a9c",
         "contextos show run_3f --follow",
@@ -351,7 +351,8 @@ def show(
     ] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Show a run's timeline: every recorded event, in order."""
+    """Show a run's timeline: every recorded event, in order; then, for a workflow or a
+    run that delegated, the tree of its nodes and child runs with their status and spend."""
     run_id = resolve_run(store, run_id)
     if text:  # the compiled context as text: --context is implied
         sys.stdout.write(prompts_text(call(store, lambda rt: rt.prompts(run_id))))

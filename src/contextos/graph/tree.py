@@ -177,6 +177,8 @@ def _node_detail(node: NodeRun, spec: dict[str, Any]) -> str:
     if node.rounds:
         how = {True: ", converged", False: ", did not converge", None: ""}[node.converged]
         parts.append(f"{len(node.rounds)} rounds{how}")
+    if node.route is not None:
+        parts.append(f"routed to {node.route}")
     return ", ".join(parts)
 
 

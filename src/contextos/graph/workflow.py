@@ -192,8 +192,9 @@ class Workflow:
 
         A function that acts on the world declares it (`effect="write"`, `"reversible_write"`
         or `"irreversible"`) and runs at most once: its intent is recorded before it runs,
-        and a workflow stopped after that and before its output was recorded fails with
-        `outcome_unknown` on resume instead of running it again."""
+        and a workflow stopped after that and before its output was recorded asks a person
+        on resume whether it acted (`input_required`), instead of running it again; left
+        unanswered, it fails `outcome_unknown`."""
         try:
             kind = EffectKind(effect) if effect is not None else None
         except ValueError:

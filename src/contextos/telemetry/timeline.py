@@ -193,7 +193,7 @@ def describe(event: ev.Event) -> str:
         case ev.ChildRunFinished():
             why = f" ({event.reason}: {_clip(event.message, 80)})" if event.reason else ""
             return (
-                f"child {event.child_run_id} {event.status}{why}: {event.turns} turns, "
+                f"child {event.child_run_id} {event.status}{why}: {_turns(event.turns)}, "
                 f"{event.usage.total_tokens} tokens, ${event.usage.cost_usd:.4f}"
             )
         case ev.WorkflowBound():
@@ -223,7 +223,7 @@ def _where(c: DelegationContract) -> str:
 def _contract(c: DelegationContract) -> str:
     """The contract in one line: objective, tools, forbidden effects, budget, what comes back."""
     b = c.budget
-    spend = [f"{b.max_turns} turns"]
+    spend = [_turns(b.max_turns)]
     if b.max_tokens is not None:
         spend.append(f"{b.max_tokens} tokens")
     if b.max_cost_usd is not None:
@@ -258,3 +258,7 @@ def _fields(event: Any) -> str:
 def _clip(text: str, limit: int = 120) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _turns(n: int) -> str:
+    return f"{n} turn" + ("" if n == 1 else "s")
