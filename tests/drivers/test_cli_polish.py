@@ -58,6 +58,21 @@ def test_the_runs_table_fits_80_columns_without_cutting_an_id(tmp_path: Path) ->
     assert "tokens" in lines[1] and "cost" in lines[1]  # what the run spent stays
 
 
+def test_show_on_80_columns_gives_each_event_a_line_and_its_detail_the_width(
+    tmp_path: Path,
+) -> None:
+    db = str(tmp_path / "runs.db")
+    assert cli("run", AGENT, "Greet Ada", "--run-id", "run_narrow", "--store", db).exit_code == 0
+    shown = cli("show", "run_narrow", "--store", db)
+    assert shown.exit_code == 0
+    lines = shown.stdout.splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= 80
+    created = next(i for i, line in enumerate(lines) if " run_created runtime" in line)
+    assert lines[created].split()[0] == "1"  # the seq, the time, the whole event type, the actor
+    assert lines[created + 1].startswith("  greeter v1 started on: Greet Ada")  # then its detail
+    assert any(" run_completed worker:" in line and "(after #" in line for line in lines)
+
+
 def test_serve_without_a_worker_says_runs_will_wait(tmp_path: Path) -> None:
     serving = subprocess.Popen(
         [

@@ -15,6 +15,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.measure import Measurement
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
@@ -379,25 +380,11 @@ def show(
         )
         return
     style = STATUS_STYLE.get(result.status, "")
-    table = Table(
-        title=f"run {run_id} [{style}]{result.status}[/]", title_justify="left", show_lines=False
-    )
-    table.add_column("#", justify="right")
-    table.add_column("cause", justify="right")
-    table.add_column("time")
-    table.add_column("event")
-    table.add_column("actor")
-    table.add_column("detail", overflow="fold")
-    for e in entries:
-        table.add_row(
-            str(e.seq),
-            f"#{e.causation_id}" if e.causation_id is not None else "",
-            e.occurred_at.strftime("%H:%M:%S.%f")[:-3],
-            e.type,
-            e.actor,
-            Text(e.line),  # event text is data, never Rich markup
-        )
-    console.print(table)
+    console.print(f"run {run_id} [{style}]{result.status}[/]")
+    if console.width >= WIDE_TIMELINE:
+        console.print(_timeline_table(entries))
+    else:
+        _print_timeline_lines(entries)
     if context:
         _print_contexts(entries)
     if tree.children:
@@ -426,6 +413,47 @@ def _print_tree(tree: RunTree) -> None:
     root = Tree(_tree_line(tree))
     add(root, tree)
     console.print(root)
+
+
+WIDE_TIMELINE = 120
+"""From this many columns the timeline is a table; below, each event takes a line of its own
+and its detail the lines below it, at the terminal's full width."""
+
+
+def _timeline_table(entries: list[TimelineEntry]) -> Table:
+    table = Table(show_lines=False)
+    table.add_column("#", justify="right")
+    table.add_column("cause", justify="right")
+    table.add_column("time")
+    table.add_column("event", no_wrap=True)
+    table.add_column("actor", no_wrap=True)
+    table.add_column("detail", overflow="fold")
+    for e in entries:
+        table.add_row(
+            str(e.seq),
+            f"#{e.causation_id}" if e.causation_id is not None else "",
+            e.occurred_at.strftime("%H:%M:%S.%f")[:-3],
+            e.type,
+            e.actor,
+            Text(e.line),  # event text is data, never Rich markup
+        )
+    return table
+
+
+def _print_timeline_lines(entries: list[TimelineEntry]) -> None:
+    """The timeline for a narrow terminal: `#seq time event actor (after #cause)`, then the
+    detail indented below it."""
+    pad = len(str(entries[-1].seq)) if entries else 1
+    for e in entries:
+        head = Text(f"{e.seq:>{pad}} ", style="bold")
+        head.append(e.occurred_at.strftime("%H:%M:%S.%f")[:-3], style="dim")
+        head.append(f" {e.type} ", style="cyan")
+        head.append(e.actor, style="dim")
+        if e.causation_id is not None:
+            head.append(f" (after #{e.causation_id})", style="dim")
+        console.print(head, overflow="fold")
+        detail = Text(e.line)  # event text is data, never Rich markup
+        console.print(Padding(detail, (0, 0, 0, pad + 1), expand=False), overflow="fold")
 
 
 def _tree_line(t: RunTree) -> Text:

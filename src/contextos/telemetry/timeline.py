@@ -184,6 +184,14 @@ def describe(event: ev.Event) -> str:
             return "expired" + (f": {event.reason}" if event.reason else "")
         case ev.RunCancelled():
             return f"cancelled by {event.actor}" + (f": {event.reason}" if event.reason else "")
+        case ev.RunEnding():
+            why = event.message or event.reason
+            what = (
+                f"{event.actor} asked to cancel it"
+                if event.outcome == "cancelled"
+                else f"ending {event.outcome} once its effects settle"
+            )
+            return what + (f": {why}" if why else "")
         case ev.DelegationBound():
             deal = event.contract
             return f"delegated by {deal.parent_run_id}{_where(deal)}: {_contract(deal)}"
