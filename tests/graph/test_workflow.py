@@ -499,6 +499,24 @@ async def test_cancelling_a_running_workflow_ends_it_with_what_its_children_spen
     ]
 
 
+async def test_a_workflow_asked_to_end_while_nobody_drove_it_ends_when_next_driven(
+    rt: Runtime,
+) -> None:
+    flow = Workflow("ending", input=Numbers)
+    flow.map("double", doubler(), over="values")
+    run_id = await rt.start(flow, Numbers(values=[1]))
+    # What a cancel leaves when the driver it asked dies before ending the run.
+    state = await rt.state(run_id)
+    asked = ev.RunEnding(
+        run_id=run_id, seq=state.seq + 1, outcome="cancelled", reason="stop", actor="user"
+    )
+    await rt.store.append(run_id, [asked], expected_seq=state.seq)
+    result = await rt.resume(run_id, flow)
+    assert result.status is RunStatus.CANCELLED
+    assert (await rt.events(run_id))[-1].type == "run_cancelled"
+    assert (await rt.state(run_id)).children == {}  # it started nothing more
+
+
 async def test_a_map_whose_items_cannot_be_listed_fails_with_a_readable_log(rt: Runtime) -> None:
     class Maybe(BaseModel):
         values: list[int] | None = None

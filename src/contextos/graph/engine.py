@@ -163,34 +163,36 @@ class WorkflowDriver:
 
     async def drive(self) -> RunState:
         s = self.state
-        await self._begin()
-        if s.ending is not None and not s.is_terminal:
-            await self._end()  # asked to end while nobody drove it
-            return s
-        if s.status is not RunStatus.RUNNING:
-            return s
+        try:
+            await self._begin()
+            if s.ending is not None and not s.is_terminal:
+                raise _Ending  # asked to end while nobody drove it
+            if s.status is RunStatus.RUNNING:
+                await self._run()
+        except _Ending:
+            await self._end()
+        return s
+
+    async def _run(self) -> None:
+        s = self.state
         try:
             result = await self._graph()
         except _Failed as failure:
             await self._fail(failure)
-            return s
-        except _Ending:
-            await self._end()
-            return s
+            return
         if isinstance(result, _Waiting):
             if s.pending_interrupts:
-                return s  # a person is asked; their answer queues the workflow again
+                return  # a person is asked; their answer queues the workflow again
             if not self.stop_requested:
                 self.stop_requested = True
                 self.stop_reason = "waiting for a child run that waits for a person"
                 self.wake_after_s = WAIT_S
-            return s
+            return
         node = self.workflow.output_node
         data = node.adapter.dump_python(result, mode="json")
         await self.record(
             ev.RunCompleted, output=node.adapter.dump_json(result).decode(), structured_output=data
         )
-        return s
 
     async def _begin(self) -> None:
         s = self.state
