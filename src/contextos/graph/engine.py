@@ -50,9 +50,6 @@ class _Ending(Exception):
     """Internal: someone asked the workflow to end (`RunEnding`); it stops its nodes and ends."""
 
 
-_REASONS = {r.value for r in FailureReason}
-
-
 class _Waiting:
     """A node that cannot finish now: a child run waits for a person, or this process stops."""
 
@@ -283,19 +280,11 @@ class WorkflowDriver:
         items = await self._stop_children(f"workflow {s.run_id} was {ending.outcome}")
         if ending.outcome == "cancelled":
             items.append((ev.RunCancelled, {"reason": ending.reason, "actor": ending.actor}))
-        else:
-            reason = FailureReason(ending.reason) if ending.reason in _REASONS else None
-            error = {"code": (reason or FailureReason.NODE_FAILED).value, **ending.error}
-            items.append(
-                (
-                    ev.RunFailed,
-                    {
-                        "reason": reason or FailureReason.NODE_FAILED,
-                        "message": ending.message,
-                        "error": error,
-                    },
-                )
-            )
+        else:  # only a cancel asks a workflow to end today; any other end is a failure
+            failed = FailureReason.NODE_FAILED
+            why = ending.message or ending.reason
+            error = {"code": failed.value, **ending.error}
+            items.append((ev.RunFailed, {"reason": failed, "message": why, "error": error}))
         await self.children.record(*items)
 
     async def _stop_children(self, reason: str) -> list[tuple[type[Any], dict[str, Any]]]:
