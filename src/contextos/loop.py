@@ -13,7 +13,6 @@ own state.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import hashlib
 import json
 import time
@@ -29,7 +28,7 @@ from contextos.agents import Agent
 from contextos.causality import stamp
 from contextos.context.compiled import HistoryIndex, compile_context
 from contextos.context.rendered import RenderedLog
-from contextos.errors import ConcurrencyConflict, ModelError, ToolManifestChanged
+from contextos.errors import ModelError, ToolManifestChanged
 from contextos.events import utcnow
 from contextos.messages import FinishReason, Message, ToolCall
 from contextos.middleware.base import (
@@ -50,7 +49,7 @@ from contextos.policy.identity import RunContext, classification_rank
 from contextos.runs import FailureReason, RunStatus
 from contextos.state import RunState, apply
 from contextos.store.artifacts import record_artifact
-from contextos.store.base import EventStore
+from contextos.store.base import EventStore, append_after
 from contextos.tools.ask import HumanTool
 from contextos.tools.batch import independent_reads, run_together
 from contextos.tools.contract import Tool, ToolContext
@@ -159,22 +158,15 @@ class Driver:
         `synchronous=False` does not wait for the disk (see `EventStore.append`): the commit of
         the next step flushes it.
         """
-        while True:
-            events = tuple(stamp(self.state, events))
-            try:
-                await self.store.append(
-                    self.state.run_id, events, expected_seq=self.state.seq, synchronous=synchronous
-                )
-                break
-            except ConcurrencyConflict:
-                # A person may have asked the run to end or to pause: fold that in and append
-                # after it. Any other writer means we lost the run, and the fence stands.
-                tail = await self.store.read(self.state.run_id, after_seq=self.state.seq)
-                if not tail or not all(isinstance(e, _REQUESTS) for e in tail):
-                    raise
-                for e in tail:
-                    apply(self.state, e)
-                events = tuple(_renumbered(e, self.state.seq + i) for i, e in enumerate(events, 1))
+        # A person may have asked the run to end or to pause meanwhile: the events follow that.
+        events = await append_after(
+            self.store,
+            self.state,
+            events,
+            requests=_REQUESTS,
+            synchronous=synchronous,
+            prepare=lambda batch: stamp(self.state, batch),
+        )
         for e in events:
             apply(self.state, e)
         if self.on_commit is not None:
@@ -689,7 +681,3 @@ def _with_unique_call_ids(response: ModelResponse, turn: int) -> Message:
         for i, c in enumerate(message.tool_calls)
     )
     return Message(role="assistant", content=message.content, tool_calls=calls)
-
-
-def _renumbered(event: ev.Event, seq: int) -> ev.Event:
-    return dataclasses.replace(event, seq=seq)

@@ -10,7 +10,6 @@ in flight is resumed. Nodes that read only completed nodes run at the same time.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
@@ -22,14 +21,13 @@ from pydantic import ValidationError
 from contextos import events as ev
 from contextos.agents import Subagent
 from contextos.delegation import ChildRun, ChildStatus, DelegationContract, NodeStatus
-from contextos.errors import ConcurrencyConflict
 from contextos.events import utcnow
 from contextos.graph.children import WAIT_S, ChildHost, Delegations, child_input, remaining
 from contextos.graph.workflow import ClaimCheck, Node, Route, Workflow
 from contextos.records.interrupts import Interrupt, InterruptKind, interrupt_id_for
 from contextos.runs import FailureReason, RunStatus
 from contextos.state import RunState, apply
-from contextos.store.base import EventStore, load_state
+from contextos.store.base import EventStore, append_after, load_state
 from contextos.tools._invoke import error_text
 
 
@@ -126,23 +124,9 @@ class WorkflowDriver:
     async def commit(self, *events: ev.Event, synchronous: bool = True) -> None:
         """Append events (the fence), then fold them in; `_Ending` once someone asked the
         workflow to end, after what was asked for is committed."""
-        while True:
-            try:
-                await self.store.append(
-                    self.state.run_id, events, expected_seq=self.state.seq, synchronous=synchronous
-                )
-                break
-            except ConcurrencyConflict:
-                # A person asking the workflow to end is folded in, and the events go after it;
-                # any other writer means we lost the run, and the fence stands.
-                tail = await self.store.read(self.state.run_id, after_seq=self.state.seq)
-                if not tail or not all(isinstance(e, ev.RunEnding) for e in tail):
-                    raise
-                for e in tail:
-                    apply(self.state, e)
-                events = tuple(
-                    dataclasses.replace(e, seq=self.state.seq + i) for i, e in enumerate(events, 1)
-                )
+        events = await append_after(
+            self.store, self.state, events, requests=(ev.RunEnding,), synchronous=synchronous
+        )
         for e in events:
             apply(self.state, e)
         if self.on_commit is not None:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Protocol, cast, runtime_checkable
 
@@ -13,9 +13,9 @@ from pydantic_core import PydanticSerializationError
 
 from contextos import codec
 from contextos import events as ev
-from contextos.errors import EventDecodeError, EventEncodeError
+from contextos.errors import ConcurrencyConflict, EventDecodeError, EventEncodeError
 from contextos.runs import RunId, RunStatus
-from contextos.state import RunState, fold
+from contextos.state import RunState, apply, fold
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -188,6 +188,35 @@ async def load_state(store: EventStore, run_id: RunId) -> RunState:
     if conforms(store, StateStore):
         return await cast(StateStore, store).state(run_id)
     return fold(await store.read(run_id), run_id)
+
+
+async def append_after(
+    store: EventStore,
+    state: RunState,
+    events: Sequence[ev.Event],
+    *,
+    requests: tuple[type[ev.Event], ...],
+    synchronous: bool = True,
+    prepare: Callable[[Sequence[ev.Event]], Sequence[ev.Event]] = tuple,
+) -> tuple[ev.Event, ...]:
+    """Append `events` right after `state` (the fence), and return them as appended (each
+    time through `prepare`, which may fill in what depends on the state).
+
+    Someone else's `requests` (a person asking the run to end or to pause) may have come in
+    since: they are folded into `state`, and the events numbered to follow them. Any other
+    writer means the run was lost, and ConcurrencyConflict stands."""
+    while True:
+        out = tuple(prepare(events))
+        try:
+            await store.append(state.run_id, out, expected_seq=state.seq, synchronous=synchronous)
+            return out
+        except ConcurrencyConflict:
+            tail = await store.read(state.run_id, after_seq=state.seq)
+            if not tail or not all(isinstance(e, requests) for e in tail):
+                raise
+            for e in tail:
+                apply(state, e)
+            events = [replace(e, seq=state.seq + i) for i, e in enumerate(out, 1)]
 
 
 Row = tuple[int, str, int, bytes, datetime | str]
