@@ -12,8 +12,9 @@ from typing import Any
 
 from bench.harness import ms, sec, size
 
-GUARD_SITES = ("context/compiled.py", "middleware/pii.py", "middleware/sanitize.py")
-"""Where the history index and the content guards keep what they made of each message."""
+GUARD_SITES = ("context/compiled.py", "middleware/pii.py", "middleware/sanitize.py", "untrusted.py")
+"""Where the history index and the content guards keep what they made of each message (the
+sanitizer's text is made in `untrusted.py`)."""
 
 
 def recovery(turns: int, events: int, resume_ms: float, langgraph_resume_ms: float) -> str:

@@ -277,7 +277,10 @@ def _lg_agent(turns: int, checkpointer: Any) -> tuple[Any, dict[str, Any]]:
 
 PARTS = (
     ("PII redaction (middleware/pii.py)", ("/middleware/pii.py",)),
-    ("untrusted-output sanitizer (middleware/sanitize.py)", ("/middleware/sanitize.py",)),
+    (
+        "untrusted-output sanitizer (middleware/sanitize.py, untrusted.py)",
+        ("/middleware/sanitize.py", "/untrusted.py"),
+    ),
     ("compaction (middleware/compaction.py)", ("/middleware/compaction.py",)),
     ("budget gate (middleware/budget.py)", ("/middleware/budget.py",)),
     ("policy gate: authority, rules, limits (policy/)", ("/policy/",)),
