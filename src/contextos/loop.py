@@ -468,7 +468,9 @@ class Driver:
             return  # a person must confirm an effect first; the run waits, still ending
         assert s.ending is not None
         if s.ending.outcome == "cancelled":
-            await self.commit(self.event(ev.RunCancelled, reason=s.ending.reason))
+            await self.commit(
+                self.event(ev.RunCancelled, reason=s.ending.reason, actor=s.ending.actor)
+            )
         else:
             reason, text, error = _ending_failure(s)
             await self.commit(self.event(ev.RunFailed, reason=reason, message=text, error=error))

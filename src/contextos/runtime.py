@@ -452,11 +452,11 @@ class Runtime:
 
         A run with effects to settle (calls in flight, committed reversible writes to undo) is
         asked to end instead (`RunEnding`): its worker cancels the call in flight, resolves it,
-        runs the compensations and then records the cancellation. So is a workflow a live
-        driver holds with children running: its driver stops them and records what they
-        became (their spend counts in its own), then the cancellation, which this waits a
-        few seconds for. A run nobody drives is settled here and now (with `agent`, or the
-        agent its reference names).
+        runs the compensations and then records the cancellation. So is a run a live driver
+        holds with child runs in flight (a workflow's, an agent's subagents): they are
+        cancelled, its driver records what they became (their spend counts in its own), then
+        the cancellation, which this waits a few seconds for. A run nobody drives is settled
+        here and now (with `agent`, or the agent its reference names).
         """
         state = await self._steering.cancel(RunId(run_id), reason=reason, actor=actor, agent=agent)
         return RunResult.from_state(state)

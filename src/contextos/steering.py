@@ -97,18 +97,19 @@ class Steering:
         return state
 
     async def _driven_with_children(self, state: RunState) -> bool:
-        """Whether the run is a workflow a live driver holds with children running: asked to
-        end, it stops them and records what they became, so that their spend counts in its
-        own. (Nobody driving it, it is cancelled at once, and its children after it.)"""
-        if state.workflow is None or not state.running_children:
+        """Whether a live driver holds the run with children running (a workflow's, or an
+        agent's subagents): asked to end, it records what they became once they stop, so that
+        their spend counts in its own. (Nobody driving it, it is cancelled at once, and its
+        children after it.)"""
+        if not state.running_children:
             return False
         if state.status is not RunStatus.RUNNING:
             return False
         return await self._own.owner(state.run_id) is not None
 
     async def _ended(self, rid: RunId, state: RunState) -> RunState:
-        """The workflow once its live driver, woken by its children's cancellation, has ended
-        it; or as it is after a few seconds, still ending."""
+        """The run once its live driver, woken by its children's cancellation, has ended it;
+        or as it is after a few seconds, still ending."""
         pause = 0.02
         for _ in range(ENDING_POLLS):
             await asyncio.sleep(pause)

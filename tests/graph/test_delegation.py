@@ -4,6 +4,7 @@ typed results coming back instead of transcripts."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -162,6 +163,39 @@ def test_a_subagent_allowed_a_tool_its_agent_does_not_have_is_refused_when_decla
     assert Subagent(agent=helper, tools=("read_*",)).tools == ("read_*",)
     with pytest.raises(ConfigError, match=r"allows the tool 'rm_rf', which none of agent "):
         Subagent(agent=helper, tools=("read_doc", "rm_rf"))
+
+
+async def test_cancelling_an_agent_while_its_subagent_runs_counts_what_the_child_spent(
+    rt: Runtime,
+) -> None:
+    never = asyncio.Event()
+
+    @tool(timeout_s=60)
+    async def wait(q: str) -> str:
+        """Wait for something that never comes."""
+        await never.wait()
+        return "late"
+
+    helper = Agent(
+        name="helper", model=ScriptedModel([call_tool("wait", {"q": "x"})] * 3), tools=[wait]
+    )
+    p = planner(delegate("wait for it"), reply("done"), sub=Subagent(agent=helper))
+    running = asyncio.create_task(rt.run(p, "go"))
+    while not [r for r in await rt.runs(status=RunStatus.RUNNING) if "." in r.run_id]:
+        await asyncio.sleep(0.02)
+    (top,) = await rt.runs(top_level=True)
+    cancelled = await rt.cancel(top.run_id, reason="stop")
+    assert cancelled.status is RunStatus.CANCELLED and (await running).status is cancelled.status
+    events = await rt.events(top.run_id)
+    assert [e.type for e in events if e.type.startswith(("run_", "child_"))][-3:] == [
+        "run_ending",
+        "child_run_finished",
+        "run_cancelled",
+    ]
+    (child,) = [r for r in await rt.runs() if "." in r.run_id]
+    (parent,) = await rt.runs(top_level=True)
+    assert child.status is RunStatus.CANCELLED and child.turns == 1
+    assert parent.turns == 1 + child.turns  # its own model call and what its child spent
 
 
 async def test_a_separately_started_child_gets_at_most_what_its_parent_has_left(
