@@ -20,21 +20,30 @@ workflow's identity: a run never resumes under a different graph.
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import hashlib
-import inspect
 import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any, Generic, Literal, TypeVar, get_args, get_origin, get_type_hints
+from typing import Any, Generic, Literal, TypeVar, get_args, get_origin
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from contextos.agents import Agent, Subagent, load_ref
 from contextos.errors import ConfigError
+from contextos.graph.declared import (
+    accepts,
+    check_list_field,
+    check_params,
+    code_of,
+    positive,
+    problems,
+    returns_of,
+    schema,
+    type_hints_of,
+    type_name,
+)
 from contextos.graph.outputs import ClaimCheck, Collected, Gated, ItemFailure, Rejected
 from contextos.runs import Budget
 from contextos.tools.contract import EffectKind
@@ -103,14 +112,14 @@ class Node(Generic[T]):
             "name": self.name,
             "kind": self.kind,
             "after": list(self.after),
-            "output": _schema(self.output),
-            "fn": _code(self.fn),
+            "output": schema(self.output),
+            "fn": code_of(self.fn),
             "agent": self.spec.identity() if self.spec is not None else None,
-            "over": self.over if isinstance(self.over, str) else _code(self.over),
+            "over": self.over if isinstance(self.over, str) else code_of(self.over),
             "objective": self.objective
             if isinstance(self.objective, str)
-            else _code(self.objective),
-            "until": _code(self.until),
+            else code_of(self.objective),
+            "until": code_of(self.until),
             "max_rounds": self.max_rounds,
             "on_limit": self.on_limit,
         }
@@ -140,7 +149,7 @@ class Route:
     def identity(self) -> dict[str, Any]:
         return {
             "source": self.source,
-            "cases": [[_code(p), t] for p, t in self.cases],
+            "cases": [[code_of(p), t] for p, t in self.cases],
             "otherwise": self.otherwise,
         }
 
@@ -220,7 +229,7 @@ class Workflow:
         if get_origin(source.output) is not list:
             raise ConfigError(
                 f"node {name!r} reduces a list, but {source.name!r} gives "
-                f"{_name(source.output)}; read a map or a node that gives a list",
+                f"{type_name(source.output)}; read a map or a node that gives a list",
                 node=name,
             )
         return self._code("reduce", name, fn, after, output)
@@ -276,8 +285,8 @@ class Workflow:
             each = spec.expected_output or str
         else:
             fn = worker
-            each = output or _returns(name, worker)
-            _check_params(name, worker, [item_type])
+            each = output or returns_of(name, worker)
+            check_params(name, worker, [item_type])
         merged: Any = each  # first
         if merge == "all":
             merged = list[each]  # type: ignore[valid-type]
@@ -294,7 +303,7 @@ class Workflow:
                 over=over,
                 item=item_type,
                 objective=objective,
-                concurrency=_positive(name, concurrency),
+                concurrency=positive(name, concurrency),
                 merge=merge,
             )
         )
@@ -320,7 +329,7 @@ class Workflow:
             spec = self._spec(name, check, ClaimCheck)
         else:
             fn = check
-            _check_params(name, check, [item_type])
+            check_params(name, check, [item_type])
         return self._add(
             Node(
                 name=name,
@@ -332,7 +341,7 @@ class Workflow:
                 over=over,
                 item=item_type,
                 objective=claim,
-                concurrency=_positive(name, concurrency),
+                concurrency=positive(name, concurrency),
             )
         )
 
@@ -357,7 +366,7 @@ class Workflow:
             spec = self._spec(name, body, state_type)
         else:
             fn = body
-            _check_params(name, body, [state_type])
+            check_params(name, body, [state_type])
         if on_limit not in ("fail", "accept"):
             raise ConfigError(f"node {name!r}: on_limit is 'fail' or 'accept'", node=name)
         return self._add(
@@ -370,7 +379,7 @@ class Workflow:
                 spec=spec,
                 objective=objective,
                 until=until,
-                max_rounds=_positive(name, max_rounds),
+                max_rounds=positive(name, max_rounds),
                 on_limit=on_limit,
             )
         )
@@ -405,12 +414,12 @@ class Workflow:
             if target.name in taken or targets.count(target) > 1:
                 raise ConfigError(f"node {target.name!r} is the target of two routes")
         for predicate, _ in cases:
-            _check_params(source.name, predicate, [source.output])
-            answer = _hints(predicate).get("return")
+            check_params(source.name, predicate, [source.output])
+            answer = type_hints_of(predicate).get("return")
             if answer is not None and answer is not bool:
                 raise ConfigError(
                     f"the route out of {source.name!r}: a predicate returns bool, not "
-                    f"{_name(answer)}",
+                    f"{type_name(answer)}",
                     node=source.name,
                 )
         route = Route(
@@ -427,9 +436,9 @@ class Workflow:
         upstream = self._after(name, after, None)
         given = [(self._build.nodes.get(a) or self.start).output for a in upstream]
         out = output if output is not None else given[0]
-        if not all(_accepts(out, g) for g in given):
+        if not all(accepts(out, g) for g in given):
             raise ConfigError(
-                f"join {name!r}: its branches give {', '.join(_name(g) for g in given)}; "
+                f"join {name!r}: its branches give {', '.join(type_name(g) for g in given)}; "
                 "pass output=TYPE that each of them fits",
                 node=name,
             )
@@ -495,7 +504,7 @@ class Workflow:
         identity = {
             "name": self.name,
             "version": self.version,
-            "input": _schema(self.input_type),
+            "input": schema(self.input_type),
             "budget": {k: getattr(self.budget, k) for k in type(self.budget).__dataclass_fields__},
             "nodes": [n.identity() for n in self.nodes],
             "output": self.output_node.name,
@@ -513,7 +522,7 @@ class Workflow:
         nodes = []
         for n in self.nodes:
             shape: dict[str, Any] = {"name": n.name, "kind": n.kind, "after": list(n.after)}
-            shape["output"] = _name(n.output)
+            shape["output"] = type_name(n.output)
             route = self.route_of(n.name)
             if route is not None:
                 shape["routes"] = list(route.targets)
@@ -534,7 +543,7 @@ class Workflow:
         except ValidationError as exc:
             raise ConfigError(
                 f"the input of workflow {self.name} is not a valid "
-                f"{self.input_type.__name__}: {_problems(exc)}",
+                f"{self.input_type.__name__}: {problems(exc)}",
                 workflow=self.name,
             ) from None
         return parsed.model_dump_json()
@@ -552,12 +561,12 @@ class Workflow:
     ) -> Node[Any]:
         upstream = self._after(name, after, None)
         given = [(self._build.nodes.get(a) or self.start).output for a in upstream]
-        _check_params(name, fn, given)
+        check_params(name, fn, given)
         return self._add(
             Node(
                 name=name,
                 kind=kind,
-                output=output or _returns(name, fn),
+                output=output or returns_of(name, fn),
                 after=upstream,
                 fn=fn,
                 effect=effect,
@@ -600,7 +609,7 @@ class Workflow:
         wanted = output if output is not None else spec.expected_output
         if wanted is not None and not (isinstance(wanted, type) and issubclass(wanted, BaseModel)):
             raise ConfigError(
-                f"node {name!r}: an agent answers with a Pydantic model, not {_name(wanted)}",
+                f"node {name!r}: an agent answers with a Pydantic model, not {type_name(wanted)}",
                 node=name,
             )
         return replace(spec, name=name, output_type=wanted)
@@ -610,7 +619,7 @@ class Workflow:
     ) -> Any:
         source = (self._build.nodes.get(upstream) or self.start).output
         if isinstance(over, str):
-            _check_list_field(name, source, over)
+            check_list_field(name, source, over)
         if item is not None:
             return item
         if over is None:
@@ -619,36 +628,13 @@ class Workflow:
             annotation = source.model_fields[over].annotation
             found = get_args(annotation)[0] if get_origin(annotation) is list else None
         else:
-            ret = _hints(over).get("return")
+            ret = type_hints_of(over).get("return")
             found = get_args(ret)[0] if get_args(ret) else None
         if found is None:
             raise ConfigError(
                 f"node {name!r}: cannot tell the type of one item; pass item=TYPE", node=name
             )
         return found
-
-
-# -- checking types when the workflow is declared --------------------------------------------
-
-
-def _check_list_field(node: str, source: Any, over: str) -> None:
-    """ConfigError unless `over` names a field of `source` (a model) that can hold a list."""
-    fields = getattr(source, "model_fields", None)
-    if fields is None:
-        return  # not a model: what it holds is known only when it runs
-    if over not in fields:
-        raise ConfigError(
-            f"node {node!r} maps over {over!r}, but {_name(source)} has no field of that name; "
-            f"its fields: {', '.join(fields) or 'none'}",
-            node=node,
-        )
-    annotation = fields[over].annotation
-    if isinstance(annotation, type) and not issubclass(annotation, list | tuple | set | frozenset):
-        raise ConfigError(
-            f"node {node!r} maps over {_name(source)}.{over}, a {_name(annotation)}, not a "
-            "list: map over a field that holds the items",
-            node=node,
-        )
 
 
 def load_runnable(ref: str) -> Agent | Workflow:
@@ -661,133 +647,6 @@ def load_runnable(ref: str) -> Agent | Workflow:
             ref=ref,
         )
     return obj
-
-
-def _hints(fn: Any) -> dict[str, Any]:
-    """A function's annotations, resolved; names it closes over count too (a type defined in
-    the function that declares the workflow)."""
-    code, cells = getattr(fn, "__code__", None), getattr(fn, "__closure__", None) or ()
-    local: dict[str, Any] = {}
-    for name, cell in zip(code.co_freevars if code else (), cells, strict=False):
-        with contextlib.suppress(ValueError):  # a cell not filled yet
-            local[name] = cell.cell_contents
-    try:
-        return get_type_hints(fn, localns=local)
-    except Exception:  # unresolvable annotations only cost the declaration-time check
-        return {}
-
-
-def _returns(name: str, fn: Callable[..., Any]) -> Any:
-    ret = _hints(fn).get("return")
-    if ret is None:
-        raise ConfigError(
-            f"node {name!r}: say what it gives, with a return annotation or output=TYPE",
-            node=name,
-        )
-    origin = get_origin(ret)
-    if origin is not None and getattr(origin, "__name__", "") in ("Awaitable", "Coroutine"):
-        ret = get_args(ret)[-1]
-    return ret
-
-
-def _check_params(name: str, fn: Callable[..., Any], given: list[Any]) -> None:
-    """The function must take what the nodes it reads give, in order."""
-    try:
-        params = [
-            p
-            for p in inspect.signature(fn).parameters.values()
-            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-        ]
-    except (TypeError, ValueError):
-        return
-    if len(params) != len(given):
-        raise ConfigError(
-            f"node {name!r}: its function takes {len(params)} argument(s), and it reads "
-            f"{len(given)} node(s)",
-            node=name,
-        )
-    hints = _hints(fn)
-    for p, g in zip(params, given, strict=True):
-        wanted = hints.get(p.name)
-        if wanted is not None and not _accepts(wanted, g):
-            raise ConfigError(
-                f"node {name!r}: parameter {p.name} takes {_name(wanted)}, but it is given "
-                f"{_name(g)}",
-                node=name,
-            )
-
-
-def _accepts(wanted: Any, given: Any) -> bool:
-    if wanted is Any or wanted == given:
-        return True
-    if isinstance(wanted, type) and isinstance(given, type):
-        return issubclass(given, wanted)
-    w, g = get_origin(wanted), get_origin(given)
-    if w is not None and w is g:
-        return all(_accepts(a, b) for a, b in zip(get_args(wanted), get_args(given), strict=False))
-    return False
-
-
-def _positive(name: str, n: int) -> int:
-    if not isinstance(n, int) or n < 1:
-        raise ConfigError(f"node {name!r}: expected a whole number of at least 1, not {n!r}")
-    return n
-
-
-def _name(t: Any) -> str:
-    return getattr(t, "__name__", None) or str(t).replace("typing.", "")
-
-
-def _schema(t: Any) -> Any:
-    try:
-        return _known_schema(t)
-    except TypeError:  # an unhashable type: not kept
-        return _schema_of(t)
-
-
-@functools.lru_cache(maxsize=256)
-def _known_schema(t: Any) -> Any:
-    # a type's schema is asked for each time a run starts or resumes, and building it is the
-    # bulk of a workflow's identity hash: built once per type
-    return _schema_of(t)
-
-
-def _schema_of(t: Any) -> Any:
-    try:
-        return TypeAdapter(t).json_schema()
-    except Exception:  # a type without a schema is named instead
-        return _name(t)
-
-
-def _code(fn: Any) -> str | None:
-    """A function as the identity hash sees it: its qualified name and its source (not its
-    module's name, which depends on how the module was imported)."""
-    if fn is None:
-        return None
-    name = str(getattr(fn, "__qualname__", repr(fn)))
-    code = getattr(inspect.unwrap(fn), "__code__", fn)  # new closures share their code
-    try:
-        digest = _source_digest(code)
-    except TypeError:  # an unhashable callable: not kept
-        digest = _source_digest.__wrapped__(code)
-    return name if digest is None else f"{name}:{digest}"
-
-
-@functools.lru_cache(maxsize=1024)
-def _source_digest(code: Any) -> str | None:
-    # reading a function's source is the rest of a workflow's identity hash: once per code
-    try:
-        source = inspect.getsource(code)
-    except (OSError, TypeError):  # no source at hand (a builtin, an interactive session)
-        return None
-    return hashlib.sha256(source.encode()).hexdigest()[:16]
-
-
-def _problems(exc: ValidationError) -> str:
-    return "; ".join(
-        f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}"
-        for e in exc.errors(include_url=False)
-    )
 
 
 __all__ = [
