@@ -36,6 +36,7 @@ from contextos.policy import Decision
 from contextos.runs import RunId
 from contextos.state import RunState, fold
 from contextos.testing import ScriptedModel, call_tool, call_tools, reply
+from support.waiting import never_answering
 
 
 class Fare(BaseModel):
@@ -168,13 +169,7 @@ def test_a_subagent_allowed_a_tool_its_agent_does_not_have_is_refused_when_decla
 async def test_cancelling_an_agent_while_its_subagent_runs_counts_what_the_child_spent(
     rt: Runtime,
 ) -> None:
-    never = asyncio.Event()
-
-    @tool(timeout_s=60)
-    async def wait(q: str) -> str:
-        """Wait for something that never comes."""
-        await never.wait()
-        return "late"
+    wait = never_answering()
 
     helper = Agent(
         name="helper", model=ScriptedModel([call_tool("wait", {"q": "x"})] * 3), tools=[wait]

@@ -35,6 +35,7 @@ from contextos.policy import Decision
 from contextos.telemetry import spans_for
 from contextos.telemetry._ids import span_id_for, trace_id_for
 from contextos.testing import ScriptedModel, call_tool, reply
+from support.waiting import never_answering
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -455,13 +456,7 @@ async def test_cancelling_a_workflow_cancels_its_children(tmp_path: Path) -> Non
 async def test_cancelling_a_running_workflow_ends_it_with_what_its_children_spent(
     rt: Runtime,
 ) -> None:
-    never = asyncio.Event()
-
-    @tool(timeout_s=60)
-    async def wait(q: str) -> str:
-        """Wait for something that never comes."""
-        await never.wait()
-        return "late"
+    wait = never_answering()
 
     worker = Agent(
         name="worker",
@@ -615,13 +610,7 @@ async def test_show_draws_the_tree_runs_lists_top_level_and_traces_join(tmp_path
 
 
 async def test_a_failed_child_fails_its_node_and_stops_its_siblings(rt: Runtime) -> None:
-    never = asyncio.Event()
-
-    @tool(timeout_s=30)
-    async def wait(q: str) -> str:
-        """Wait for something that never comes."""
-        await never.wait()
-        return "late"
+    wait = never_answering()
 
     def step(request: ModelRequest) -> ModelResponse:
         if given(request) == 0:

@@ -227,6 +227,11 @@ STATUS_STYLE = {
 }
 
 
+def turns(n: int) -> str:
+    """`1 turn`, `2 turns`."""
+    return f"{n} turn" + ("" if n == 1 else "s")
+
+
 def print_result(result: RunResult, as_json: bool, *, owner: RunOwner | None = None) -> None:
     """The result in a few lines; with `owner`, who drives the run now (so not: resume it)."""
     if as_json:
@@ -244,7 +249,7 @@ def print_result(result: RunResult, as_json: bool, *, owner: RunOwner | None = N
             console.print(f"[red]{result.failure_reason}[/]:", Text(why))
     u = result.usage
     console.print(
-        f"[dim]{result.turns} turn{'' if result.turns == 1 else 's'} · "
+        f"[dim]{turns(result.turns)} · "
         f"{u.input_tokens}+{u.output_tokens} tokens · "
         f"${u.cost_usd:.4f}[/]"
     )

@@ -52,6 +52,7 @@ from contextos.cli.common import (
     print_json,
     print_result,
     resolve_run,
+    turns,
 )
 from contextos.workers import started_by
 
@@ -132,9 +133,9 @@ async def progress(rt: Runtime, run_id: str, *, until: asyncio.Event) -> None:
         while not until.is_set():
             with suppress(ContextOSError):  # not created yet: it is starting
                 summary = await rt.store.get_run(RunId(run_id))
-                turns = f"{summary.turns} turn{'s' if summary.turns != 1 else ''}"
+                spent = turns(summary.turns)
                 status.update(
-                    f"run {run_id}: {summary.status.value}, {turns}, "
+                    f"run {run_id}: {summary.status.value}, {spent}, "
                     f"{time.monotonic() - started:.0f}s"
                 )
             with suppress(TimeoutError):
@@ -463,8 +464,7 @@ def _tree_line(t: RunTree) -> Text:
     line.append(t.status, style=STATUS_STYLE.get(t.status, ""))  # type: ignore[call-overload]
     spent = [] if t.duration_s is None else [f"{t.duration_s:.2f}s"]
     if t.turns or t.tokens:
-        turns = f"{t.turns} turn" + ("" if t.turns == 1 else "s")
-        spent += [turns, f"{t.tokens} tokens", f"${t.cost_usd:.4f}"]
+        spent += [turns(t.turns), f"{t.tokens} tokens", f"${t.cost_usd:.4f}"]
     if spent:
         line.append(" · " + " · ".join(spent))
     if t.detail:
