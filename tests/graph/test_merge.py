@@ -171,6 +171,24 @@ async def test_first_with_no_item_giving_a_result_fails_the_node_with_every_reas
     assert "item 0" in message and "item 1" in message
 
 
+async def test_a_code_map_that_finds_nothing_names_its_items_and_quotes_a_few(
+    rt: Runtime,
+) -> None:
+    def fetch(mirror: str) -> str:
+        raise ConnectionError(f"{mirror} is down")
+
+    class Mirrors(BaseModel):
+        names: list[str]
+
+    flow = Workflow("mirrors", input=Mirrors)
+    flow.map("fetch", fetch, over="names", concurrency=1, merge="first")
+    result = await rt.run(flow, Mirrors(names=["a", "b", "c", "d", "e"]))
+    assert result.status is RunStatus.FAILED
+    message = result.failure_message or ""
+    assert "a is down (item 0)" in message and "c is down (item 2)" in message
+    assert "d is down" not in message and message.endswith("; and 2 more")
+
+
 def test_the_merge_policy_is_declared_and_part_of_the_identity() -> None:
     def build(merge: str | None) -> Workflow:
         flow = Workflow("same", input=Numbers)

@@ -528,7 +528,7 @@ class WorkflowDriver:
                     return NOT_RUN
                 try:
                     if node.spec is None:
-                        output = await self._call(node, node.fn, item)
+                        output = await self._call_on(node, i, item)
                     else:
                         child = await self._child(node, key, i, item, ref)
                         output = WAITING if child is None else _result(node, child, each=True)
@@ -547,6 +547,14 @@ class WorkflowDriver:
         if node.kind == "map":
             return await self._complete(node, _merged(node, items, outputs))
         return await self._complete(node, _gated(items, outputs))
+
+    async def _call_on(self, node: Node[Any], index: int, item: Any) -> Any:
+        """A code map's or gate's function on one item; its failure names the item."""
+        try:
+            return await self._call(node, node.fn, item)
+        except _Failed as failure:
+            message = f"{failure.message} (item {index})"
+            raise _Failed(failure.node, failure.reason, message, failure.errors) from None
 
     async def _took_first(self, node: Node[Any], index: int | None = None) -> None:
         """A `first` map has its result: its children still running are not needed."""
@@ -637,6 +645,10 @@ def _result(node: Node[Any], child: ChildRun, *, each: bool = False) -> Any:
     )
 
 
+FAILURES_SHOWN = 3
+"""How many of its items' failures the message of a `first` map that found nothing quotes."""
+
+
 def _merged(node: Node[Any], items: list[Any], outputs: list[Any]) -> Any:
     """A map's output from its items' outputs (and failures), by its merge policy."""
     if node.merge == "all":
@@ -652,11 +664,13 @@ def _merged(node: Node[Any], items: list[Any], outputs: list[Any]) -> Any:
         }
     if results:
         return results[0]
+    shown = "; ".join(f.message for _, f in failed[:FAILURES_SHOWN])
+    if len(failed) > FAILURES_SHOWN:
+        shown += f"; and {len(failed) - FAILURES_SHOWN} more"
     raise _Failed(
         node.name,
         failed[0][1].reason if failed else FailureReason.NODE_FAILED,
-        f"no item of node {node.name} gave a result: "
-        + ("; ".join(f.message for _, f in failed) or "it has no items"),
+        f"no item of node {node.name} gave a result: {shown or 'it has no items'}",
     )
 
 
