@@ -100,10 +100,13 @@ _DERIVED = {"input"}
 
 
 def encode(state: RunState, memo: MessageMemo | None = None) -> bytes:
-    """The state as JSON; `memo` keeps each message's JSON from one call to the next."""
+    """The state as JSON; `memo` keeps each message's JSON from one call to the next.
+
+    A field holding its default is left out (a load puts it back): most of a message's
+    fields are empty, and a long run's snapshot is mostly messages."""
     if memo is None:
-        return _STATE.dump_json(state, exclude=_DERIVED)
-    rest = _STATE.dump_json(state, exclude={"messages", *_DERIVED})
+        return _STATE.dump_json(state, exclude=_DERIVED, exclude_defaults=True)
+    rest = _STATE.dump_json(state, exclude={"messages", *_DERIVED}, exclude_defaults=True)
     parts = [b'{"messages":[', *memo.encoded(state.messages), b"],", rest[1:]]
     return b"".join(parts)
 
@@ -132,7 +135,7 @@ class MessageMemo:
         new = messages[len(seen) :]
         if new:
             seen.extend(new)
-            self._chunks.append((b"," if self._chunks else b"") + _MESSAGES.dump_json(new)[1:-1])
+            self._chunks.append((b"," if self._chunks else b"") + _MESSAGES.dump_json(new, exclude_defaults=True)[1:-1])
         return self._chunks
 
 
