@@ -471,18 +471,23 @@ class WorkflowDriver:
         fields = await d.finished(contract, spec, ended)
         await d.record((ev.ChildRunFinished, fields), synchronous=False)
         async with self._admit:
-            self._admit.notify_all()  # what it did not spend is back
+            self._admit.notify()  # what it did not spend is back: the next in line may start
         return self.state.children[key]
 
     async def _start(
         self, node: Node[Any], spec: Subagent, key: str, index: int, given: Any, ref: str
     ) -> Any:
         """Record child_run_started; a child whose budget would be cut short while siblings
-        hold part of the workflow's waits for one of them to give its unspent part back."""
+        hold part of the workflow's waits for one of them to give its unspent part back.
+
+        The waiting children are woken one at a time, each passing the turn on once it
+        starts: woken all at once, every one of a large map's would work out the budget left
+        at each sibling's end, which grows with the square of the map."""
         declared = spec.budget or spec.agent.budget
         async with self._admit:
             while self._running() and _short(remaining(self.state, self._starting), declared):
                 await self._admit.wait()
+            self._admit.notify()
             contract = self.children.contract(
                 spec,
                 key=key,

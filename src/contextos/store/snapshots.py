@@ -135,7 +135,8 @@ class MessageMemo:
         new = messages[len(seen) :]
         if new:
             seen.extend(new)
-            self._chunks.append((b"," if self._chunks else b"") + _MESSAGES.dump_json(new, exclude_defaults=True)[1:-1])
+            items = _MESSAGES.dump_json(new, exclude_defaults=True)[1:-1]
+            self._chunks.append((b"," if self._chunks else b"") + items)
         return self._chunks
 
 
