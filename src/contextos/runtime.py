@@ -32,6 +32,7 @@ from contextos.evidence.record import Receipt, build_record
 from contextos.evidence.record import receipts as stored_receipts
 from contextos.evidence.replay import ReplayReport
 from contextos.evidence.replay import replay as replay_run
+from contextos.graph.children import ended_children
 from contextos.graph.engine import WorkflowDriver
 from contextos.graph.subagents import SubagentCalls
 from contextos.graph.tree import RunTree, run_tree
@@ -150,6 +151,7 @@ class Runtime:
             materialise=self._records.stopped,
             committed=self._committed,
             cancel_child=self._children.cancel_child,
+            ended_children=functools.partial(ended_children, self.store),
         )
         """A person's hand on runs: cancel, pause, send, finish."""
         self._traces = live_traces(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from contextos import events as ev
 from contextos.agents import Agent, load_ref
@@ -43,6 +44,7 @@ class Steering:
         materialise: Callable[[RunState], Awaitable[None]],
         committed: Callable[[RunId, Sequence[ev.Event]], Awaitable[None]],
         cancel_child: Callable[[RunId, str], Awaitable[None]],
+        ended_children: Callable[[RunState], Awaitable[list[dict[str, Any]]]],
     ) -> None:
         self.store = store
         self._own = own
@@ -56,6 +58,8 @@ class Steering:
         self._committed = committed
         """Tell live traces of events appended."""
         self._cancel_child = cancel_child
+        self._ended_children = ended_children
+        """The `child_run_finished` fields of a run's children that ended unrecorded."""
 
     async def cancel(self, rid: RunId, *, reason: str, actor: str, agent: Agent | None) -> RunState:
         ends_children = False
@@ -63,20 +67,26 @@ class Steering:
             state = await self._state(rid)
             if state.is_terminal or state.ending is not None:
                 break
-            event: ev.Event
             ends_children = await self._driven_with_children(state)
+            events: list[ev.Event]
             if state.needs_settling or ends_children:
-                event = ev.RunEnding(
+                ending = ev.RunEnding(
                     run_id=rid, seq=state.seq + 1, outcome="cancelled", reason=reason, actor=actor
                 )
+                events = [ending]
             else:
-                event = ev.RunCancelled(run_id=rid, seq=state.seq + 1, reason=reason, actor=actor)
-            [event] = stamp(state, [event])
+                events = await self._children_taken_in(state)
+                seq = state.seq + len(events) + 1
+                events.append(ev.RunCancelled(run_id=rid, seq=seq, reason=reason, actor=actor))
+            events = stamp(state, events)
+            event = events[-1]
             try:
-                await self.store.append(rid, [event], expected_seq=state.seq)
-                await self._committed(rid, [event])
+                await self.store.append(rid, events, expected_seq=state.seq)
+                await self._committed(rid, events)
                 if isinstance(event, ev.RunCancelled):
-                    await self._materialise(apply(state, event))
+                    for done in events:
+                        apply(state, done)
+                    await self._materialise(state)
                 if isinstance(event, ev.RunEnding) and state.status is not RunStatus.RUNNING:
                     with contextlib.suppress(ConfigError, AgentChanged, RunInUse):
                         # without its agent it stays ending; the next resume settles it
@@ -96,11 +106,25 @@ class Steering:
             return await self._ended(rid, state)
         return state
 
+    async def _children_taken_in(self, state: RunState) -> list[ev.Event]:
+        """Nobody drives the run: its children still running are cancelled first, and each
+        that has ended is recorded as finished, so that what they spent counts in the run's."""
+        if not state.running_children:
+            return []
+        for key in state.running_children:
+            child = state.children[key].contract.child_run_id
+            await self._cancel_child(child, f"its parent run {state.run_id} was cancelled")
+        ended = await self._ended_children(state)
+        return [
+            ev.ChildRunFinished(run_id=state.run_id, seq=state.seq + i, **fields)
+            for i, fields in enumerate(ended, 1)
+        ]
+
     async def _driven_with_children(self, state: RunState) -> bool:
         """Whether a live driver holds the run with children running (a workflow's, or an
         agent's subagents): asked to end, it records what they became once they stop, so that
-        their spend counts in its own. (Nobody driving it, it is cancelled at once, and its
-        children after it.)"""
+        their spend counts in its own. (Nobody driving it, it is cancelled at once, after its
+        children: see `_children_taken_in`.)"""
         if not state.running_children:
             return False
         if state.status is not RunStatus.RUNNING:

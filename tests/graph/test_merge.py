@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from contextos import Agent, ConfigError, FailureReason, RunStatus, Runtime, Workflow
+from contextos import Agent, Budget, ConfigError, FailureReason, RunStatus, Runtime, Workflow
 from contextos.graph.workflow import Collected
 from contextos.models.base import ModelRequest, ModelResponse
 from contextos.testing import ScriptedModel, reply
@@ -106,6 +106,22 @@ async def test_first_takes_the_first_result_and_starts_no_item_after_it(rt: Runt
     }
     (drawn,) = (await rt.tree(result.run_id)).children
     assert drawn.detail == "4 items, took the first result"
+
+
+async def test_first_starts_no_item_waiting_for_budget_once_an_item_gave_its_result(
+    rt: Runtime,
+) -> None:
+    asked: list[int] = []
+    # Room for one child's 20 turns at a time: the others wait for the first to end.
+    flow = Workflow("narrow", input=Numbers, budget=Budget(max_turns=30))
+    flow.map("try", failing_doubler(set(), asked), over="values", concurrency=3, merge="first")
+    result = await rt.run(flow, Numbers(values=[5, 7, 9]))
+
+    assert result.status is RunStatus.COMPLETED, result.failure_message
+    assert result.structured_output == {"value": 10}
+    assert asked == [5]
+    state = await rt.state(result.run_id)
+    assert list(state.children) == ["try.0"]
 
 
 async def test_first_cancels_the_children_still_running_once_an_item_gives_its_result(

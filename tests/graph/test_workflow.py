@@ -451,6 +451,9 @@ async def test_cancelling_a_workflow_cancels_its_children(tmp_path: Path) -> Non
     assert child.status is RunStatus.CANCELLED
     assert f"its parent run {first.run_id} was cancelled" in (child.failure_message or "")
     assert cancelled.status is parent.status is RunStatus.CANCELLED  # nobody drove it
+    # The child's turn counts in the workflow's, and the workflow recorded how it ended.
+    assert parent.children["ask"].status.value == "cancelled"
+    assert (parent.child_turns, cancelled.turns) == (1, 1)
 
 
 async def test_cancelling_a_running_workflow_ends_it_with_what_its_children_spent(

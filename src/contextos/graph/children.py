@@ -24,7 +24,7 @@ from pydantic import BaseModel, ValidationError
 from contextos import events as ev
 from contextos.agents import Agent, Subagent, has_effect_class
 from contextos.delegation import MAX_DEPTH, ChildStatus, DelegationContract
-from contextos.errors import ConfigError
+from contextos.errors import ConfigError, RunNotFound
 from contextos.evidence.record import record_hash
 from contextos.policy.identity import RunContext
 from contextos.policy.narrowing import intersect_context
@@ -284,22 +284,8 @@ class Delegations:
         the contract's expected output (merge policy `parent_validates`), its evidence, and
         the hash of its DecisionRecord (a child stores none: its parent's log vouches for it,
         and the parent's own stored record for that)."""
-        status, result, reason, message = merge(child, spec.expected_output)
         log = self.host.log(contract.child_run_id)
-        if log is None:
-            log = await self.host.store.read(contract.child_run_id)
-        return {
-            "delegation_id": contract.delegation_id,
-            "child_run_id": contract.child_run_id,
-            "status": status,
-            "result": result,
-            "evidence": evidence(child),
-            "usage": child.usage + child.child_usage,
-            "turns": child.turns + child.child_turns,
-            "reason": reason,
-            "message": message,
-            "record_hash": await record_hash(log, child),
-        }
+        return await finished_fields(self.host.store, contract, child, spec.expected_output, log)
 
     async def cancel_running(self, reason: str, *, node: str | None = None) -> None:
         """Cancel every child still running (the parent is failing or being cancelled), or
@@ -413,6 +399,48 @@ def _permitted(t: Tool, forbidden: Sequence[str], parent: RunContext) -> bool:
 
 
 # -- what comes back ------------------------------------------------------------------------
+
+
+async def finished_fields(
+    store: EventStore,
+    contract: DelegationContract,
+    child: RunState,
+    expected: type[BaseModel] | None,
+    log: Sequence[ev.Event] | None = None,
+) -> dict[str, Any]:
+    """The fields of `child_run_finished` for an ended child (`log`: its events, when at hand)."""
+    status, result, reason, message = merge(child, expected)
+    if log is None:
+        log = await store.read(contract.child_run_id)
+    return {
+        "delegation_id": contract.delegation_id,
+        "child_run_id": contract.child_run_id,
+        "status": status,
+        "result": result,
+        "evidence": evidence(child),
+        "usage": child.usage + child.child_usage,
+        "turns": child.turns + child.child_turns,
+        "reason": reason,
+        "message": message,
+        "record_hash": await record_hash(log, child),
+    }
+
+
+async def ended_children(store: EventStore, parent: RunState) -> list[dict[str, Any]]:
+    """`child_run_finished` fields for each child of `parent` that ended while its parent did
+    not take it in (nobody drove the parent, which is being cancelled): so that what they
+    spent counts in the parent's. A completed child's result is taken as it is, unvalidated:
+    the parent ends without using it."""
+    found: list[dict[str, Any]] = []
+    for key in parent.running_children:
+        contract = parent.children[key].contract
+        try:
+            child = await load_state(store, contract.child_run_id)
+        except RunNotFound:  # its start was cut short before it was created
+            continue
+        if child.is_terminal:
+            found.append(await finished_fields(store, contract, child, None))
+    return found
 
 
 def merge(

@@ -65,6 +65,10 @@ NOT_RUN = _Skipped()
 """An item of a `first` map not started: an item before it gave a result already."""
 
 
+class _Answered(Exception):
+    """Internal: a `first` map's item waited for budget until an item gave the result."""
+
+
 async def _together(work: Iterable[Coroutine[Any, Any, Any]]) -> list[Any]:
     """Run `work` concurrently, each one's result in order; the first to fail stops the others.
 
@@ -111,6 +115,8 @@ class WorkflowDriver:
         """Taken to carve a child's budget: one at a time, and only once the budget allows."""
         self._starting: list[DelegationContract] = []
         """Contracts carved and not recorded yet: what they may spend is held already."""
+        self._answered: set[str] = set()
+        """The `first` maps that have their result: no item of theirs starts any more."""
 
     # -- recording --------------------------------------------------------------------------
 
@@ -488,6 +494,8 @@ class WorkflowDriver:
             while self._running() and _short(remaining(self.state, self._starting), declared):
                 await self._admit.wait()
             self._admit.notify()
+            if node.name in self._answered:
+                raise _Answered
             contract = self.children.contract(
                 spec,
                 key=key,
@@ -518,18 +526,17 @@ class WorkflowDriver:
         slots = asyncio.Semaphore(node.concurrency)
         # `first` starts no item once one has given a result, and cancels the children still
         # running (on resume too: one found in flight is cancelled, then read back ended).
-        found = node.merge == "first" and any(
+        if node.merge == "first" and any(
             c.contract.node == node.name and c.status is ChildStatus.COMPLETED
             for c in self.state.children.values()
-        )
-        if found:
+        ):
             await self._took_first(node)
 
         async def one(i: int, item: Any) -> Any:
-            nonlocal found
             async with slots:
                 key = f"{node.name}.{i}"
-                if found and (node.spec is None or key not in self.state.children):
+                answered = node.name in self._answered
+                if answered and (node.spec is None or key not in self.state.children):
                     return NOT_RUN
                 try:
                     if node.spec is None:
@@ -541,8 +548,10 @@ class WorkflowDriver:
                     if node.merge == "all":
                         raise
                     return failure
-                if node.merge == "first" and not found and not isinstance(output, _Waiting):
-                    found = True
+                except _Answered:
+                    return NOT_RUN
+                answers = node.merge == "first" and not isinstance(output, _Waiting)
+                if answers and node.name not in self._answered:
                     await self._took_first(node, i)
                 return output
 
@@ -563,6 +572,7 @@ class WorkflowDriver:
 
     async def _took_first(self, node: Node[Any], index: int | None = None) -> None:
         """A `first` map has its result: its children still running are not needed."""
+        self._answered.add(node.name)
         which = f"item {index}" if index is not None else "an item"
         await self.children.cancel_running(
             f"{which} of node {node.name} gave the result first", node=node.name
