@@ -115,11 +115,32 @@ def test_a_person_who_says_the_effect_did_not_happen_has_the_node_run_again(
     assert [e.node for e in intents] == ["charge", "charge", "file"]  # a new intent first
 
 
-def test_an_output_that_is_not_the_nodes_type_is_refused_and_asked_again(
+def test_an_output_that_is_not_the_nodes_type_is_refused_when_it_is_given(
     tmp_path: Path,
 ) -> None:
     db = killed_while_charging(tmp_path)
-    first = asyncio.run(answer(db, {"outcome": "committed", "output": {"charged": 12}}))
+    (asked,) = states(db)["run_c"].pending_interrupts.values()
+    wrong = json.dumps({"outcome": "committed", "output": {"charged": 12}})
+    store = ["--store", str(db)]
+    refused = crashes.run([*CLI, "answer", asked.id, wrong, *store, "--as", "alice"], tmp_path)
+    assert refused.returncode != 0
+    assert "the output is not a valid Receipt (node charge): charged:" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert states(db)["run_c"].pending_interrupts == {asked.id: asked}  # nothing recorded
+
+    asyncio.run(answer(db, {"outcome": "committed", "output": OUTPUT}))
+    resumed = resume(db, "run_c", tmp_path)
+    assert json.loads(resumed.stdout)["structured_output"] == OUTPUT, resumed.stderr
+    assert sum(charged(tmp_path).values()) == 1
+
+
+def test_an_output_that_is_not_the_nodes_type_given_where_the_code_is_not_is_asked_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = killed_while_charging(tmp_path)
+    with monkeypatch.context() as elsewhere:  # the workflow's file is not found from here
+        elsewhere.chdir(tmp_path)
+        first = asyncio.run(answer(db, {"outcome": "committed", "output": {"charged": 12}}))
     resumed = resume(db, "run_c", tmp_path)
     assert json.loads(resumed.stdout)["status"] == "input_required", resumed.stderr
     (again,) = states(db)["run_c"].pending_interrupts.values()

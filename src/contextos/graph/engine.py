@@ -19,8 +19,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from contextos import events as ev
-from contextos.agents import Subagent
+from contextos.agents import Subagent, load_ref
 from contextos.delegation import ChildRun, ChildStatus, DelegationContract, NodeStatus
+from contextos.errors import AnswerInvalid
 from contextos.events import utcnow
 from contextos.graph.children import WAIT_S, ChildHost, Delegations, child_input, remaining
 from contextos.graph.workflow import ClaimCheck, Node, Route, Workflow
@@ -704,6 +705,29 @@ def _gated(items: list[Any], verdicts: list[Any]) -> dict[str, Any]:
         else:
             rejected.append({"item": item, "reason": check.reason})
     return {"passed": passed, "rejected": rejected}
+
+
+def check_confirmed_output(state: RunState, asked: Interrupt, answer: Mapping[str, Any]) -> None:
+    """Refuse at once (AnswerInvalid) a person's word that a workflow node's effect happened
+    when the output they give is not the node's type. Where the workflow's code does not load,
+    the workflow refuses it when it goes on, and asks again."""
+    node = asked.payload.get("node")
+    if not isinstance(node, str) or answer.get("outcome") != "committed" or not state.agent_ref:
+        return
+    try:
+        workflow = load_ref(state.agent_ref)
+        declared = workflow.node(node) if isinstance(workflow, Workflow) else None
+    except Exception:  # its code is not at hand here, or no longer has the node
+        return
+    if declared is None:
+        return
+    try:
+        declared.adapter.validate_python(answer.get("output"))
+    except ValidationError as exc:
+        raise AnswerInvalid(
+            f"the output is not a valid {_name(declared.output)} (node {node}): "
+            + "; ".join(_problems(exc))
+        ) from None
 
 
 def _problems(exc: ValidationError) -> tuple[str, ...]:
