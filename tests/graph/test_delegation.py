@@ -395,6 +395,31 @@ async def test_a_parent_waits_without_a_worker_while_its_child_waits_for_a_perso
     assert sent == ["hi"]
 
 
+async def test_cancelling_an_agent_parked_behind_its_subagents_approval_counts_its_spend(
+    tmp_path: Path,
+) -> None:
+    def lookup(q: str) -> str:
+        """Look something up."""
+        return "found"
+
+    helper = Agent(
+        name="helper", model=ScriptedModel([call_tool("lookup", {"q": "x"})]), tools=[lookup]
+    )
+    p = planner(delegate("look it up"), reply("done"), sub=Subagent(agent=helper))
+    rule = Rule(
+        id="ask", tools=("lookup",), decision=Decision.REQUIRE_APPROVAL, approver_role="ops"
+    )
+    async with Runtime(str(tmp_path / "runs.db"), policy=Policy(rules=(rule,))) as rt:
+        first = await rt.run(p, "go", principal=Principal.user("bob", scopes=("*",)))
+        assert first.status is RunStatus.QUEUED  # parked: nobody drives it
+        cancelled = await rt.cancel(first.run_id, reason="not needed")
+        events = await rt.events(first.run_id)
+        child = await rt.state(f"{first.run_id}.call_1_0")
+    assert cancelled.status is child.status is RunStatus.CANCELLED
+    assert [e.type for e in events][-2:] == ["child_run_finished", "run_cancelled"]
+    assert cancelled.turns == 1 + child.turns == 2  # its own call and what its child spent
+
+
 def test_the_parent_validates_what_a_child_gives_back() -> None:
     def ended(structured: object) -> RunState:
         rid = RunId("run_parent.call_1_0")
