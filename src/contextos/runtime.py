@@ -48,7 +48,7 @@ from contextos.policy.expiry import expire_overdue
 from contextos.policy.hook import PolicyHook
 from contextos.policy.identity import Principal, RunContext
 from contextos.policy.rules import Policy
-from contextos.records.interrupts import Approval, Interrupt, parse_answer
+from contextos.records.interrupts import Approval, Interrupt
 from contextos.releases import bound
 from contextos.results import RunResult
 from contextos.runs import RunId, RunStatus, check_priority
@@ -595,10 +595,8 @@ class Runtime:
     async def answer(self, interrupt_id: str, value: Any, *, answered_by: str) -> dict[str, Any]:
         """Answer an interrupt with a value matching its kind's schema (and a workflow node's
         output with one of the node's type)."""
-        state, asked = await self.governance.find(self.store, interrupt_id)
-        check_confirmed_output(state, asked, parse_answer(asked.kind, value, asked.payload))
         answer = await self.governance.answer(
-            self.store, interrupt_id, value, answered_by=answered_by
+            self.store, interrupt_id, value, answered_by=answered_by, check=check_confirmed_output
         )
         wakeup.wake_local(self.store)
         return answer

@@ -70,10 +70,15 @@ class Steering:
             ends_children = await self._driven_with_children(state)
             events: list[ev.Event]
             if state.needs_settling or ends_children:
-                ending = ev.RunEnding(
-                    run_id=rid, seq=state.seq + 1, outcome="cancelled", reason=reason, actor=actor
-                )
-                events = [ending]
+                events = [
+                    ev.RunEnding(
+                        run_id=rid,
+                        seq=state.seq + 1,
+                        outcome="cancelled",
+                        reason=reason,
+                        actor=actor,
+                    )
+                ]
             else:
                 events = await self._children_taken_in(state)
                 seq = state.seq + len(events) + 1

@@ -327,15 +327,23 @@ class Authority:
                 return
 
     async def answer(
-        self, store: EventStore, interrupt_id: str, value: Any, *, answered_by: str
+        self,
+        store: EventStore,
+        interrupt_id: str,
+        value: Any,
+        *,
+        answered_by: str,
+        check: Callable[[RunState, Interrupt, dict[str, Any]], None] | None = None,
     ) -> dict[str, Any]:
         """Answer an interrupt with a value matching its kind's schema (approval kinds take
-        `approve` / `deny`)."""
+        `approve` / `deny`); `check` may refuse the parsed answer further, by raising."""
         while True:
             state, found = await self.find(store, interrupt_id)
             if await self._lapsed(store, state, found, f"user:{answered_by}"):
                 continue
             parsed = parse_answer(found.kind, value, found.payload)
+            if check is not None:
+                check(state, found, parsed)
             if found.kind.is_approval:
                 if parsed["decision"] == "approve":
                     await self.approve(
