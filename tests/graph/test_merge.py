@@ -7,15 +7,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import BaseModel
 
 from contextos import Agent, Budget, ConfigError, FailureReason, RunStatus, Runtime, Workflow
+from contextos import events as ev
 from contextos.graph.workflow import Collected
 from contextos.models.base import ModelRequest, ModelResponse
+from contextos.runs import RunId
+from contextos.store import SqliteStore
 from contextos.testing import ScriptedModel, reply
 
 
@@ -122,6 +126,43 @@ async def test_first_starts_no_item_waiting_for_budget_once_an_item_gave_its_res
     assert asked == [5]
     state = await rt.state(result.run_id)
     assert list(state.children) == ["try.0"]
+
+
+class _LateCreation(SqliteStore):
+    """A store on which the run of item 1's child is created only after item 0's child has
+    given its result and a moment has passed: the window in which the map cancels the
+    children still running, where item 1's is recorded started but not yet created."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.answered = asyncio.Event()
+
+    async def append(self, run_id: RunId, events: Sequence[ev.Event], **kwargs: Any) -> int:
+        if isinstance(events[0], ev.RunCreated) and events[0].input.endswith("\n7"):
+            await self.answered.wait()
+            await asyncio.sleep(0.2)
+        seq = await super().append(run_id, events, **kwargs)
+        if any(isinstance(e, ev.ChildRunFinished) for e in events):
+            self.answered.set()
+        return seq
+
+
+async def test_first_cancels_a_child_created_after_an_item_gave_its_result(
+    tmp_path: Path,
+) -> None:
+    asked: list[int] = []
+    flow = Workflow("late", input=Numbers)
+    flow.map("try", failing_doubler(set(), asked), over="values", concurrency=2, merge="first")
+    async with Runtime(_LateCreation(tmp_path / "runs.db")) as rt:
+        result = await rt.run(flow, Numbers(values=[5, 7]))
+        state = await rt.state(result.run_id)
+        late = await rt.state(state.children["try.1"].contract.child_run_id)
+
+    assert result.status is RunStatus.COMPLETED, result.failure_message
+    assert result.structured_output == {"value": 10}
+    assert asked == [5]
+    assert state.children["try.1"].status.value == "cancelled"
+    assert late.status is RunStatus.CANCELLED
 
 
 async def test_first_cancels_the_children_still_running_once_an_item_gives_its_result(

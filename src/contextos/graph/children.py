@@ -290,11 +290,15 @@ class Delegations:
     async def cancel_running(self, reason: str, *, node: str | None = None) -> None:
         """Cancel every child still running (the parent is failing or being cancelled), or
         only those of one node."""
-        for key, child in list(self.state.children.items()):
+        for child in list(self.state.children.values()):
             if not child.finished and node in (None, child.contract.node):
-                spec = self.specs.get(key)
-                agent = spec.child_agent if spec is not None else None
-                await self.host.cancel(child.contract.child_run_id, reason, agent)
+                await self.cancel(child.contract, reason)
+
+    async def cancel(self, contract: DelegationContract, reason: str) -> None:
+        """Cancel one child run (one not created yet is not found, and stays to be seen to)."""
+        spec = self.specs.get(contract.delegation_id)
+        agent = spec.child_agent if spec is not None else None
+        await self.host.cancel(contract.child_run_id, reason, agent)
 
 
 # -- budgets --------------------------------------------------------------------------------

@@ -471,6 +471,10 @@ class WorkflowDriver:
             contract = child.contract
         text = child_input(contract.objective, given)
         await d.ensure(contract, spec, text, fresh=child is None)
+        if node.name in self._answered:
+            # A sibling gave the map's result while this child was being created: the cancel
+            # of the children still running did not find it yet.
+            await d.cancel(contract, f"another item of node {node.name} gave the result first")
         ended = await d.settle(contract, spec)
         if ended is None:
             return None
