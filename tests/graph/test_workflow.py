@@ -107,6 +107,31 @@ def test_a_reference_to_a_class_is_a_clear_error(tmp_path: Path) -> None:
         load_runnable(f"{tmp_path / 'flows.py'}:Scan")
 
 
+async def test_the_input_is_any_type_pydantic_checks(rt: Runtime) -> None:
+    def grow(n: int) -> int:
+        return n * 2
+
+    counting = Workflow("counting", input=int)
+    counting.loop("grow", grow, until=lambda n: n > 100, max_rounds=10)
+    assert (await rt.run(counting, "5")).structured_output == 160  # text is read as JSON
+    assert (await rt.run(counting, 60)).structured_output == 120  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"is not a valid int: \(root\): Invalid JSON"):
+        await rt.run(counting, "five")
+
+    def shout(text: str) -> str:
+        return text.upper()
+
+    echo = Workflow("echo", input=str)
+    echo.code("shout", shout)
+    assert (await rt.run(echo, "hello")).structured_output == "HELLO"  # text is the value
+
+    class Opaque:
+        pass
+
+    with pytest.raises(ConfigError, match="its input type Opaque is not one Pydantic can check"):
+        Workflow("opaque", input=Opaque)
+
+
 def test_the_structure_is_part_of_the_identity() -> None:
     def build(kind: str) -> Workflow:
         flow = Workflow("same-name", input=Numbers)

@@ -194,9 +194,7 @@ class WorkflowDriver:
 
     async def _graph(self) -> Any:
         """Run every wave of nodes; the output node's value, or WAITING."""
-        values: dict[str, Any] = {
-            "input": self.workflow.input_type.model_validate_json(self.state.input)
-        }
+        values: dict[str, Any] = {"input": self.workflow.read_input(self.state.input)}
         for wave in self.workflow.levels():
             self.step_started = time.monotonic()
             deadline = self.state.deadline_at

@@ -169,7 +169,7 @@ class Workflow:
         self,
         name: str,
         *,
-        input: type[BaseModel],
+        input: Any,
         version: str = "1",
         budget: Budget | None = None,
     ) -> None:
@@ -177,13 +177,21 @@ class Workflow:
             raise ConfigError(f"workflow name {name!r}: use letters, digits, _ and -", name=name)
         self.name = name
         self.input_type = input
-        """The type of the workflow's input."""
+        """The type of the workflow's input: a Pydantic model, or any type Pydantic checks."""
         self.version = version
         """Bump when you change behaviour on purpose."""
         self.budget = budget or DEFAULT_BUDGET
         """What the whole workflow may spend: every child run's budget is carved out of it."""
         self.start: Node[Any] = Node(name="input", kind="input", output=input)
         """The workflow's input, as a node others can read (`after=flow.start`)."""
+        try:
+            self.start.adapter  # noqa: B018 (built now, so a type it cannot check fails here)
+        except Exception:
+            raise ConfigError(
+                f"workflow {name}: its input type {type_name(input)} is not one Pydantic can "
+                "check; use a BaseModel subclass or a type such as int or list[str]",
+                workflow=name,
+            ) from None
         self._build = _Build()
 
     # -- declaring --------------------------------------------------------------------------
@@ -533,20 +541,26 @@ class Workflow:
             nodes.append(shape)
         return tuple(nodes)
 
-    def input_text(self, value: BaseModel | dict[str, Any] | str) -> str:
-        """A run's input, validated against the input type, as the JSON its log keeps."""
+    def input_text(self, value: Any) -> str:
+        """A run's input, validated against the input type, as the JSON its log keeps: text
+        is read as JSON, unless the input type is text itself."""
+        adapter = self.start.adapter
         try:
-            if isinstance(value, str):
-                parsed = self.input_type.model_validate_json(value)
+            if isinstance(value, str | bytes) and self.input_type is not str:
+                parsed = adapter.validate_json(value)
             else:
-                parsed = self.input_type.model_validate(value)
+                parsed = adapter.validate_python(value)
         except ValidationError as exc:
             raise ConfigError(
                 f"the input of workflow {self.name} is not a valid "
-                f"{self.input_type.__name__}: {problems(exc)}",
+                f"{type_name(self.input_type)}: {problems(exc)}",
                 workflow=self.name,
             ) from None
-        return parsed.model_dump_json()
+        return adapter.dump_json(parsed).decode()
+
+    def read_input(self, text: str) -> Any:
+        """A run's input as the node `input` gives it, from the JSON its log keeps."""
+        return self.start.adapter.validate_json(text)
 
     # -- helpers ----------------------------------------------------------------------------
 
