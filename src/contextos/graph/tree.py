@@ -165,10 +165,10 @@ def _node_detail(node: NodeRun, spec: dict[str, Any]) -> str:
     if "effect" in spec:
         parts.append(f"effect {spec['effect']}")
     if node.items is not None:
-        parts.append(f"{len(node.items)} items")
+        parts.append(_counted(len(node.items), "item"))
     if spec.get("merge") == "collect" and isinstance(node.output, dict):
         results, failed = node.output.get("results", []), node.output.get("failed", [])
-        parts.append(f"{len(results)} results, {len(failed)} failed")
+        parts.append(f"{_counted(len(results), 'result')}, {len(failed)} failed")
     elif spec.get("merge") == "first" and node.status is NodeStatus.COMPLETED:
         parts.append("took the first result")
     if node.kind == "gate" and isinstance(node.output, dict):
@@ -176,10 +176,14 @@ def _node_detail(node: NodeRun, spec: dict[str, Any]) -> str:
         parts.append(f"{len(passed)} passed, {len(rejected)} rejected")
     if node.rounds:
         how = {True: ", converged", False: ", did not converge", None: ""}[node.converged]
-        parts.append(f"{len(node.rounds)} rounds{how}")
+        parts.append(_counted(len(node.rounds), "round") + how)
     if node.route is not None:
         parts.append(f"routed to {node.route}")
     return ", ".join(parts)
+
+
+def _counted(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 async def _child(store: EventStore, child: ChildRun, depth: int) -> RunTree:

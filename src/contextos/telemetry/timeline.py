@@ -201,14 +201,14 @@ def describe(event: ev.Event) -> str:
         case ev.ChildRunFinished():
             why = f" ({event.reason}: {_clip(event.message, 80)})" if event.reason else ""
             return (
-                f"child {event.child_run_id} {event.status}{why}: {_turns(event.turns)}, "
+                f"child {event.child_run_id} {event.status}{why}: {_counted(event.turns, 'turn')}, "
                 f"{event.usage.total_tokens} tokens, ${event.usage.cost_usd:.4f}"
             )
         case ev.WorkflowBound():
             names = " → ".join(str(n.get("name")) for n in event.nodes)
             return f"workflow {event.workflow}: {names}"
         case ev.NodeStarted():
-            items = f" over {len(event.items)} items" if event.items is not None else ""
+            items = f" over {_counted(len(event.items), 'item')}" if event.items is not None else ""
             return f"{event.node} ({event.kind}) started{items}"
         case ev.NodeRoundCompleted():
             return f"{event.node} round {event.round}: {_clip(json.dumps(event.output), 100)}"
@@ -231,7 +231,7 @@ def _where(c: DelegationContract) -> str:
 def _contract(c: DelegationContract) -> str:
     """The contract in one line: objective, tools, forbidden effects, budget, what comes back."""
     b = c.budget
-    spend = [_turns(b.max_turns)]
+    spend = [_counted(b.max_turns, "turn")]
     if b.max_tokens is not None:
         spend.append(f"{b.max_tokens} tokens")
     if b.max_cost_usd is not None:
@@ -268,5 +268,5 @@ def _clip(text: str, limit: int = 120) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
-def _turns(n: int) -> str:
-    return f"{n} turn" + ("" if n == 1 else "s")
+def _counted(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
