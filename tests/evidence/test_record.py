@@ -44,7 +44,7 @@ from contextos.evidence.canonical import (
 )
 from contextos.evidence.record import OFF_LOOP
 from contextos.store import SqliteStore
-from contextos.store.artifacts import Artifact
+from contextos.store.artifacts import Artifact, artifacts_of, make_artifact
 from contextos.testing import ScriptedModel, call_tool, reply
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -383,6 +383,73 @@ async def test_a_child_runs_record_is_vouched_for_by_its_parents_log(tmp_path: P
     shown = cli("record", child)
     assert shown.returncode == 1, shown.stderr  # a record the log no longer gives is a finding
     assert f"vouched for by {parent}#{finished.seq}: DIFFERS" in shown.stdout
+
+
+async def test_a_parents_record_holds_its_child_runs_and_vouches_for_their_records(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "c.db"
+    async with Runtime(str(db)) as rt:
+        parent = (await rt.run(planner, "Check order A-1")).run_id
+        events = await rt.events(parent)
+        [started] = [e for e in events if isinstance(e, ev.ChildRunStarted)]
+        [finished] = [e for e in events if isinstance(e, ev.ChildRunFinished)]
+        child = finished.child_run_id
+        record = await rt.record(parent)
+        child_record = await rt.record(child)
+        child_events = await rt.events(child)
+        [stored] = await rt.receipts(parent)
+
+    [part] = record.delegations or []
+    assert part.seqs == [started.seq, finished.seq]
+    assert (part.child_run_id, part.agent_name, part.call_id) == (
+        child,
+        "checker",
+        started.contract.call_id,
+    )
+    assert part.objective == started.contract.objective
+    assert part.allowed_tools == list(started.contract.allowed_tools)
+    assert part.budget["max_turns"] == started.contract.budget.max_turns
+    assert (part.status, part.model_calls) == ("completed", child_record.costs.model_calls)
+    assert part.input_tokens == child_record.costs.input_tokens > 0
+    assert part.result_sha256 == canonical_hash(finished.result)
+    assert part.record_hash == child_record.record_hash  # the parent's record vouches for it
+    assert record.costs.model_calls == 2  # the parent's own; the child's are in its part
+    assert stored.matches  # the stored record holds the part too
+    assert child_record.delegations is None  # a run that started none has no such field
+    assert "delegations" not in record_data(child_events)
+
+    shown = cli_for(tmp_path)("record", parent)
+    assert shown.returncode == 0, shown.stderr
+    assert f"child {child} (checker) completed: 1 model call," in shown.stdout
+    assert "cost: 2 model calls of its own, " in shown.stdout
+    assert "; its child runs: 1 model call, " in shown.stdout
+
+
+async def test_a_record_stored_before_it_held_child_runs_still_matches_its_log(
+    tmp_path: Path,
+) -> None:
+    async with Runtime(str(tmp_path / "c.db")) as rt:
+        parent = (await rt.run(planner, "Check order A-1")).run_id
+        events = await rt.events(parent)
+        data = record_data(events)
+        del data["delegations"], data["record_hash"]  # the record as it was made before
+        data["record_hash"], text = sealed(data, "record_hash")
+        old, blob = make_artifact(
+            await rt.state(parent),
+            text,
+            media_type="application/json",
+            type="decision_record",
+            source_events=[data["at_seq"]],
+            schema_version=data["record_type"],
+        )
+        stored = artifacts_of(rt.store)
+        assert stored is not None
+        await stored.put_artifact(old, blob)
+        found = {r.artifact_id: r for r in await rt.receipts(parent)}
+
+    assert found[old.artifact_id].matches, found[old.artifact_id].problem
+    assert len(found) == 2 and all(r.matches for r in found.values())
 
 
 async def test_a_run_that_ended_is_handed_back_before_its_record_is_stored(

@@ -154,6 +154,10 @@ def _seqs(seqs: list[int]) -> str:
     return "[" + ",".join(f"#{s}" for s in seqs) + "]"
 
 
+def _calls(n: int) -> str:
+    return f"{n} model call" + ("" if n == 1 else "s")
+
+
 def _record_lines(r: DecisionRecord) -> list[Text]:
     o = r.outcome
     lines = [
@@ -220,13 +224,32 @@ def _record_lines(r: DecisionRecord) -> list[Text]:
                 f"{art.content_hash[:12]} {_seqs(art.seqs)}"
             )
         )
-    c = r.costs
-    lines.append(
-        Text(
-            f"cost: {c.model_calls} model calls, {c.input_tokens}+{c.output_tokens} tokens, "
-            f"${c.cost_usd:.4f}"
+    children = r.delegations or []
+    for d in children:
+        why = f" ({d.reason})" if d.reason else ""
+        vouched = f", record {d.record_hash[:12]}" if d.record_hash else ""
+        lines.append(
+            Text(
+                f"child {d.child_run_id} ({d.agent_name}) {d.status}{why}: "
+                f"{_calls(d.model_calls)}, {d.input_tokens}+{d.output_tokens} tokens, "
+                f"${d.cost_usd:.4f}"
+                f"{vouched} {_seqs(d.seqs)}"
+            )
         )
+    c = r.costs
+    own = " of its own" if children else ""
+    cost = (
+        f"cost: {_calls(c.model_calls)}{own}, {c.input_tokens}+{c.output_tokens} tokens, "
+        f"${c.cost_usd:.4f}"
     )
+    if children:
+        cost += (
+            f"; its child runs: {_calls(sum(d.model_calls for d in children))}, "
+            f"{sum(d.input_tokens for d in children)}+"
+            f"{sum(d.output_tokens for d in children)} tokens, "
+            f"${sum(d.cost_usd for d in children):.4f}"
+        )
+    lines.append(Text(cost))
     why = f": {o.reason} {o.message or ''}".rstrip() if o.reason else ""
     lines.append(Text(f"ended {o.status}{why} {_seqs(o.seqs)}"))
     return lines

@@ -356,6 +356,28 @@ class ArtifactPart(Traced):
     input_artifacts: list[str]
 
 
+class DelegationPart(Traced):
+    delegation_id: str
+    child_run_id: str
+    agent_name: str
+    node: str | None = Field(description="The workflow node it ran for, if any.")
+    call_id: str | None = Field(description="The tool call that delegated it, if any.")
+    objective: str
+    allowed_tools: list[str]
+    forbidden_effects: list[str]
+    budget: dict[str, Any]
+    status: str = Field(description="How it ended, as its parent took it in; or `running`.")
+    reason: str | None
+    result_sha256: str | None
+    model_calls: int = Field(description="Its model calls, its own children's included.")
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    record_hash: str | None = Field(
+        description="The hash of its own DecisionRecord, which this record vouches for."
+    )
+
+
 class CostPart(Traced):
     model_calls: int
     input_tokens: int
@@ -387,6 +409,14 @@ class DecisionRecord(Record):
     actions: list[ActionPart]
     evaluations: list[EvaluationPart]
     artifacts: list[ArtifactPart]
+    delegations: list[DelegationPart] | None = Field(
+        default=None,
+        # absent, not null, when the run started no child: such a record keeps the JSON and
+        # the hash it had before child runs were part of the record
+        exclude_if=lambda parts: parts is None,
+        description="The child runs it started (absent when none): what each was given, how "
+        "it ended, what it spent (not in `costs`, which are the run's own) and its record.",
+    )
     costs: CostPart
     outcome: OutcomePart
     record_hash: str = Field(description="sha256 of the canonical JSON of everything else.")

@@ -25,7 +25,7 @@ from contextos import events as ev
 from contextos.errors import ArtifactCorrupt, RecordInvalid, RunNotFound
 from contextos.evidence.canonical import DecisionRecord, canonical_hash, sealed
 from contextos.policy.identity import classification_rank
-from contextos.runs import RunId, RunStatus
+from contextos.runs import Budget, RunId, RunStatus
 from contextos.state import RunState, fold
 from contextos.store.artifacts import JSON, Artifact, artifacts_of, make_artifact
 from contextos.store.base import EventStore
@@ -108,6 +108,7 @@ def _unsealed(events: Sequence[ev.Event], state: RunState | None) -> dict[str, A
         "actions": list(b.actions.values()),
         "evaluations": b.evaluations,
         "artifacts": b.artifacts,
+        **({"delegations": list(b.delegations.values())} if b.delegations else {}),
         "costs": {
             "model_calls": state.turns,
             "input_tokens": state.usage.input_tokens,
@@ -120,7 +121,11 @@ def _unsealed(events: Sequence[ev.Event], state: RunState | None) -> dict[str, A
 
 
 def budget_of(created: ev.RunCreated) -> dict[str, Any]:
-    return {k: getattr(created.budget, k) for k in type(created.budget).__dataclass_fields__}
+    return _budget(created.budget)
+
+
+def _budget(budget: Budget) -> dict[str, Any]:
+    return {k: getattr(budget, k) for k in type(budget).__dataclass_fields__}
 
 
 def _outcome(state: RunState, end: ev.Event | None) -> dict[str, Any]:
@@ -154,6 +159,7 @@ class _Builder:
         self.approvals: dict[str, dict[str, Any]] = {}
         self.evaluations: list[dict[str, Any]] = []
         self.artifacts: list[dict[str, Any]] = []
+        self.delegations: dict[str, dict[str, Any]] = {}
         self.cost_seqs: list[int] = []
         self.end: ev.Event | None = None
         self.forked: ev.RunForked | None = None
@@ -207,12 +213,55 @@ class _Builder:
                         "seqs": [e.seq],
                     }
                 )
+            case ev.ChildRunStarted():
+                self._delegated(e)
+            case ev.ChildRunFinished():
+                self._child_finished(e)
             case ev.RunCompleted() | ev.RunFailed() | ev.RunCancelled() | ev.RunExpired():
                 self.end = e
             case ev.RunForked():
                 self.forked = e
             case _:
                 pass
+
+    def _delegated(self, e: ev.ChildRunStarted) -> None:
+        c = e.contract
+        self.delegations[c.delegation_id] = {
+            "delegation_id": c.delegation_id,
+            "child_run_id": c.child_run_id,
+            "agent_name": c.agent_name,
+            "node": c.node,
+            "call_id": c.call_id,
+            "objective": c.objective,
+            "allowed_tools": list(c.allowed_tools),
+            "forbidden_effects": list(c.forbidden_effects),
+            "budget": _budget(c.budget),
+            "status": "running",
+            "reason": None,
+            "result_sha256": None,
+            "model_calls": 0,
+            "input_tokens": 0,
+            "output_tokens": 0,
+            "cost_usd": 0.0,
+            "record_hash": None,
+            "seqs": [e.seq],
+        }
+
+    def _child_finished(self, e: ev.ChildRunFinished) -> None:
+        part = self.delegations.get(e.delegation_id)
+        if part is None:  # not in a log the runtime wrote: a child finishes after it starts
+            return
+        part.update(
+            status=e.status.value,
+            reason=e.reason,
+            result_sha256=canonical_hash(e.result) if e.result is not None else None,
+            model_calls=e.turns,
+            input_tokens=e.usage.input_tokens,
+            output_tokens=e.usage.output_tokens,
+            cost_usd=float(round(e.usage.cost_usd, 10)),
+            record_hash=e.record_hash,
+        )
+        part["seqs"].append(e.seq)
 
     def _bound(self, e: ev.ContextBound) -> None:
         ctx = e.context
@@ -539,6 +588,10 @@ async def _stored(store: object, events: Sequence[ev.Event]) -> list[Receipt]:
             )
             continue
         rebuilt = build_record(events[: stored.at_seq]) if stored.at_seq <= len(events) else None
+        if rebuilt is not None and stored.delegations is None and rebuilt.delegations:
+            # stored before the record held the child runs: compared as it was made then
+            rebuilt = rebuilt.model_copy(update={"delegations": None})
+            rebuilt = rebuilt.model_copy(update={"record_hash": rebuilt.content_hash()})
         matches = rebuilt is not None and rebuilt.record_hash == stored.record_hash
         out.append(
             Receipt(
