@@ -690,6 +690,11 @@ class Runtime:
         else:
             events = await self.events(source)
             ref = events[0].agent_ref if isinstance(events[0], ev.RunCreated) else None
+        if any(isinstance(e, ev.WorkflowBound) for e in events):
+            raise ConfigError(
+                f"run {events[0].run_id} is a workflow: replay compares an agent's decisions; "
+                "replay its child runs instead (`contextos show` lists them)"
+            )
         if agent is None:
             if not ref:
                 raise ConfigError(

@@ -135,6 +135,17 @@ async def test_the_input_is_any_type_pydantic_checks(rt: Runtime) -> None:
         Workflow("opaque", input=Opaque)
 
 
+async def test_a_workflow_is_not_replayed_but_its_child_runs_are(rt: Runtime) -> None:
+    flow = Workflow("sum-doubles", input=Numbers)
+    flow.map("double", doubler(), over="values")
+    flow.reduce("sum", add_up)
+    result = await rt.run(flow, Numbers(values=[1, 2]))
+    with pytest.raises(ConfigError, match="is a workflow: replay compares an agent's decisions"):
+        await rt.replay(result.run_id)
+    report = await rt.replay(f"{result.run_id}.double.1", doubler())
+    assert report.status == "replay_equal", report.differences
+
+
 def test_the_structure_is_part_of_the_identity() -> None:
     def build(kind: str) -> Workflow:
         flow = Workflow("same-name", input=Numbers)
