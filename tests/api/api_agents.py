@@ -1,8 +1,9 @@
 """Agents the API tests start over HTTP (by reference or by name).
 
 Each answers from a scripted model by turn. `payer` pays through a tool the policy makes wait
-for a finance approver; `asker` asks a person a question. Payments are lines in the file named
-by CONTEXTOS_TEST_PAYMENTS, so a test can count how often the tool really ran.
+for a finance approver; `asker` asks a person a question; `greetings` is a workflow of one code
+node. Payments are lines in the file named by CONTEXTOS_TEST_PAYMENTS, so a test can count how
+often the tool really ran.
 """
 
 from __future__ import annotations
@@ -10,11 +11,26 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from contextos import Agent, ToolContext, tool
+from pydantic import BaseModel
+
+from contextos import Agent, ToolContext, Workflow, tool
 from contextos.testing import ScriptedModel, call_tool, reply
 from contextos.tools import ask_tools
 
 greeter = Agent(name="greeter", model=ScriptedModel([reply("hello from greeter")], by_turn=True))
+
+
+class Greetings(BaseModel):
+    names: list[str]
+
+
+def greet(names: Greetings) -> list[str]:
+    return [f"hello {name}" for name in names.names]
+
+
+greetings = Workflow("greetings", input=Greetings)
+greetings.code("greet", greet)
+"""A workflow: its input is JSON."""
 
 PAYMENTS_ENV = "CONTEXTOS_TEST_PAYMENTS"
 

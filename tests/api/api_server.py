@@ -17,6 +17,7 @@ AGENTS = "tests/api/api_agents.py"
 GREETER = f"{AGENTS}:greeter"
 PAYER = f"{AGENTS}:payer"
 ASKER = f"{AGENTS}:asker"
+GREETINGS = f"{AGENTS}:greetings"
 
 
 GRACE_S = 5

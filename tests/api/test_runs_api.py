@@ -7,7 +7,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from api_server import GREETER, error_of, serving
+from api_server import GREETER, GREETINGS, error_of, serving
 
 from contextos import Runtime
 from contextos.api import ApiConfig
@@ -91,6 +91,33 @@ async def test_an_idempotency_key_returns_the_first_run(tmp_path: Path) -> None:
             assert waited.status_code == 202 and waited.json()["status"] == "queued"
     async with Runtime(url) as rt:
         assert len(await rt.runs()) == 3
+
+
+async def test_a_workflow_starts_over_http_and_a_retry_finds_it(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/runs.db"
+    config = ApiConfig(open_access=True, store=url, agents=(GREETINGS,), worker=True)
+    with serving(config) as base:
+        async with httpx.AsyncClient(base_url=base, timeout=60) as http:
+            body = {"agent": "greetings", "input": '{"names": ["ada", "bob"]}'}
+            headers = {"Idempotency-Key": "greet-1"}
+            waited = {"wait": "true", "timeout": "60"}
+            first = await http.post("/v1/runs", params=waited, json=body, headers=headers)
+            assert first.status_code == 201, first.text
+            run = first.json()
+            assert (run["status"], run["structured_output"]) == (
+                "completed",
+                ["hello ada", "hello bob"],
+            )
+            # The same body again is the same request, though the run keeps its input as the
+            # JSON the workflow's type gives
+            again = await http.post("/v1/runs", json=body, headers=headers)
+            assert again.status_code == 200, again.text
+            assert again.json()["run_id"] == run["run_id"]
+
+            bad = await http.post("/v1/runs", json={"agent": "greetings", "input": "[1]"})
+            assert "is not a valid Greetings" in str(error_of(bad, 400, "config_error")["message"])
+    async with Runtime(url) as rt:
+        assert len(await rt.runs()) == 1  # the bad request left nothing behind
 
 
 async def test_cancel_over_http(tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ from contextos import (
     RunState,
     RunStatus,
     Runtime,
-    load_agent,
+    Workflow,
 )
 from contextos.api import errors
 from contextos.api.auth import PrincipalDep, interrupt_of, run_of, visible
@@ -48,6 +48,7 @@ from contextos.api.schemas import (
     summary_view,
 )
 from contextos.api.stream import router as stream_router
+from contextos.graph.workflow import load_runnable
 from contextos.workers import Worker, WorkerConfig
 
 API_VERSION = "v1"
@@ -81,7 +82,7 @@ def create_app(config: ApiConfig | None = None) -> FastAPI:
             f"webhook_tolerance_s must be a positive number of seconds, not "
             f"{cfg.webhook_tolerance_s}"
         )
-    served = {ref: load_agent(ref) for ref in cfg.agents}
+    served = {ref: load_runnable(ref) for ref in cfg.agents}
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -206,8 +207,10 @@ def create_app(config: ApiConfig | None = None) -> FastAPI:
         state = await run_of(api, principal, run_id)
         # `principal` is the runtime's own key (the bound principal), not part of the request.
         asked = {k: v for k, v in state.metadata.items() if k != "principal"}
+        # a workflow keeps its input as the JSON its type gives (spacing, key order)
+        given = agent.input_text(body.input) if isinstance(agent, Workflow) else body.input
         if not created and (state.input, state.agent_ref, asked) != (
-            body.input,
+            given,
             ref,
             body.metadata,
         ):

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from contextos import Agent, ConfigError, Principal, Runtime, load_agent
+from contextos import Agent, ConfigError, Principal, Runtime, Workflow
 from contextos.api.errors import ApiError
 from contextos.api.oidc import OidcConfig, OidcVerifier
+from contextos.graph.workflow import load_runnable
 from contextos.workers import SIGNATURE_TOLERANCE_S
 
 MAX_SEQ = 2**63 - 1
@@ -47,11 +48,13 @@ class ApiConfig:
 class Api:
     """What the routes share: the runtime, the configuration, the agents allowed."""
 
-    def __init__(self, config: ApiConfig, runtime: Runtime, agents: dict[str, Agent]) -> None:
+    def __init__(
+        self, config: ApiConfig, runtime: Runtime, agents: dict[str, Agent | Workflow]
+    ) -> None:
         self.config = config
         self.runtime = runtime
         self.agents = dict(agents)
-        """Loaded agents by reference (also the webhook triggers' cache)."""
+        """Loaded agents and workflows by reference (also the webhook triggers' cache)."""
         self.operator = Principal.local()
         """Who a request acts as under the shared token or open access."""
         self.oidc = OidcVerifier(config.oidc) if config.oidc is not None else None
@@ -62,8 +65,9 @@ class Api:
             self.allowed[ref] = ref
             self.allowed.setdefault(agent.name, ref)
 
-    def agent(self, name: str) -> tuple[str, Agent]:
-        """The reference and agent a client asked for, if this server may start it."""
+    def agent(self, name: str) -> tuple[str, Agent | Workflow]:
+        """The reference and agent (or workflow) a client asked for, if this server may start
+        it."""
         ref = name if self.config.any_agent else self.allowed.get(name)
         if ref is None:
             served = ", ".join(sorted(self.allowed)) or "none"
@@ -77,7 +81,7 @@ class Api:
         agent = self.agents.get(ref)
         if agent is None:
             try:
-                agent = self.agents[ref] = load_agent(ref)
+                agent = self.agents[ref] = load_runnable(ref)
             except ConfigError as exc:
                 raise ApiError(
                     422,

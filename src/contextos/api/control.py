@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Request
 
+from contextos import Agent
 from contextos.api.auth import PrincipalDep, run_of
 from contextos.api.config import Api
 from contextos.api.schemas import PauseRun, SendMessage, run_view
@@ -53,7 +54,8 @@ async def finish_run(request: Request, principal: PrincipalDep, run_id: str) -> 
     api: Api = request.app.state.api
     state = await run_of(api, principal, run_id)
     agent = api.agents.get(state.agent_ref or "")
-    await api.runtime.finish(state.run_id, actor=principal.ref, agent=agent)
+    conversing = agent if isinstance(agent, Agent) else None  # a workflow does not converse
+    await api.runtime.finish(state.run_id, actor=principal.ref, agent=conversing)
     return run_view(await api.runtime.state(state.run_id))
 
 

@@ -69,7 +69,7 @@ class StartRun(_Body):
     """`POST /v1/runs`."""
 
     agent: str = Field(min_length=1, description="An agent reference (or name) the server serves.")
-    input: str = Field(description="The task for the agent.")
+    input: str = Field(description="The task for the agent (a workflow: its input as JSON).")
     metadata: dict[str, Any] = Field(default_factory=dict, description="Labels kept on the run.")
     priority: int = Field(
         default=0,

@@ -404,7 +404,9 @@ def serve(
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8080,
     agent: Annotated[
         list[str] | None,
-        typer.Option(help="An agent POST /v1/runs may start, file.py:attr (repeatable)."),
+        typer.Option(
+            help="An agent or workflow POST /v1/runs may start, file.py:attr (repeatable)."
+        ),
     ] = None,
     any_agent: Annotated[
         bool, typer.Option(help="Start any agent reference a client names (trusted clients).")
