@@ -4,6 +4,7 @@ run (a replayed capture starts nothing); refusals write nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from api_server import GREETER, error_of, serving, token_for
+from api_server import GREETER, GREETINGS, error_of, serving, token_for
 
 from contextos import Runtime
 from contextos.api import ApiConfig
@@ -251,3 +252,36 @@ async def test_a_tenants_webhook_starts_a_run_that_tenant_sees_and_no_other(
             assert mine.status_code == 200, mine.text
             error_of(await http.get(f"/v1/runs/{run_id}", headers=other), 404, "run_not_found")
             assert (await http.get("/v1/runs", headers=other)).json()["runs"] == []
+
+
+async def test_a_webhook_starts_a_workflow_its_body_the_typed_input(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/runs.db"
+    async with Runtime(url) as rt:
+        q = queue_of(rt.store)
+        assert q is not None
+        await add_trigger(q, "greet", GREETINGS, webhook=True)
+    with serving(ApiConfig(open_access=True, store=url, worker=True)) as base:
+        async with httpx.AsyncClient(base_url=base, timeout=60) as http:
+            body = b'{"names": ["ada"]}'
+            started = await http.post(
+                "/v1/hooks/greet", content=body, headers={DELIVERY_HEADER: "d-1"}
+            )
+            assert started.status_code == 202, started.text
+            run_id = started.json()["run_id"]
+            for _ in range(300):
+                run = (await http.get(f"/v1/runs/{run_id}")).json()
+                if run["status"] == "completed":
+                    break
+                await asyncio.sleep(0.05)
+            assert (run["status"], run["structured_output"]) == ("completed", ["hello ada"])
+
+            wrong = b'{"names": "ada"}'
+            refused = await http.post(
+                "/v1/hooks/greet", content=wrong, headers={DELIVERY_HEADER: "d-2"}
+            )
+            assert "is not a valid Greetings" in str(
+                error_of(refused, 400, "config_error")["message"]
+            )
+
+    async with Runtime(url) as rt:
+        assert [r.run_id for r in await rt.runs()] == [run_id]  # the refused one left nothing

@@ -289,7 +289,9 @@ def schedule_remove(
 )
 def trigger_add(
     name: Annotated[str, typer.Argument(help="A unique name (a webhook's URL path too).")],
-    agent_ref: Annotated[str, typer.Argument(help="The agent to start: file.py:attr or mod:attr.")],
+    agent_ref: Annotated[
+        str, typer.Argument(help="The agent or workflow to start: file.py:attr or mod:attr.")
+    ],
     after: Annotated[
         str | None, typer.Option(help="Fire when a run of this agent (by name) ends.")
     ] = None,

@@ -24,8 +24,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from contextos.agents import Agent, load_agent
+from contextos.agents import Agent
 from contextos.errors import ConfigError, RunNotFound, SignatureExpired, SignatureInvalid
+from contextos.graph import Workflow, load_runnable
 from contextos.runs import RunId, check_priority
 from contextos.store.base import EventStore
 from contextos.store.queue import (
@@ -203,7 +204,7 @@ async def add_trigger(
             raise ConfigError(f"trigger {name!r}: --after needs an agent name", trigger=name)
         if input is not None:
             check_template(input)
-    agent = load_agent(agent_ref)  # a bad reference fails now, not at every firing
+    agent = load_runnable(agent_ref)  # a bad reference fails now, not at every firing
     trigger = Trigger(
         name=name,
         kind=TriggerKind.WEBHOOK if webhook else TriggerKind.RUN,
@@ -276,7 +277,7 @@ async def fire_triggers(
     runtime: Runtime,
     *,
     run_id: RunId | None = None,
-    agents: dict[str, Agent] | None = None,
+    agents: dict[str, Agent | Workflow] | None = None,
     limit: int = 100,
 ) -> list[TriggerFired]:
     """Start the runs that firings owe: all due ones, or those of the run `run_id`.
@@ -318,7 +319,11 @@ async def fire_triggers(
 
 
 async def _fire(
-    runtime: Runtime, queue: RunQueue, trigger: Trigger, firing: Firing, cache: dict[str, Agent]
+    runtime: Runtime,
+    queue: RunQueue,
+    trigger: Trigger,
+    firing: Firing,
+    cache: dict[str, Agent | Workflow],
 ) -> TriggerFired:
     source = await runtime.state(firing.run_id)
     depth = chain_depth(source.metadata) + 1
@@ -334,7 +339,7 @@ async def _fire(
         return TriggerFired(trigger=trigger.name, source_run=firing.run_id, run_id=None)
     agent = cache.get(trigger.agent_ref)
     if agent is None:
-        agent = cache[trigger.agent_ref] = load_agent(trigger.agent_ref)
+        agent = cache[trigger.agent_ref] = load_runnable(trigger.agent_ref)
     tenant = trigger.tenant
     if not tenant:
         entry = await queue.queue_entry(firing.run_id)
@@ -434,7 +439,7 @@ async def fire_webhook(
     *,
     delivery: str,
     signature: str | None = None,
-    agents: dict[str, Agent] | None = None,
+    agents: dict[str, Agent | Workflow] | None = None,
 ) -> tuple[RunId, bool]:
     """Start the run for one webhook delivery; a delivery seen before returns its run.
 
@@ -454,7 +459,7 @@ async def fire_webhook(
     cache = agents if agents is not None else {}
     agent = cache.get(trigger.agent_ref)
     if agent is None:
-        agent = cache[trigger.agent_ref] = load_agent(trigger.agent_ref)
+        agent = cache[trigger.agent_ref] = load_runnable(trigger.agent_ref)
     # The run's idempotency key is the signature when there is one: starting it again under
     # another delivery id returns the run the signature started first.
     key = f"signature:{signature}" if signature is not None else source

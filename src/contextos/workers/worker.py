@@ -137,7 +137,7 @@ class Worker:
         """What wakes this worker when work is ready (LISTEN/NOTIFY or in-process)."""
         self._stopping = False
         self._stop = asyncio.Event()
-        self._agents: dict[str, Agent] = {}
+        self._agents: dict[str, Agent | Workflow] = {}
         self._scheduled: dict[str, Agent | Workflow] = {}
 
     # -- control --------------------------------------------------------------------------
