@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from trigger_helpers import (
     AGENTS,
+    COUNTER,
     FAILING_WRITER,
     LOOPER,
     PUBLISHER,
@@ -429,6 +430,28 @@ async def test_a_chain_stops_at_its_depth(
                 "starting nothing",
             )
         ]
+
+
+async def test_a_trigger_starts_a_workflow_and_drops_an_input_it_refuses(
+    backend_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.ERROR, logger="contextos.triggers")
+    async with Runtime(backend_url) as rt:
+        q = queue(rt)
+        json_input = '{{"text": "{output}", "by": "{agent}"}}'  # braces doubled: literal
+        await add_trigger(q, "count", COUNTER, after="writer", input=json_input)
+        await add_trigger(q, "raw", COUNTER, after="writer")  # the output as is: not JSON
+        source = await run_writer(rt)
+
+        fired = {f.trigger: f.run_id for f in await fire_triggers(rt)}
+        assert fired["raw"] is None  # started nothing, and is not owed again
+        assert fired["count"] is not None
+        counted = await rt.resume(fired["count"])
+        assert counted.structured_output == 4  # "draft: the quarterly report"
+        assert await q.due_firings(run_id=source) == []
+        [refused] = [r.getMessage() for r in caplog.records]
+        assert refused.startswith(f"trigger raw: after run {source}, the input of workflow ")
+        assert refused.endswith("; starting nothing (the trigger's --input must give it)")
 
 
 async def test_a_firing_whose_agent_will_not_load_waits_and_the_rest_go_on(

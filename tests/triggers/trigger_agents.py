@@ -10,7 +10,9 @@ import os
 import time
 from pathlib import Path
 
-from contextos import Agent
+from pydantic import BaseModel
+
+from contextos import Agent, Workflow
 from contextos.runs import Budget
 from contextos.testing import ScriptedModel, call_tool, reply
 
@@ -18,6 +20,20 @@ writer = Agent(
     name="writer", model=ScriptedModel([reply("draft: the quarterly report")], by_turn=True)
 )
 """The source agent: its runs complete with a fixed answer."""
+
+
+class Draft(BaseModel):
+    text: str
+    by: str
+
+
+def count_words(draft: Draft) -> int:
+    return len(draft.text.split())
+
+
+counter = Workflow("counter", input=Draft)
+counter.code("count", count_words)
+"""A workflow a trigger starts: its input is JSON, rendered from the source run."""
 
 
 def word_count(text: str) -> str:

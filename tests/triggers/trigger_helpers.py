@@ -14,6 +14,7 @@ REVIEWER = f"{AGENTS}:reviewer"
 PUBLISHER = f"{AGENTS}:publisher"
 LOOPER = f"{AGENTS}:looper"
 GATED = f"{AGENTS}:gated"
+COUNTER = f"{AGENTS}:counter"
 
 
 def queue(rt: Runtime) -> RunQueue:

@@ -340,13 +340,27 @@ async def _fire(
     agent = cache.get(trigger.agent_ref)
     if agent is None:
         agent = cache[trigger.agent_ref] = load_runnable(trigger.agent_ref)
+    text = render_input(trigger.input, source)
+    if isinstance(agent, Workflow):
+        try:
+            agent.input_text(text)
+        except ConfigError as exc:  # the same source run renders the same text: not retried
+            log.error(
+                "trigger %s: after run %s, %s; starting nothing (the trigger's --input must "
+                "give it)",
+                trigger.name,
+                firing.run_id,
+                exc.message,
+            )
+            await queue.firing_done(trigger.name, firing.run_id)
+            return TriggerFired(trigger=trigger.name, source_run=firing.run_id, run_id=None)
     tenant = trigger.tenant
     if not tenant:
         entry = await queue.queue_entry(firing.run_id)
         tenant = entry.tenant if entry is not None else ""
     started = await runtime.start(
         agent,
-        render_input(trigger.input, source),
+        text,
         run_id=trigger_run_id(trigger.name, firing.run_id),
         agent_ref=trigger.agent_ref,
         idempotency_key=trigger_key(trigger.name, firing.run_id),
