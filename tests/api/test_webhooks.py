@@ -4,7 +4,6 @@ run (a replayed capture starts nothing); refusals write nothing."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import time
@@ -24,6 +23,7 @@ from contextos.workers.triggers import (
     sign,
     trigger_run_id,
 )
+from support.processes import wait_until
 
 SECRET_ENV = "CONTEXTOS_TEST_HOOK_SECRET"
 
@@ -268,11 +268,13 @@ async def test_a_webhook_starts_a_workflow_its_body_the_typed_input(tmp_path: Pa
             )
             assert started.status_code == 202, started.text
             run_id = started.json()["run_id"]
-            for _ in range(300):
+
+            async def ended() -> bool:
                 run = (await http.get(f"/v1/runs/{run_id}")).json()
-                if run["status"] == "completed":
-                    break
-                await asyncio.sleep(0.05)
+                return bool(run["status"] in ("completed", "failed"))
+
+            await wait_until(ended, what="the workflow run to end")
+            run = (await http.get(f"/v1/runs/{run_id}")).json()
             assert (run["status"], run["structured_output"]) == ("completed", ["hello ada"])
 
             wrong = b'{"names": "ada"}'

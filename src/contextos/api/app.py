@@ -28,6 +28,7 @@ from contextos import (
     RunStatus,
     Runtime,
     Workflow,
+    load_runnable,
 )
 from contextos.api import errors
 from contextos.api.auth import PrincipalDep, interrupt_of, run_of, visible
@@ -48,7 +49,6 @@ from contextos.api.schemas import (
     summary_view,
 )
 from contextos.api.stream import router as stream_router
-from contextos.graph.workflow import load_runnable
 from contextos.workers import Worker, WorkerConfig
 
 API_VERSION = "v1"
@@ -208,9 +208,8 @@ def create_app(config: ApiConfig | None = None) -> FastAPI:
         # `principal` is the runtime's own key (the bound principal), not part of the request.
         asked = {k: v for k, v in state.metadata.items() if k != "principal"}
         # a workflow keeps its input as the JSON its type gives (spacing, key order)
-        given = agent.input_text(body.input) if isinstance(agent, Workflow) else body.input
         if not created and (state.input, state.agent_ref, asked) != (
-            given,
+            agent.input_text(body.input) if isinstance(agent, Workflow) else body.input,
             ref,
             body.metadata,
         ):

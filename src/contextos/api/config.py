@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from contextos import Agent, ConfigError, Principal, Runtime, Workflow
+from contextos import Agent, ConfigError, Principal, Runtime, Workflow, load_runnable
 from contextos.api.errors import ApiError
 from contextos.api.oidc import OidcConfig, OidcVerifier
-from contextos.graph.workflow import load_runnable
 from contextos.workers import SIGNATURE_TOLERANCE_S
 
 MAX_SEQ = 2**63 - 1

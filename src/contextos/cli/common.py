@@ -227,9 +227,13 @@ STATUS_STYLE = {
 }
 
 
-def turns(n: int) -> str:
+def counted(n: int, noun: str) -> str:
     """`1 turn`, `2 turns`."""
-    return f"{n} turn" + ("" if n == 1 else "s")
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def turns(n: int) -> str:
+    return counted(n, "turn")
 
 
 def print_result(result: RunResult, as_json: bool, *, owner: RunOwner | None = None) -> None:

@@ -26,6 +26,7 @@ from contextos.cli.common import (
     app,
     call,
     console,
+    counted,
     examples,
     fail,
     finish,
@@ -155,7 +156,7 @@ def _seqs(seqs: list[int]) -> str:
 
 
 def _calls(n: int) -> str:
-    return f"{n} model call" + ("" if n == 1 else "s")
+    return counted(n, "model call")
 
 
 def _record_lines(r: DecisionRecord) -> list[Text]:

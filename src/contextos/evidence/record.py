@@ -588,11 +588,11 @@ async def _stored(store: object, events: Sequence[ev.Event]) -> list[Receipt]:
             )
             continue
         rebuilt = build_record(events[: stored.at_seq]) if stored.at_seq <= len(events) else None
+        expected = rebuilt.record_hash if rebuilt is not None else None
         if rebuilt is not None and stored.delegations is None and rebuilt.delegations:
             # stored before the record held the child runs: compared as it was made then
-            rebuilt = rebuilt.model_copy(update={"delegations": None})
-            rebuilt = rebuilt.model_copy(update={"record_hash": rebuilt.content_hash()})
-        matches = rebuilt is not None and rebuilt.record_hash == stored.record_hash
+            expected = rebuilt.model_copy(update={"delegations": None}).content_hash()
+        matches = expected == stored.record_hash
         out.append(
             Receipt(
                 artifact_id=artifact.artifact_id,
