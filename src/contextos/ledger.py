@@ -132,6 +132,28 @@ def compensable(effect: Effect) -> bool:
     )
 
 
+def never_sent(effect: Effect) -> bool:
+    """A call (not a compensation) still short of being sent, e.g. waiting for an approval:
+    ending its run settles it as not sent, with no word from its tool."""
+    return effect.compensates is None and effect.state in (
+        EffectState.PROPOSED,
+        EffectState.VALIDATED,
+        EffectState.AUTHORISED,
+    )
+
+
+def abandoned(effect: Effect, why: str) -> dict[str, Any]:
+    """The `effect_changed` fields that settle a call never sent as failed, `why` shown to
+    the model."""
+    return {
+        "effect_id": effect.effect_id,
+        "state": EffectState.FAILED,
+        "error_code": "not_sent",
+        "output": why,
+        "note": why,
+    }
+
+
 def unsettled(effect: Effect) -> bool:
     """Must this effect be resolved or compensated before its run may end?"""
     if effect.compensates is not None:

@@ -17,6 +17,7 @@ from contextos.agents import Agent, load_ref
 from contextos.causality import stamp
 from contextos.control import check_finishable, check_pausable, check_sendable
 from contextos.errors import AgentChanged, ConcurrencyConflict, ConfigError, RunInUse, RunIsTerminal
+from contextos.ledger import abandoned, never_sent, unsettled
 from contextos.loop import Driver
 from contextos.ownership import Ownership
 from contextos.runs import RunId, RunStatus
@@ -69,7 +70,7 @@ class Steering:
                 break
             ends_children = await self._driven_with_children(state)
             events: list[ev.Event]
-            if state.needs_settling or ends_children:
+            if (state.needs_settling and not _settled_here(state)) or ends_children:
                 events = [
                     ev.RunEnding(
                         run_id=rid,
@@ -80,7 +81,8 @@ class Steering:
                     )
                 ]
             else:
-                events = await self._children_taken_in(state)
+                events = _unsent_abandoned(state)
+                events += await self._children_taken_in(state, after=state.seq + len(events))
                 seq = state.seq + len(events) + 1
                 events.append(ev.RunCancelled(run_id=rid, seq=seq, reason=reason, actor=actor))
             events = stamp(state, events)
@@ -111,9 +113,10 @@ class Steering:
             return await self._ended(rid, state)
         return state
 
-    async def _children_taken_in(self, state: RunState) -> list[ev.Event]:
+    async def _children_taken_in(self, state: RunState, *, after: int) -> list[ev.Event]:
         """Nobody drives the run: its children still running are cancelled first, and each
-        that has ended is recorded as finished, so that what they spent counts in the run's."""
+        that has ended is recorded as finished (numbered from `after` + 1), so that what they
+        spent counts in the run's."""
         if not state.running_children:
             return []
         for key in state.running_children:
@@ -121,7 +124,7 @@ class Steering:
             await self._cancel_child(child, f"its parent run {state.run_id} was cancelled")
         ended = await self._ended_children(state)
         return [
-            ev.ChildRunFinished(run_id=state.run_id, seq=state.seq + i, **fields)
+            ev.ChildRunFinished(run_id=state.run_id, seq=after + i, **fields)
             for i, fields in enumerate(ended, 1)
         ]
 
@@ -221,3 +224,22 @@ class Steering:
 
 
 __all__ = ["Steering"]
+
+
+def _settled_here(state: RunState) -> bool:
+    """Whether cancelling the run settles its effects without its tools: nobody drives it and
+    every call to settle was never sent (one waiting for an approval, say). Else its driver,
+    or a resume with its agent, runs the saga."""
+    if state.status is RunStatus.RUNNING:
+        return False
+    return all(never_sent(e) for e in state.effects.values() if unsettled(e))
+
+
+def _unsent_abandoned(state: RunState) -> list[ev.Event]:
+    """The calls a cancelled run never sent, settled as failed (not sent)."""
+    why = "the run was cancelled before the call was sent"
+    unsent = [e for e in state.effects.values() if never_sent(e)]
+    return [
+        ev.EffectChanged(run_id=state.run_id, seq=state.seq + i, **abandoned(e, why))
+        for i, e in enumerate(unsent, 1)
+    ]

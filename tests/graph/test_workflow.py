@@ -495,6 +495,42 @@ async def test_cancelling_a_workflow_cancels_its_children(tmp_path: Path) -> Non
     assert (parent.child_turns, cancelled.turns) == (1, 1)
 
 
+async def test_cancelling_a_workflow_settles_a_childs_write_waiting_for_approval(
+    tmp_path: Path,
+) -> None:
+    sent: list[str] = []
+
+    @tool(effect="write")
+    def send(text: str) -> str:
+        """Send a message."""
+        sent.append(text)
+        return "sent"
+
+    messenger = Agent(
+        name="messenger",
+        model=ScriptedModel([call_tool("send", {"text": "hello"})]),
+        tools=[send],
+        output_type=Doubled,
+    )
+    flow = Workflow("cancelled-write", input=Numbers)
+    flow.agent("message", messenger)
+    rule = Rule(id="ask", tools=("send",), decision=Decision.REQUIRE_APPROVAL, approver_role="ops")
+    async with Runtime(str(tmp_path / "runs.db"), policy=Policy(rules=(rule,))) as rt:
+        bob = Principal.user("bob", scopes=("*",))
+        first = await rt.run(flow, Numbers(values=[1]), principal=bob)
+        cancelled = await rt.cancel(first.run_id, reason="not needed")
+        child = await rt.state(f"{first.run_id}.message")
+        parent = await rt.state(first.run_id)
+        inbox = await rt.inbox()
+    # Neither the workflow nor its child was started from a reference a worker could load,
+    # and the write was never sent: both end now instead of the child staying "ending".
+    assert cancelled.status is child.status is RunStatus.CANCELLED
+    assert child.ending is None and inbox == []
+    (write,) = child.effects.values()
+    assert write.error_code == "not_sent" and sent == []
+    assert parent.children["message"].status.value == "cancelled"
+
+
 async def test_cancelling_a_running_workflow_ends_it_with_what_its_children_spent(
     rt: Runtime,
 ) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from refunds import POLICY, ledger, refund_agent
 
-from contextos import FrozenAction, Interrupt, RunStatus, Runtime
+from contextos import EffectState, FrozenAction, Interrupt, RunStatus, Runtime
 from contextos import events as ev
 from contextos.errors import AnswerInvalid, ApprovalRefused, InterruptNotFound
 from contextos.policy import Decision, Limit, Policy, Principal, Rule
@@ -142,6 +142,24 @@ async def test_approve_then_resume_runs_the_action_once(rt: Runtime, refunds_db:
     assert last.effect_id == proposed.effect_id  # the new decision is the effect's
     assert ledger(refunds_db) == ([(f"{run_id}/call_1_0", "A-0", 500.0)], 1)
     assert await rt.inbox() == []
+
+
+async def test_cancelling_a_run_waiting_for_an_approval_needs_no_agent(
+    rt: Runtime, refunds_db: Path
+) -> None:
+    run_id, pending = await waiting(rt, 500)
+    # Started in this process (no agent reference) and cancelled without its agent: the
+    # refund was never sent, so nothing is left for its tools to settle.
+    result = await rt.cancel(run_id, reason="the customer withdrew")
+    assert result.status is RunStatus.CANCELLED
+    state = await rt.state(run_id)
+    (refund,) = state.effects.values()
+    assert (refund.state, refund.error_code) == (EffectState.FAILED, "not_sent")
+    assert refund.output == "the run was cancelled before the call was sent"
+    assert await rt.inbox() == []
+    with pytest.raises(ApprovalRefused):
+        await rt.approve(pending.id, approver="alice")
+    assert ledger(refunds_db) == ([], 0)
 
 
 async def test_forged_approval_with_another_hash_is_refused(rt: Runtime, refunds_db: Path) -> None:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from contextos import events as ev
 from contextos.causality import stamp
 from contextos.errors import AnswerInvalid, ConcurrencyConflict, RunIsTerminal, RunNotFound
-from contextos.ledger import EffectState
+from contextos.ledger import abandoned, never_sent
 from contextos.records.deadlines import Deadline, Expiry, on_expiry
 from contextos.records.decisions import Check, Decision, PolicyDecision
 from contextos.records.interrupts import Interrupt, InterruptKind, parse_answer
@@ -201,22 +201,12 @@ def expiry_events(
             failing.append(i)
     if not failing:
         return out
-    unsent = (EffectState.PROPOSED, EffectState.VALIDATED, EffectState.AUTHORISED)
+    why = "the run expired waiting for a person; the call was not sent"
     for effect in state.effects.values():
-        if effect.state in unsent and effect.compensates is None:
-            why = "the run expired waiting for a person; the call was not sent"
+        if never_sent(effect):
+            fields = abandoned(effect, why)
             out.append(
-                ev.EffectChanged(
-                    run_id=run_id,
-                    seq=seq(),
-                    occurred_at=now,
-                    actor=actor,
-                    effect_id=effect.effect_id,
-                    state=EffectState.FAILED,
-                    error_code="not_sent",
-                    output=why,
-                    note=why,
-                )
+                ev.EffectChanged(run_id=run_id, seq=seq(), occurred_at=now, actor=actor, **fields)
             )
     first = failing[0]
     d = first.deadline

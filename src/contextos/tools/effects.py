@@ -33,6 +33,7 @@ from contextos.ledger import (
     MAX_DISPATCHES,
     Effect,
     EffectState,
+    abandoned,
     action_key,
     effect_id_for,
     idempotency_key,
@@ -601,14 +602,7 @@ class ToolRunner:
 
     async def _abandon(self, effect: Effect, why: str) -> None:
         b = self.batch()
-        b.add(
-            ev.EffectChanged,
-            effect_id=effect.effect_id,
-            state=EffectState.FAILED,
-            error_code="not_sent",
-            output=why,
-            note=why,
-        )
+        b.add(ev.EffectChanged, **abandoned(effect, why))
         await b.commit()
 
     # -- shared steps ---------------------------------------------------------------------

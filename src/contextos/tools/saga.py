@@ -16,7 +16,14 @@ from pydantic import BaseModel
 
 from contextos import events as ev
 from contextos.errors import ToolCrashed, ToolOutcomeUnknown, ToolOutputInvalid
-from contextos.ledger import MAX_DISPATCHES, Effect, EffectState, compensable, effect_id_for
+from contextos.ledger import (
+    MAX_DISPATCHES,
+    Effect,
+    EffectState,
+    compensable,
+    effect_id_for,
+    never_sent,
+)
 from contextos.messages import ToolCall
 from contextos.tools._invoke import error_text, error_type, safe_text
 from contextos.tools.contract import Tool
@@ -36,11 +43,7 @@ class Saga:
         for effect in list(self.r.state.effects.values()):
             if effect.compensates is not None:
                 continue
-            if effect.state in (
-                EffectState.VALIDATED,
-                EffectState.AUTHORISED,
-                EffectState.PROPOSED,
-            ):
+            if never_sent(effect):
                 await self.r._abandon(effect, "the run ended before the call was sent")
             elif effect.state.in_flight:
                 tool = self.r.gw.tools.get(effect.tool)
