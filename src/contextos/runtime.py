@@ -458,7 +458,8 @@ class Runtime:
         holds with child runs in flight (a workflow's, an agent's subagents): they are
         cancelled, its driver records what they became (their spend counts in its own), then
         the cancellation, which this waits a few seconds for. A run nobody drives is settled
-        here and now (with `agent`, or the agent its reference names).
+        here and now (with `agent`, or the agent its reference names; calls it never sent, such
+        as one waiting for an approval, need neither).
         """
         state = await self._steering.cancel(RunId(run_id), reason=reason, actor=actor, agent=agent)
         return RunResult.from_state(state)
