@@ -154,6 +154,9 @@ class NodeRun:
     message: str | None = None
     children: list[str] = field(default_factory=list)
     """Delegation ids of its child runs, in start order."""
+    failed_attempts: dict[str, int] = field(default_factory=dict)
+    """Attempts of its function that failed and were tried again, by which call (see
+    `node_attempt_failed`): a resume goes on counting from there."""
 
 
 __all__ = [

@@ -25,6 +25,7 @@ from contextos.graph_events import (
     ChildRunFinished,
     ChildRunStarted,
     DelegationBound,
+    NodeAttemptFailed,
     NodeCompleted,
     NodeFailed,
     NodeRoundCompleted,
@@ -579,6 +580,7 @@ Event = Annotated[
     | WorkflowBound
     | NodeStarted
     | NodeRoundCompleted
+    | NodeAttemptFailed
     | NodeCompleted
     | NodeFailed
     | EvaluationRecorded
@@ -620,6 +622,7 @@ __all__ = [
     "EvaluationRecorded",
     "InterruptRaised",
     "ModelResponded",
+    "NodeAttemptFailed",
     "NodeCompleted",
     "NodeFailed",
     "NodeRoundCompleted",

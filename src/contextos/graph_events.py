@@ -107,6 +107,27 @@ class NodeRoundCompleted(BaseEvent):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class NodeAttemptFailed(BaseEvent):
+    """A node's function raised an error its retry policy declares safe to try again after;
+    the next attempt follows `delay_s` later (a resume counts the attempts made before it)."""
+
+    type: Literal["node_attempt_failed"] = "node_attempt_failed"
+    node: str
+    """The node."""
+    where: str = ""
+    """Which call of its function: "" for a code node, `item N` for a map's or gate's item,
+    `round N` for a loop's round."""
+    attempt: int
+    """Which attempt failed, from 1."""
+    error_type: str
+    """Class name of the error."""
+    error: str
+    """The error's message."""
+    delay_s: float = 0.0
+    """Back-off before the next attempt."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class NodeCompleted(BaseEvent):
     """A workflow node finished; its output passed its declared type before anything read it."""
 
@@ -140,6 +161,7 @@ __all__ = [
     "ChildRunFinished",
     "ChildRunStarted",
     "DelegationBound",
+    "NodeAttemptFailed",
     "NodeCompleted",
     "NodeFailed",
     "NodeRoundCompleted",

@@ -325,6 +325,7 @@ def apply(state: RunState, event: ev.Event) -> RunState:
             | ev.ChildRunFinished()
             | ev.NodeStarted()
             | ev.NodeRoundCompleted()
+            | ev.NodeAttemptFailed()
             | ev.NodeCompleted()
             | ev.NodeFailed()
         ):
@@ -348,6 +349,7 @@ def _apply_graph(
     | ev.ChildRunFinished
     | ev.NodeStarted
     | ev.NodeRoundCompleted
+    | ev.NodeAttemptFailed
     | ev.NodeCompleted
     | ev.NodeFailed,
 ) -> None:
@@ -396,6 +398,8 @@ def _apply_graph(
             )
         case ev.NodeRoundCompleted():
             _node(state, event).rounds.append(event.output)
+        case ev.NodeAttemptFailed():
+            _node(state, event).failed_attempts[event.where] = event.attempt
         case ev.NodeCompleted():
             node = _node(state, event)
             node.status = NodeStatus.COMPLETED
@@ -413,7 +417,8 @@ def _apply_graph(
 
 
 def _node(
-    state: RunState, event: ev.NodeRoundCompleted | ev.NodeCompleted | ev.NodeFailed
+    state: RunState,
+    event: ev.NodeRoundCompleted | ev.NodeAttemptFailed | ev.NodeCompleted | ev.NodeFailed,
 ) -> NodeRun:
     node = state.nodes.get(event.node)
     if node is None or node.status is not NodeStatus.RUNNING:

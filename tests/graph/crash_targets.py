@@ -10,7 +10,7 @@ import json
 
 from pydantic import BaseModel
 
-from contextos import Agent, Budget
+from contextos import Agent, Budget, RetryPolicy
 from contextos.agents import Subagent
 from contextos.testing import ScriptedModel, call_tool, reply
 from support.crashes import kill_once, log, log_dir
@@ -252,4 +252,20 @@ fallback.map(
     item=str,
     concurrency=1,
     merge="first",
+)
+
+
+# -- a code node retried on errors it declares safe --------------------------------------------
+
+
+def fetch_page(url: str) -> str:
+    """Never reaches its server: each attempt is logged, then refused."""
+    log("code.jsonl", node="fetch")
+    kill_once("fetch")
+    raise ConnectionError(f"{url}: connection refused")
+
+
+flaky = Workflow("flaky", input=str)
+flaky.code(
+    "fetch", fetch_page, retry=RetryPolicy(attempts=2, safe_on=(ConnectionError,), backoff_s=0)
 )

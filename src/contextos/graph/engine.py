@@ -29,7 +29,7 @@ from contextos.records.interrupts import Interrupt, InterruptKind, interrupt_id_
 from contextos.runs import FailureReason, RunStatus
 from contextos.state import RunState, apply
 from contextos.store.base import EventStore, append_after, load_state
-from contextos.tools._invoke import error_text
+from contextos.tools._invoke import error_text, error_type, safe_text
 
 
 class _Failed(Exception):
@@ -308,7 +308,7 @@ class WorkflowDriver:
                 return await self._at_most_once(node, args)
             case "code" | "reduce":
                 await self._started(node)
-                return await self._complete(node, await self._call(node, node.fn, *args))
+                return await self._complete(node, await self._work(node, "", *args))
             case "agent":
                 await self._started(node)
                 child = await self._child(node, node.name, 0, args[0], self._ref(node.after[0]))
@@ -358,7 +358,7 @@ class WorkflowDriver:
                 return await self._complete(node, value)
             # The person says it did not act: run it again, under a new intent.
         await self.record(ev.NodeStarted, node=node.name, kind=node.kind, effect=node.effect)
-        return await self._complete(node, await self._call(node, node.fn, *args))
+        return await self._complete(node, await self._work(node, "", *args))
 
     def _asked_about(self, node: str, since_seq: int) -> Interrupt | None:
         """The latest question to a person about a node's unknown outcome, raised after its
@@ -436,14 +436,35 @@ class WorkflowDriver:
         """Run user code (sync in a thread, so children in flight keep going); what it raises
         is the node's failure."""
         try:
-            if inspect.iscoroutinefunction(fn):
-                return await fn(*args)
-            result = await asyncio.to_thread(fn, *args)
-            return await result if inspect.isawaitable(result) else result
+            return await _invoked(fn, *args)
         except Exception as exc:
-            raise _Failed(
-                node.name, FailureReason.NODE_FAILED, f"node {node.name} raised {error_text(exc)}"
-            ) from exc
+            raise _raised(node, exc) from exc
+
+    async def _work(self, node: Node[Any], where: str, *args: Any) -> Any:
+        """The node's function on `args` (`where`: which of its calls), tried again as its
+        retry policy allows, each failed attempt recorded first: a resume counts on from the
+        attempts its log holds, so no call is tried more often than the policy says."""
+        retry = node.retry
+        attempt = self.state.nodes[node.name].failed_attempts.get(where, 0) + 1
+        while True:
+            try:
+                return await _invoked(node.fn, *args)
+            except Exception as exc:
+                if not retry.allows(exc, attempt):
+                    tried = f" (attempt {attempt} of {retry.attempts})" if attempt > 1 else ""
+                    raise _raised(node, exc, tried) from exc
+                delay = retry.delay(attempt)
+                await self.record(
+                    ev.NodeAttemptFailed,
+                    node=node.name,
+                    where=where,
+                    attempt=attempt,
+                    error_type=error_type(exc),
+                    error=safe_text(exc),
+                    delay_s=delay,
+                )
+            await asyncio.sleep(delay)
+            attempt += 1
 
     def _ref(self, node: str) -> str:
         """Where in this run's log a node's input is kept (`RUN#SEQ`)."""
@@ -568,7 +589,7 @@ class WorkflowDriver:
     async def _call_on(self, node: Node[Any], index: int, item: Any) -> Any:
         """A code map's or gate's function on one item; its failure names the item."""
         try:
-            return await self._call(node, node.fn, item)
+            return await self._work(node, f"item {index}", item)
         except _Failed as failure:
             message = f"{failure.message} (item {index})"
             raise _Failed(failure.node, failure.reason, message, failure.errors) from None
@@ -624,7 +645,7 @@ class WorkflowDriver:
                 )
             done += 1
             if node.spec is None:
-                value = await self._call(node, node.fn, value)
+                value = await self._work(node, f"round {done}", value)
             else:
                 ref = (
                     self._ref(node.after[0])
@@ -646,6 +667,21 @@ class WorkflowDriver:
                 ) from None
             output = node.adapter.dump_python(value, mode="json")
             await self.record(ev.NodeRoundCompleted, node=node.name, round=done, output=output)
+
+
+async def _invoked(fn: Any, *args: Any) -> Any:
+    """User code's value: a coroutine function awaited here, a plain one in a thread (so the
+    children in flight keep going), an awaitable it returns awaited."""
+    if inspect.iscoroutinefunction(fn):
+        return await fn(*args)
+    result = await asyncio.to_thread(fn, *args)
+    return await result if inspect.isawaitable(result) else result
+
+
+def _raised(node: Node[Any], exc: Exception, tried: str = "") -> _Failed:
+    """The node's failure, for an error its code raised."""
+    text = f"node {node.name} raised {error_text(exc)}{tried}"
+    return _Failed(node.name, FailureReason.NODE_FAILED, text)
 
 
 def _result(node: Node[Any], child: ChildRun, *, each: bool = False) -> Any:

@@ -46,7 +46,7 @@ from contextos.graph.declared import (
 )
 from contextos.graph.outputs import ClaimCheck, Collected, Gated, ItemFailure, Rejected
 from contextos.runs import Budget
-from contextos.tools.contract import EffectKind
+from contextos.tools.contract import EffectKind, RetryPolicy
 
 T = TypeVar("T")
 
@@ -97,6 +97,8 @@ class Node(Generic[T]):
     effect: EffectKind | None = None
     """Code: what its function does to the world, when it does anything (then it runs at most
     once: an intent is recorded first, and a resume that finds no outcome does not run it)."""
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    """Code: when a call of its function that raised is tried again (by default never)."""
 
     @cached_property
     def adapter(self) -> TypeAdapter[Any]:
@@ -127,6 +129,8 @@ class Node(Generic[T]):
             identity["merge"] = self.merge
         if self.effect is not None:
             identity["effect"] = self.effect.value
+        if self.retry != RetryPolicy():  # absent otherwise: a node keeps the hash it had
+            identity["retry"] = self.retry.identity()
         return identity
 
 
@@ -204,6 +208,7 @@ class Workflow:
         after: Node[Any] | Sequence[Node[Any]] | None = None,
         output: Any = None,
         effect: EffectKind | str | None = None,
+        retry: RetryPolicy | None = None,
     ) -> Node[Any]:
         """A node that runs `fn` (sync or async) on the outputs of the nodes it reads.
 
@@ -211,7 +216,11 @@ class Workflow:
         or `"irreversible"`) and runs at most once: its intent is recorded before it runs,
         and a workflow stopped after that and before its output was recorded asks a person
         on resume whether it acted (`input_required`), instead of running it again; left
-        unanswered, it fails `outcome_unknown`."""
+        unanswered, it fails `outcome_unknown`.
+
+        `retry` tries a call that raised again, up to `retry.attempts` in all, when the error
+        is one of `retry.safe_on` (one the function raises only when it did nothing), each
+        failed attempt recorded; by default a raise fails the node at once."""
         try:
             kind = EffectKind(effect) if effect is not None else None
         except ValueError:
@@ -220,7 +229,7 @@ class Workflow:
                 node=name,
             ) from None
         return self._code(
-            "code", name, fn, after, output, None if kind is EffectKind.READ else kind
+            "code", name, fn, after, output, None if kind is EffectKind.READ else kind, retry
         )
 
     def reduce(
@@ -230,8 +239,10 @@ class Workflow:
         *,
         after: Node[Any] | Sequence[Node[Any]] | None = None,
         output: Any = None,
+        retry: RetryPolicy | None = None,
     ) -> Node[Any]:
-        """A code node that folds a fan-out's list of outputs into one (deduplicate, merge)."""
+        """A code node that folds a fan-out's list of outputs into one (deduplicate, merge);
+        `retry` as for `code`."""
         upstream = self._after(name, after, 1)
         source = self._build.nodes.get(upstream[0]) or self.start
         if get_origin(source.output) is not list:
@@ -240,7 +251,7 @@ class Workflow:
                 f"{type_name(source.output)}; read a map or a node that gives a list",
                 node=name,
             )
-        return self._code("reduce", name, fn, after, output)
+        return self._code("reduce", name, fn, after, output, retry=retry)
 
     def agent(
         self,
@@ -278,11 +289,13 @@ class Workflow:
         objective: str | Callable[[Any], str] | None = None,
         concurrency: int = 4,
         merge: Merge = "all",
+        retry: RetryPolicy | None = None,
     ) -> Node[Any]:
         """Fan out: run `worker` (an agent, as one child run per item, or a function) on each
         item, `concurrency` at a time. With `merge="all"` the node gives the list of outputs,
         in item order, and an item that fails fails the node; `"collect"` gives
-        `Collected[item, output]`; `"first"` gives the output of the first item that has one."""
+        `Collected[item, output]`; `"first"` gives the output of the first item that has one.
+        `retry` (a function worker's) as for `code`, counted per item."""
         if merge not in ("all", "collect", "first"):
             raise ConfigError(f"node {name!r}: merge is 'all', 'collect' or 'first'", node=name)
         upstream = self._after(name, after, 1)
@@ -295,6 +308,7 @@ class Workflow:
             fn = worker
             each = output or returns_of(name, worker)
             check_params(name, worker, [item_type])
+        _no_retry_for_agents(name, spec, retry)
         merged: Any = each  # first
         if merge == "all":
             merged = list[each]  # type: ignore[valid-type]
@@ -313,6 +327,7 @@ class Workflow:
                 objective=objective,
                 concurrency=positive(name, concurrency),
                 merge=merge,
+                retry=_retry(name, retry),
             )
         )
 
@@ -326,10 +341,12 @@ class Workflow:
         after: Node[Any] | None = None,
         claim: str | Callable[[Any], str] | None = None,
         concurrency: int = 4,
+        retry: RetryPolicy | None = None,
     ) -> Node[Any]:
         """A verification gate: for each item, `check` tries to disprove a claim about it (a
         function returning a ClaimCheck or a bool, or an agent answering a ClaimCheck, one
-        child run per item); the node gives `Gated[item]`: what passed, what was rejected."""
+        child run per item); the node gives `Gated[item]`: what passed, what was rejected.
+        `retry` (a function's) as for `code`, counted per item."""
         upstream = self._after(name, after, 1)
         item_type = self._item_type(name, upstream[0], over, item)
         spec = fn = None
@@ -338,6 +355,7 @@ class Workflow:
         else:
             fn = check
             check_params(name, check, [item_type])
+        _no_retry_for_agents(name, spec, retry)
         return self._add(
             Node(
                 name=name,
@@ -350,6 +368,7 @@ class Workflow:
                 item=item_type,
                 objective=claim,
                 concurrency=positive(name, concurrency),
+                retry=_retry(name, retry),
             )
         )
 
@@ -363,10 +382,12 @@ class Workflow:
         after: Node[Any] | None = None,
         on_limit: OnLimit = "fail",
         objective: str | Callable[[Any], str] | None = None,
+        retry: RetryPolicy | None = None,
     ) -> Node[Any]:
         """A convergence loop: `body` turns the state into the next one (a function, or an
         agent as one child run per round) until `until(state)` holds, at most `max_rounds`
-        times; then `on_limit` decides: fail the workflow, or accept the last state."""
+        times; then `on_limit` decides: fail the workflow, or accept the last state. `retry`
+        (a function body's) as for `code`, counted per round."""
         upstream = self._after(name, after, 1)
         state_type = (self._build.nodes.get(upstream[0]) or self.start).output
         spec = fn = None
@@ -375,6 +396,7 @@ class Workflow:
         else:
             fn = body
             check_params(name, body, [state_type])
+        _no_retry_for_agents(name, spec, retry)
         if on_limit not in ("fail", "accept"):
             raise ConfigError(f"node {name!r}: on_limit is 'fail' or 'accept'", node=name)
         return self._add(
@@ -389,6 +411,7 @@ class Workflow:
                 until=until,
                 max_rounds=positive(name, max_rounds),
                 on_limit=on_limit,
+                retry=_retry(name, retry),
             )
         )
 
@@ -572,6 +595,7 @@ class Workflow:
         after: Node[Any] | Sequence[Node[Any]] | None,
         output: Any,
         effect: EffectKind | None = None,
+        retry: RetryPolicy | None = None,
     ) -> Node[Any]:
         upstream = self._after(name, after, None)
         given = [(self._build.nodes.get(a) or self.start).output for a in upstream]
@@ -584,6 +608,7 @@ class Workflow:
                 after=upstream,
                 fn=fn,
                 effect=effect,
+                retry=_retry(name, retry),
             )
         )
 
@@ -649,6 +674,25 @@ class Workflow:
                 f"node {name!r}: cannot tell the type of one item; pass item=TYPE", node=name
             )
         return found
+
+
+def _retry(name: str, retry: RetryPolicy | None) -> RetryPolicy:
+    if retry is None:
+        return RetryPolicy()
+    if not isinstance(retry, RetryPolicy):
+        raise ConfigError(
+            f"node {name!r}: retry is a RetryPolicy, not {type(retry).__name__}", node=name
+        )
+    return retry
+
+
+def _no_retry_for_agents(name: str, spec: Subagent | None, retry: RetryPolicy | None) -> None:
+    if spec is not None and retry is not None:
+        raise ConfigError(
+            f"node {name!r}: retry is for a function; an agent's child run retries through "
+            "its model's and its tools' own policies",
+            node=name,
+        )
 
 
 def load_runnable(ref: str) -> Agent | Workflow:

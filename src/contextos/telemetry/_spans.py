@@ -251,6 +251,16 @@ def build(events: list[ev.Event], *, capture: Capture = METADATA) -> list[SpanRe
                         name=_name(e), at=e.occurred_at, attributes={**seq_attr, "round": e.round}
                     )
                 )
+            case ev.NodeAttemptFailed() if e.node in nodes:
+                attempt: dict[str, AttrValue] = {
+                    **seq_attr,
+                    "attempt": e.attempt,
+                    ERROR_TYPE: e.error_type,
+                    "contextos.node.call": e.where,
+                }
+                nodes[e.node].events.append(
+                    SpanEvent(name=_name(e), at=e.occurred_at, attributes=attempt)
+                )
             case ev.NodeCompleted() | ev.NodeFailed() if e.node in nodes:
                 spans.append(_node_span(nodes.pop(e.node), e, trace_id, root_id, run_id, flow))
             case ev.ChildRunStarted() | ev.ChildRunFinished():

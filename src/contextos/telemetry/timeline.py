@@ -212,6 +212,12 @@ def describe(event: ev.Event) -> str:
             return f"{event.node} ({event.kind}) started{items}"
         case ev.NodeRoundCompleted():
             return f"{event.node} round {event.round}: {_clip(json.dumps(event.output), 100)}"
+        case ev.NodeAttemptFailed():
+            which = f" {event.where}" if event.where else ""
+            return (
+                f"{event.node}{which} attempt {event.attempt} failed ({event.error_type}: "
+                f"{_clip(event.error, 80)}); trying again in {event.delay_s:g}s"
+            )
         case ev.NodeCompleted():
             done = "" if event.converged is None else (" (converged)" if event.converged else "")
             routed = f" → {event.route}" if event.route is not None else ""

@@ -57,6 +57,14 @@ class RetryPolicy:
     max_backoff_s: float = 5.0
     """Upper bound of the delay."""
 
+    def identity(self) -> dict[str, Any]:
+        """What the retry changes about a call, as JSON data (part of a contract's hash)."""
+        return {
+            "attempts": self.attempts,
+            "safe_on": [e.__name__ for e in self.safe_on],
+            "unsafe_on": [e.__name__ for e in self.unsafe_on],
+        }
+
     def allows(self, error: BaseException, attempt: int) -> bool:
         if attempt >= self.attempts or isinstance(error, self.unsafe_on):
             return False
@@ -199,11 +207,7 @@ class Tool:
             "scopes": list(self.scopes),
             "data_classification": self.data_classification,
             "timeout_s": self.timeout_s,
-            "retry": {
-                "attempts": self.retry.attempts,
-                "safe_on": [e.__name__ for e in self.retry.safe_on],
-                "unsafe_on": [e.__name__ for e in self.retry.unsafe_on],
-            },
+            "retry": self.retry.identity(),
             "idempotency_arg": self.idempotency_arg,
             "idempotent": self.idempotent,
             "reconcile": self.reconcile is not None,
