@@ -10,7 +10,6 @@ in flight is resumed. Nodes that read only completed nodes run at the same time.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from datetime import datetime
@@ -29,7 +28,10 @@ from contextos.records.interrupts import Interrupt, InterruptKind, interrupt_id_
 from contextos.runs import FailureReason, RunStatus
 from contextos.state import RunState, apply
 from contextos.store.base import EventStore, append_after, load_state
-from contextos.tools._invoke import error_text, error_type, safe_text
+from contextos.tools._invoke import CallTimedOut, error_text, error_type, invoke, safe_text
+
+NO_DEADLINE_S = 1e9
+"""The time limit of a node's code in a workflow without a deadline: none that matters."""
 
 
 class _Failed(Exception):
@@ -436,9 +438,29 @@ class WorkflowDriver:
         """Run user code (sync in a thread, so children in flight keep going); what it raises
         is the node's failure."""
         try:
-            return await _invoked(fn, *args)
+            return await self._in_time(node, fn, *args)
+        except _Failed:
+            raise
         except Exception as exc:
             raise _raised(node, exc) from exc
+
+    async def _in_time(self, node: Node[Any], fn: Any, *args: Any) -> Any:
+        """User code's value, as a tool's call runs: a coroutine function in a task of its
+        own, a plain one on a daemon thread (so the children in flight keep going), both let
+        go at the workflow's deadline, which fails the workflow `timeout`; code is not started
+        once the deadline passed."""
+        deadline = self.state.deadline_at
+        limit = NO_DEADLINE_S if deadline is None else (deadline - self.clock()).total_seconds()
+        try:
+            if limit <= 0:
+                raise CallTimedOut()
+            return await invoke(f"node {node.name}", fn, args, {}, limit)
+        except CallTimedOut:
+            raise _Failed(
+                node.name,
+                FailureReason.TIMEOUT,
+                f"the workflow's deadline passed while node {node.name} ran",
+            ) from None
 
     async def _work(self, node: Node[Any], where: str, *args: Any) -> Any:
         """The node's function on `args` (`where`: which of its calls), tried again as its
@@ -448,7 +470,9 @@ class WorkflowDriver:
         attempt = self.state.nodes[node.name].failed_attempts.get(where, 0) + 1
         while True:
             try:
-                return await _invoked(node.fn, *args)
+                return await self._in_time(node, node.fn, *args)
+            except _Failed:
+                raise
             except Exception as exc:
                 if not retry.allows(exc, attempt):
                     tried = f" (attempt {attempt} of {retry.attempts})" if attempt > 1 else ""
@@ -463,7 +487,7 @@ class WorkflowDriver:
                     error=safe_text(exc),
                     delay_s=delay,
                 )
-            await asyncio.sleep(delay)
+            await self._in_time(node, asyncio.sleep, delay)
             attempt += 1
 
     def _ref(self, node: str) -> str:
@@ -569,7 +593,7 @@ class WorkflowDriver:
                         child = await self._child(node, key, i, item, ref)
                         output = WAITING if child is None else _result(node, child, each=True)
                 except _Failed as failure:
-                    if node.merge == "all":
+                    if node.merge == "all" or failure.reason is FailureReason.TIMEOUT:
                         raise
                     return failure
                 except _Answered:
@@ -667,15 +691,6 @@ class WorkflowDriver:
                 ) from None
             output = node.adapter.dump_python(value, mode="json")
             await self.record(ev.NodeRoundCompleted, node=node.name, round=done, output=output)
-
-
-async def _invoked(fn: Any, *args: Any) -> Any:
-    """User code's value: a coroutine function awaited here, a plain one in a thread (so the
-    children in flight keep going), an awaitable it returns awaited."""
-    if inspect.iscoroutinefunction(fn):
-        return await fn(*args)
-    result = await asyncio.to_thread(fn, *args)
-    return await result if inspect.isawaitable(result) else result
 
 
 def _raised(node: Node[Any], exc: Exception, tried: str = "") -> _Failed:
