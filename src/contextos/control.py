@@ -16,12 +16,10 @@ from contextos.state import RunState
 
 
 def check_pausable(state: RunState) -> None:
-    """ControlRefused unless the run is queued or running (an agent run, not a workflow)."""
+    """ControlRefused unless the run is queued or running."""
     s = state
     if s.is_terminal:
         _refuse(s, f"has already {s.status.value}; there is nothing to pause")
-    if s.workflow is not None:
-        _refuse(s, "is a workflow run, which cannot be paused; cancel it or let it finish")
     if s.status is RunStatus.INPUT_REQUIRED:
         if s.pending_interrupts:
             _refuse(s, "is waiting for a person and holds no driver; nothing to pause")

@@ -471,7 +471,8 @@ class Runtime:
         A run nobody drives pauses now. A run a live driver holds (a worker, `contextos run`,
         a script, in this process or another) gets a recorded request instead: the driver
         takes it in when its step in flight ends and pauses there, so the result may still
-        say running. ControlRefused when the run ended, waits for a person or is a workflow.
+        say running. A workflow pauses its children in flight with it and starts nothing new;
+        resumed, it drives them on. ControlRefused when the run ended or waits for a person.
         """
         state = await self._steering.pause(RunId(run_id), reason=reason, actor=actor)
         return RunResult.from_state(state)

@@ -16,7 +16,15 @@ from contextos import events as ev
 from contextos.agents import Agent, load_ref
 from contextos.causality import stamp
 from contextos.control import check_finishable, check_pausable, check_sendable
-from contextos.errors import AgentChanged, ConcurrencyConflict, ConfigError, RunInUse, RunIsTerminal
+from contextos.errors import (
+    AgentChanged,
+    ConcurrencyConflict,
+    ConfigError,
+    ControlRefused,
+    RunInUse,
+    RunIsTerminal,
+    RunNotFound,
+)
 from contextos.ledger import abandoned, never_sent, unsettled
 from contextos.loop import Driver
 from contextos.ownership import Ownership
@@ -152,6 +160,15 @@ class Steering:
         return state
 
     async def pause(self, rid: RunId, *, reason: str, actor: str) -> RunState:
+        paused = await self._pause(rid, reason=reason, actor=actor)
+        if paused.workflow is not None:  # its children in flight stop at their next step too
+            for key in paused.running_children:
+                child = paused.children[key].contract.child_run_id
+                with contextlib.suppress(ControlRefused, RunNotFound):  # ended, or a person's
+                    await self.pause(child, reason=f"its workflow {rid} was paused", actor=actor)
+        return paused
+
+    async def _pause(self, rid: RunId, *, reason: str, actor: str) -> RunState:
         while True:
             state = await self._state(rid)
             if state.status is RunStatus.PAUSED:

@@ -265,8 +265,8 @@ def print_result(result: RunResult, as_json: bool, *, owner: RunOwner | None = N
         )
     elif result.status is RunStatus.PAUSED:
         console.print(
-            f"[yellow]paused:[/] continue with `contextos resume {result.run_id}`, or with a "
-            f'message: `contextos send {result.run_id} "…"`'
+            f"[yellow]paused:[/] continue with `contextos resume {result.run_id}` (an agent's "
+            f'run also takes a message: `contextos send {result.run_id} "…"`)'
         )
     elif result.status is RunStatus.INPUT_REQUIRED and result.output is not None:
         console.print(

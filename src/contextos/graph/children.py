@@ -248,10 +248,13 @@ class Delegations:
         if await self.host.create(start):
             self.created.add(contract.delegation_id)
 
-    async def settle(self, contract: DelegationContract, spec: Subagent) -> RunState | None:
+    async def settle(
+        self, contract: DelegationContract, spec: Subagent, *, wake_paused: bool = False
+    ) -> RunState | None:
         """Drive the child here, or wait while another process does, until it ends; None when
         it waits for a person or is paused (or this process is stopping) and the parent must
-        wait too."""
+        wait too. With `wake_paused` (its parent was paused with it, and resumed) a paused
+        child is driven on."""
         child_id = contract.child_run_id
         pause = _POLL_S[0]
         take_over = self.host.take_over and contract.delegation_id not in self.created
@@ -264,8 +267,9 @@ class Delegations:
             summary = await self.host.store.get_run(child_id)
             if summary.status.is_terminal:
                 return await load_state(self.host.store, child_id)
-            if summary.status.is_idle or self.j.stop_requested:  # a person has it, or paused it
-                return None
+            woken = wake_paused and summary.status is RunStatus.PAUSED
+            if (summary.status.is_idle and not woken) or self.j.stop_requested:
+                return None  # a person has it, or paused it
             if handoff:  # let an idle worker elsewhere claim it first
                 await asyncio.sleep(handoff)
                 handoff = 0.0

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from contextos import events as ev
 from contextos.agents import Subagent, load_ref
 from contextos.delegation import ChildRun, ChildStatus, DelegationContract, NodeStatus
-from contextos.errors import AnswerInvalid
+from contextos.errors import AnswerInvalid, ConcurrencyConflict, RunNotFound
 from contextos.events import utcnow
 from contextos.graph.children import WAIT_S, ChildHost, Delegations, child_input, remaining
 from contextos.graph.workflow import ClaimCheck, Node, Route, Workflow
@@ -29,6 +29,9 @@ from contextos.runs import FailureReason, RunStatus
 from contextos.state import RunState, apply
 from contextos.store.base import EventStore, append_after, load_state
 from contextos.tools._invoke import CallTimedOut, error_text, error_type, invoke, safe_text
+
+_REQUESTS = (ev.RunEnding, ev.RunPauseRequested)
+"""What a person may append to a workflow while a driver has it: the driver takes them in."""
 
 NO_DEADLINE_S = 1e9
 """The time limit of a node's code in a workflow without a deadline: none that matters."""
@@ -109,6 +112,8 @@ class WorkflowDriver:
         self.clock = clock
         self.step_started = time.monotonic()
         self.stop_requested = False
+        self.unpausing = False
+        """Resumed after a pause: its paused children are driven on."""
         self._ending = False
         self.stop_reason: str | None = None
         self.wake_after_s: float | None = None
@@ -131,17 +136,25 @@ class WorkflowDriver:
         return cls(run_id=self.state.run_id, seq=seq, **fields)
 
     async def commit(self, *events: ev.Event, synchronous: bool = True) -> None:
-        """Append events (the fence), then fold them in; `_Ending` once someone asked the
-        workflow to end, after what was asked for is committed."""
+        """Append events (the fence), then fold them in with a person's requests that came in
+        meanwhile."""
         events = await append_after(
-            self.store, self.state, events, requests=(ev.RunEnding,), synchronous=synchronous
+            self.store, self.state, events, requests=_REQUESTS, synchronous=synchronous
         )
         for e in events:
             apply(self.state, e)
         if self.on_commit is not None:
             await self.on_commit(events)
+        self._take_in_requests()
+
+    def _take_in_requests(self) -> None:
+        """`_Ending` once someone asked the workflow to end; once asked to pause, it starts
+        nothing new and pauses when what runs has stopped."""
         if self.state.ending is not None and not self.state.is_terminal and not self._ending:
             raise _Ending
+        if self.state.pause_requested is not None and not self.stop_requested:
+            self.stop_requested = True
+            self.stop_reason = "paused"
 
     async def record(self, cls: type[Any], synchronous: bool = True, **fields: Any) -> None:
         await self.children.record((cls, fields), synchronous=synchronous)
@@ -171,6 +184,14 @@ class WorkflowDriver:
             await self._fail(failure)
             return
         if isinstance(result, _Waiting):
+            await self._requests_since()
+            if s.pause_requested is not None and not s.pending_interrupts:
+                asked = s.pause_requested
+                paused = self.event(
+                    ev.RunPaused, reason=asked.reason, actor=asked.actor, causation_id=asked.seq
+                )
+                await self.commit(paused)
+                return
             if s.pending_interrupts:
                 return  # a person is asked; their answer queues the workflow again
             if not self.stop_requested:
@@ -184,9 +205,21 @@ class WorkflowDriver:
             ev.RunCompleted, output=node.adapter.dump_json(result).decode(), structured_output=data
         )
 
+    async def _requests_since(self) -> None:
+        """Fold in what a person asked while the workflow appended nothing (it waited on its
+        children); anything else appended means another writer has the run."""
+        tail = await self.store.read(self.state.run_id, after_seq=self.state.seq)
+        if not all(isinstance(e, _REQUESTS) for e in tail):
+            raise ConcurrencyConflict(self.state.run_id, self.state.seq, tail[-1].seq)
+        for e in tail:
+            apply(self.state, e)
+        self._take_in_requests()
+
     async def _begin(self) -> None:
         s = self.state
-        if s.status is RunStatus.QUEUED:
+        if s.status in (RunStatus.QUEUED, RunStatus.PAUSED):
+            # Resumed after a pause: the children it paused with it are driven on.
+            self.unpausing = s.status is RunStatus.PAUSED
             await self.commit(self.event(ev.RunStarted, worker_id=self.worker_id))
         elif s.status is RunStatus.RUNNING and s.worker_id != self.worker_id:
             await self.commit(
@@ -286,7 +319,10 @@ class WorkflowDriver:
             if child.finished:
                 continue
             spec = self._spec_of(child)
-            ended = await load_state(self.store, child.contract.child_run_id)
+            try:
+                ended = await load_state(self.store, child.contract.child_run_id)
+            except RunNotFound:
+                continue  # recorded as started, never created (paused or stopped just then)
             if ended.is_terminal and spec is not None:
                 items.append(
                     (ev.ChildRunFinished, await self.children.finished(child.contract, spec, ended))
@@ -510,6 +546,8 @@ class WorkflowDriver:
             return child
         if child is None:
             contract = await self._start(node, spec, key, index, given, ref)
+            if self.stop_requested:
+                return None  # pausing or stopping: the run is created on resume
         else:
             contract = child.contract
         text = child_input(contract.objective, given)
@@ -518,7 +556,7 @@ class WorkflowDriver:
             # A sibling gave the map's result while this child was being created: the cancel
             # of the children still running did not find it yet.
             await d.cancel(contract, f"another item of node {node.name} gave the result first")
-        ended = await d.settle(contract, spec)
+        ended = await d.settle(contract, spec, wake_paused=self.unpausing)
         if ended is None:
             return None
         # Not waiting for the disk: lost, it is recorded again from the ended child.
@@ -586,6 +624,8 @@ class WorkflowDriver:
                 answered = node.name in self._answered
                 if answered and (node.spec is None or key not in self.state.children):
                     return NOT_RUN
+                if self.stop_requested and (node.spec is None or key not in self.state.children):
+                    return WAITING  # pausing or stopping: no item starts now
                 try:
                     if node.spec is None:
                         output = await self._call_on(node, i, item)
@@ -667,6 +707,8 @@ class WorkflowDriver:
                     FailureReason.NOT_CONVERGED,
                     f"node {node.name} did not converge in {node.max_rounds} rounds",
                 )
+            if self.stop_requested and f"{node.name}.r{done + 1}" not in self.state.children:
+                return WAITING  # pausing or stopping: the next round starts on resume
             done += 1
             if node.spec is None:
                 value = await self._work(node, f"round {done}", value)

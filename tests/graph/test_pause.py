@@ -1,0 +1,94 @@
+"""Pausing a workflow: it starts nothing new, its children in flight stop at their next step,
+and it pauses once they have; resumed, it drives them on, and nothing runs twice."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from pydantic import BaseModel
+
+from contextos import Agent, RunStatus, Runtime, Workflow
+from contextos.models.base import ModelRequest, ModelResponse
+from contextos.testing import ScriptedModel, call_tool, reply
+
+
+class Items(BaseModel):
+    values: list[int]
+
+
+class Tenfold(BaseModel):
+    value: int
+
+
+def stepping(started: asyncio.Event, go: asyncio.Event, steps: list[int]) -> Workflow:
+    """Each item's child calls `step` once (which waits for `go`), then answers its item."""
+
+    async def step(n: int) -> str:
+        """Do step n."""
+        steps.append(n)
+        if len(steps) == 2:
+            started.set()
+        await go.wait()
+        return f"step {n} done"
+
+    def turn(request: ModelRequest) -> ModelResponse:
+        n = int(json.loads(request.messages[1].content.rsplit("\n", 1)[-1]))
+        if request.turn == 1:
+            return call_tool("step", {"n": n})
+        return reply(json.dumps({"value": n * 10}))
+
+    worker = Agent(
+        name="worker",
+        model=ScriptedModel([turn, turn], by_turn=True),
+        tools=[step],
+        output_type=Tenfold,
+    )
+
+    def total(answers: list[Tenfold]) -> int:
+        return sum(a.value for a in answers)
+
+    flow = Workflow("steps", input=Items)
+    flow.map("each", worker, over="values", concurrency=2)
+    flow.reduce("total", total)
+    return flow
+
+
+async def test_a_paused_workflow_stops_its_children_and_resumes_them(backend_url: str) -> None:
+    started, go = asyncio.Event(), asyncio.Event()
+    steps: list[int] = []
+    flow = stepping(started, go, steps)
+    async with Runtime(backend_url) as rt:
+        driving = asyncio.create_task(rt.run(flow, Items(values=[1, 2, 3]), run_id="run_p"))
+        await started.wait()  # items 1 and 2 are in their tool calls; item 3 waits its turn
+        asked = await rt.pause("run_p", reason="look first")
+        assert asked.status is RunStatus.RUNNING  # its driver takes the request in
+        go.set()
+        paused = await driving
+        assert paused.status is RunStatus.PAUSED
+        children = {k: (await rt.state(f"run_p.each.{k}")).status for k in (0, 1)}
+        assert children == {0: RunStatus.PAUSED, 1: RunStatus.PAUSED}
+        assert sorted(steps) == [1, 2]  # item 3 did not start
+
+        done = await rt.resume("run_p", flow)
+        parent = await rt.events("run_p")
+        child = await rt.events("run_p.each.0")
+    assert done.status is RunStatus.COMPLETED and done.structured_output == 60
+    assert sorted(steps) == [1, 2, 3]  # no step ran twice
+    kinds = [e.type for e in parent]
+    assert kinds.index("run_pause_requested") < kinds.index("run_paused")
+    assert kinds.count("run_paused") == 1 and kinds.count("child_run_finished") == 3
+    assert [e.type for e in child].count("tool_completed") == 1
+
+
+async def test_a_workflow_nobody_drives_pauses_at_once_and_resumes(backend_url: str) -> None:
+    started, go = asyncio.Event(), asyncio.Event()
+    go.set()
+    steps: list[int] = []
+    flow = stepping(started, go, steps)
+    async with Runtime(backend_url) as rt:
+        queued = await rt.start(flow, Items(values=[4]), run_id="run_q")
+        paused = await rt.pause(queued)
+        assert paused.status is RunStatus.PAUSED and steps == []
+        done = await rt.resume(queued, flow)
+    assert done.status is RunStatus.COMPLETED and done.structured_output == 40
