@@ -154,6 +154,9 @@ class NodeRun:
     message: str | None = None
     children: list[str] = field(default_factory=list)
     """Delegation ids of its child runs, in start order."""
+    item_outputs: dict[int, Any] = field(default_factory=dict)
+    """For a map or gate run by a function: each finished item's output (JSON data), by its
+    index, while the node runs."""
     failed_attempts: dict[str, int] = field(default_factory=dict)
     """Attempts of its function that failed and were tried again, by which call (see
     `node_attempt_failed`): a resume goes on counting from there."""

@@ -28,6 +28,7 @@ from contextos.graph_events import (
     NodeAttemptFailed,
     NodeCompleted,
     NodeFailed,
+    NodeItemCompleted,
     NodeRoundCompleted,
     NodeStarted,
     WorkflowBound,
@@ -580,6 +581,7 @@ Event = Annotated[
     | WorkflowBound
     | NodeStarted
     | NodeRoundCompleted
+    | NodeItemCompleted
     | NodeAttemptFailed
     | NodeCompleted
     | NodeFailed
@@ -625,6 +627,7 @@ __all__ = [
     "NodeAttemptFailed",
     "NodeCompleted",
     "NodeFailed",
+    "NodeItemCompleted",
     "NodeRoundCompleted",
     "NodeStarted",
     "PolicyDecided",

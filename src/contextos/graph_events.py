@@ -107,6 +107,20 @@ class NodeRoundCompleted(BaseEvent):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class NodeItemCompleted(BaseEvent):
+    """One item of a map or a gate whose worker is a function finished: a resume reads its
+    output back instead of calling the function on it again."""
+
+    type: Literal["node_item_completed"] = "node_item_completed"
+    node: str
+    """The map or gate."""
+    index: int
+    """The item's place in the node's items, from 0."""
+    output: Any = None
+    """What the function gave for it (JSON data; checked with the node's output)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class NodeAttemptFailed(BaseEvent):
     """A node's function raised an error its retry policy declares safe to try again after;
     the next attempt follows `delay_s` later (a resume counts the attempts made before it)."""
@@ -164,6 +178,7 @@ __all__ = [
     "NodeAttemptFailed",
     "NodeCompleted",
     "NodeFailed",
+    "NodeItemCompleted",
     "NodeRoundCompleted",
     "NodeStarted",
     "WorkflowBound",

@@ -325,6 +325,7 @@ def apply(state: RunState, event: ev.Event) -> RunState:
             | ev.ChildRunFinished()
             | ev.NodeStarted()
             | ev.NodeRoundCompleted()
+            | ev.NodeItemCompleted()
             | ev.NodeAttemptFailed()
             | ev.NodeCompleted()
             | ev.NodeFailed()
@@ -349,6 +350,7 @@ def _apply_graph(
     | ev.ChildRunFinished
     | ev.NodeStarted
     | ev.NodeRoundCompleted
+    | ev.NodeItemCompleted
     | ev.NodeAttemptFailed
     | ev.NodeCompleted
     | ev.NodeFailed,
@@ -398,6 +400,8 @@ def _apply_graph(
             )
         case ev.NodeRoundCompleted():
             _node(state, event).rounds.append(event.output)
+        case ev.NodeItemCompleted():
+            _node(state, event).item_outputs[event.index] = event.output
         case ev.NodeAttemptFailed():
             _node(state, event).failed_attempts[event.where] = event.attempt
         case ev.NodeCompleted():
@@ -418,7 +422,11 @@ def _apply_graph(
 
 def _node(
     state: RunState,
-    event: ev.NodeRoundCompleted | ev.NodeAttemptFailed | ev.NodeCompleted | ev.NodeFailed,
+    event: ev.NodeRoundCompleted
+    | ev.NodeItemCompleted
+    | ev.NodeAttemptFailed
+    | ev.NodeCompleted
+    | ev.NodeFailed,
 ) -> NodeRun:
     node = state.nodes.get(event.node)
     if node is None or node.status is not NodeStatus.RUNNING:

@@ -269,3 +269,20 @@ flaky = Workflow("flaky", input=str)
 flaky.code(
     "fetch", fetch_page, retry=RetryPolicy(attempts=2, safe_on=(ConnectionError,), backoff_s=0)
 )
+
+
+# -- a map whose worker is a function: each item's output recorded as it finishes --------------
+
+
+class Urls(BaseModel):
+    urls: list[str]
+
+
+def fetch_each(url: str) -> str:
+    log("code.jsonl", node="fetch", item=url)
+    kill_once("fetch")
+    return f"<html>{url}</html>"
+
+
+pages = Workflow("pages", input=Urls)
+pages.map("fetch", fetch_each, over="urls", concurrency=1)

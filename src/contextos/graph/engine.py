@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
+from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from contextos import events as ev
 from contextos.agents import Subagent, load_ref
@@ -651,12 +652,28 @@ class WorkflowDriver:
         return await self._complete(node, _gated(items, outputs))
 
     async def _call_on(self, node: Node[Any], index: int, item: Any) -> Any:
-        """A code map's or gate's function on one item; its failure names the item."""
+        """A code map's or gate's function on one item, read back when an earlier drive
+        recorded it; its failure names the item."""
+        done = self.state.nodes[node.name].item_outputs
+        if index in done:
+            return done[index]
         try:
-            return await self._work(node, f"item {index}", item)
+            output = await self._work(node, f"item {index}", item)
+            data = to_jsonable_python(output)
         except _Failed as failure:
             message = f"{failure.message} (item {index})"
             raise _Failed(failure.node, failure.reason, message, failure.errors) from None
+        except PydanticSerializationError as exc:
+            raise _Failed(
+                node.name,
+                FailureReason.OUTPUT_INVALID,
+                f"node {node.name} gave item {index} an output that is not JSON data: {exc}",
+            ) from None
+        # Not waiting for the disk: lost, the item is worked on again.
+        await self.record(
+            ev.NodeItemCompleted, synchronous=False, node=node.name, index=index, output=data
+        )
+        return data
 
     async def _took_first(self, node: Node[Any], index: int | None = None) -> None:
         """A `first` map has its result: its children still running are not needed."""

@@ -251,6 +251,8 @@ def build(events: list[ev.Event], *, capture: Capture = METADATA) -> list[SpanRe
                         name=_name(e), at=e.occurred_at, attributes={**seq_attr, "round": e.round}
                     )
                 )
+            case ev.NodeItemCompleted():
+                pass  # one per item of a code map: its node's span counts the items
             case ev.NodeAttemptFailed() if e.node in nodes:
                 attempt: dict[str, AttrValue] = {
                     **seq_attr,

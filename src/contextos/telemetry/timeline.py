@@ -212,6 +212,8 @@ def describe(event: ev.Event) -> str:
             return f"{event.node} ({event.kind}) started{items}"
         case ev.NodeRoundCompleted():
             return f"{event.node} round {event.round}: {_clip(json.dumps(event.output), 100)}"
+        case ev.NodeItemCompleted():
+            return f"{event.node} item {event.index}: {_clip(json.dumps(event.output), 100)}"
         case ev.NodeAttemptFailed():
             which = f" {event.where}" if event.where else ""
             return (
