@@ -9,6 +9,7 @@ import signal
 from collections import Counter
 from pathlib import Path
 
+from contextos.cli.common import workflow_progress
 from support import crashes
 from support.crashes import lines, resume, states
 
@@ -21,10 +22,10 @@ def test_a_code_map_killed_midway_resumes_at_its_first_unfinished_item(tmp_path:
     text = json.dumps({"urls": URLS})
     killed = crashes.kill_after(db, "run_m", 0, PAGES, text, tmp_path, CRASH_KILL_AT="fetch:3")
     assert killed.returncode == -signal.SIGKILL, killed.stderr
-    assert states(db)["run_m"].nodes["fetch"].item_outputs == {
-        0: "<html>a</html>",
-        1: "<html>b</html>",
-    }
+    killed_at = states(db)["run_m"]
+    assert killed_at.nodes["fetch"].item_outputs == {0: "<html>a</html>", 1: "<html>b</html>"}
+    # What the live line of `contextos run` and `kb scan` says of it.
+    assert workflow_progress(killed_at) == "0 of 1 nodes done · fetch (2 of 5 items)…"
 
     resumed = resume(db, "run_m", tmp_path)
     assert json.loads(resumed.stdout)["status"] == "completed", resumed.stderr

@@ -25,6 +25,7 @@ from contextos import (
     RunNotFound,
     RunOwner,
     RunResult,
+    RunState,
     RunStatus,
     Runtime,
     open_store,
@@ -230,6 +231,25 @@ STATUS_STYLE = {
 def counted(n: int, noun: str) -> str:
     """`1 turn`, `2 turns`."""
     return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def workflow_progress(state: RunState) -> str:
+    """Where a workflow stands, in a few words: the nodes done, and those under way with the
+    items each has finished."""
+    total = len(state.workflow.nodes) if state.workflow is not None else len(state.nodes)
+    done = sum(1 for node in state.nodes.values() if node.status == "completed")
+    now = [_under_way(state, name) for name, n in state.nodes.items() if n.status == "running"]
+    return f"{done} of {total} nodes done" + (f" · {', '.join(now)}" if now else "")
+
+
+def _under_way(state: RunState, name: str) -> str:
+    node = state.nodes[name]
+    if node.items is None:
+        return f"{name}…"
+    children = state.children.values()
+    finished = len(node.item_outputs)
+    finished += sum(1 for c in children if c.contract.node == name and c.finished)
+    return f"{name} ({finished} of {counted(len(node.items), 'item')})…"
 
 
 def turns(n: int) -> str:

@@ -16,7 +16,6 @@ from contextos import (
     ContextOSError,
     RunNotFound,
     RunResult,
-    RunState,
     RunStatus,
     Runtime,
     Workflow,
@@ -32,6 +31,7 @@ from contextos.cli.common import (
     fail,
     print_result,
     resolve_interrupt,
+    workflow_progress,
 )
 from contextos.jobs.kb import (
     SCANNER,
@@ -145,7 +145,7 @@ def scan(
             while not running.done():
                 await asyncio.wait({running}, timeout=0.25)
                 try:
-                    status.update(progress(await rt.state(run_id), len(flow.nodes)))
+                    status.update(f"scanning: {workflow_progress(await rt.state(run_id))}")
                 except RunNotFound:
                     continue
         return await running
@@ -185,14 +185,6 @@ def print_fix(done: FixOutcome) -> None:
         )
     if not done.written and not done.waiting:
         err.print("[dim]no page is missing frontmatter[/]")
-
-
-def progress(state: RunState, total: int) -> str:
-    """One line on where a scan is: the nodes done, and those under way."""
-    done = [n for n, node in state.nodes.items() if node.status == "completed"]
-    running = [n for n, node in state.nodes.items() if node.status == "running"]
-    now = f" · {', '.join(running)}…" if running else ""
-    return f"scanning: {len(done)} of {total} steps done{now}"
 
 
 @kb_app.command(

@@ -53,6 +53,7 @@ from contextos.cli.common import (
     print_result,
     resolve_run,
     turns,
+    workflow_progress,
 )
 from contextos.workers import started_by
 
@@ -127,17 +128,21 @@ async def following(
 
 
 async def progress(rt: Runtime, run_id: str, *, until: asyncio.Event) -> None:
-    """A live line on stderr until `until`: the run's status, its turns and the time so far."""
+    """A live line on stderr until `until`: the run's status, its turns and the time so far;
+    for a workflow, its nodes too."""
     started = time.monotonic()
+    workflow: bool | None = None  # not known until the run exists
     with err.status(f"run {run_id}: starting", spinner="dots") as status:
         while not until.is_set():
             with suppress(ContextOSError):  # not created yet: it is starting
                 summary = await rt.store.get_run(RunId(run_id))
-                spent = turns(summary.turns)
-                status.update(
-                    f"run {run_id}: {summary.status.value}, {spent}, "
-                    f"{time.monotonic() - started:.0f}s"
-                )
+                line = f"run {run_id}: {summary.status.value}, {turns(summary.turns)}"
+                if workflow is not False:
+                    state = await rt.state(run_id)
+                    workflow = state.workflow is not None
+                    if workflow:
+                        line += f", {workflow_progress(state)}"
+                status.update(f"{line}, {time.monotonic() - started:.0f}s")
             with suppress(TimeoutError):
                 await asyncio.wait_for(until.wait(), PROGRESS_S)
 
