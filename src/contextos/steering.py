@@ -240,9 +240,6 @@ class Steering:
         return driver.state
 
 
-__all__ = ["Steering"]
-
-
 def _settled_here(state: RunState) -> bool:
     """Whether cancelling the run settles its effects without its tools: nobody drives it and
     every call to settle was never sent (one waiting for an approval, say). Else its driver,
@@ -260,3 +257,6 @@ def _unsent_abandoned(state: RunState) -> list[ev.Event]:
         ev.EffectChanged(run_id=state.run_id, seq=state.seq + i, **abandoned(e, why))
         for i, e in enumerate(unsent, 1)
     ]
+
+
+__all__ = ["Steering"]
