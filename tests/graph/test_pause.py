@@ -69,6 +69,8 @@ async def test_a_paused_workflow_stops_its_children_and_resumes_them(backend_url
         children = {k: (await rt.state(f"run_p.each.{k}")).status for k in (0, 1)}
         assert children == {0: RunStatus.PAUSED, 1: RunStatus.PAUSED}
         assert sorted(steps) == [1, 2]  # item 3 did not start
+        drawn = (await rt.tree("run_p")).children
+        assert [(n.label, n.status) for n in drawn] == [("each", "paused"), ("total", "pending")]
 
         done = await rt.resume("run_p", flow)
         parent = await rt.events("run_p")

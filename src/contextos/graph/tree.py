@@ -14,7 +14,7 @@ from typing import Any
 
 from contextos.delegation import ChildRun, NodeRun, NodeStatus
 from contextos.errors import RunNotFound
-from contextos.runs import RunId
+from contextos.runs import RunId, RunStatus
 from contextos.state import RunState
 from contextos.store.base import EventStore, load_state
 
@@ -82,10 +82,15 @@ async def run_tree(store: EventStore, run_id: RunId, *, depth: int = 0) -> RunTr
         kind, detail = "run", f"{state.agent_name} v{state.agent_version}"
     else:
         left_out = _skipped(state.workflow.nodes, state.nodes)
-        ended = state.status.value if state.is_terminal else None
+        paused = state.status is RunStatus.PAUSED
+        stopped = state.status.value if state.is_terminal or paused else None
         below = tuple(
             _node(
-                spec, state.nodes.get(str(spec["name"])), children, spec["name"] in left_out, ended
+                spec,
+                state.nodes.get(str(spec["name"])),
+                children,
+                spec["name"] in left_out,
+                stopped,
             )
             for spec in state.workflow.nodes
         )
@@ -131,17 +136,19 @@ def _node(
     node: NodeRun | None,
     children: dict[str, RunTree],
     skipped: bool,
-    ended: str | None,
+    stopped: str | None,
 ) -> RunTree:
-    """A node's line; `ended`: how its workflow ended, if it did (a node it left unfinished
-    was stopped, cancelled with it; one it never reached did not run)."""
+    """A node's line; `stopped`: how its workflow ended, if it did (a node it left unfinished
+    was stopped, cancelled with it; one it never reached did not run), or `paused` (a node
+    under way is paused with it; the others wait)."""
     name = str(spec["name"])
     if node is None:
-        status = "skipped" if skipped else "pending" if ended is None else "not run"
+        waits = stopped in (None, "paused")
+        status = "skipped" if skipped else "pending" if waits else "not run"
         return RunTree(label=name, kind=str(spec["kind"]), status=status)
     status = node.status.value
-    if ended is not None and node.status is NodeStatus.RUNNING:
-        status = "cancelled" if ended == "cancelled" else "stopped"
+    if stopped is not None and node.status is NodeStatus.RUNNING:
+        status = stopped if stopped in ("cancelled", "paused") else "stopped"
     below = tuple(children[k] for k in node.children if k in children)
     detail = _node_detail(node, spec)
     if node.reason:
