@@ -26,6 +26,12 @@ def check_pausable(state: RunState) -> None:
         _refuse(s, f"answered and waits for a message; continue with `contextos send {s.run_id}`")
 
 
+def check_unpausable(state: RunState) -> None:
+    """ControlRefused unless the run is paused."""
+    if state.status is not RunStatus.PAUSED:
+        _refuse(state, f"is {state.status.value}, not paused; there is nothing to let go on")
+
+
 def check_sendable(state: RunState) -> None:
     """ControlRefused unless the run can take a person's next message now: a paused run whose
     next step is a model call, or a conversation that answered; and it has budget left."""

@@ -126,6 +126,15 @@ class RunPaused(_Event):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class RunUnpaused(_Event):
+    """A person let a paused run go on without driving it: it is queued for a worker, which
+    drives it on (a workflow's paused children with it)."""
+
+    SETS_STATUS = RunStatus.QUEUED
+    type: Literal["run_unpaused"] = "run_unpaused"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class RunAnswered(_Event):
     """A conversation's answer passed its verifier: the run waits for the person's next
     message (a conversation is not completed, so it can go on as the same run)."""
@@ -553,6 +562,7 @@ Event = Annotated[
     | RunReleased
     | RunPauseRequested
     | RunPaused
+    | RunUnpaused
     | RunAnswered
     | RunCompleted
     | RunFailed
@@ -641,6 +651,7 @@ __all__ = [
     "RunForked",
     "RunPauseRequested",
     "RunPaused",
+    "RunUnpaused",
     "RunReleased",
     "RunStarted",
     "RuntimeCrashDetected",

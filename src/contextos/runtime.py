@@ -477,6 +477,13 @@ class Runtime:
         state = await self._steering.pause(RunId(run_id), reason=reason, actor=actor)
         return RunResult.from_state(state)
 
+    async def unpause(self, run_id: str, *, actor: str = "user") -> RunResult:
+        """Let a paused run go on without driving it here: it is queued, and a worker drives
+        it on from where it paused (a workflow, its paused children with it); `resume` drives
+        it here instead. ControlRefused, with nothing recorded, unless the run is paused."""
+        state = await self._steering.unpause(RunId(run_id), actor=actor)
+        return RunResult.from_state(state)
+
     async def send(
         self,
         run_id: str,

@@ -86,6 +86,9 @@ class RunState:
     """Set when the run will fail or be cancelled once its effects are settled."""
     pause_requested: ev.RunPauseRequested | None = None
     """Set when a person asked the running run to pause and it has not paused yet."""
+    unpaused: bool = False
+    """Queued again after a pause (`run_unpaused`) and not started since: its driver goes on
+    as from a pause (a workflow wakes the children it paused)."""
     answered: ev.RunAnswered | None = None
     """The answer a conversation waits with for the person's next message."""
     tool_errors: int = 0
@@ -196,6 +199,7 @@ def apply(state: RunState, event: ev.Event) -> RunState:
             state.messages.append(Message(role="user", content=event.input))
         case ev.RunStarted():
             state.worker_id = event.worker_id
+            state.unpaused = False
         case ev.ModelResponded():
             for c in event.message.tool_calls:
                 state.call_at[c.id] = len(state.messages)
@@ -282,6 +286,8 @@ def apply(state: RunState, event: ev.Event) -> RunState:
             state.pause_requested = event
         case ev.RunPaused():
             state.pause_requested = None
+        case ev.RunUnpaused():
+            state.unpaused = True
         case ev.RunAnswered():
             state.answered = event
             state.output = _answer(state, event)

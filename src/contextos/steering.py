@@ -15,7 +15,12 @@ from typing import Any
 from contextos import events as ev
 from contextos.agents import Agent, load_ref
 from contextos.causality import stamp
-from contextos.control import check_finishable, check_pausable, check_sendable
+from contextos.control import (
+    check_finishable,
+    check_pausable,
+    check_sendable,
+    check_unpausable,
+)
 from contextos.errors import (
     AgentChanged,
     ConcurrencyConflict,
@@ -186,6 +191,19 @@ class Steering:
             except (ConcurrencyConflict, RunIsTerminal):
                 continue  # it moved meanwhile: decide again on where it is now
             await self._committed(rid, [event])
+            return apply(state, event)
+
+    async def unpause(self, rid: RunId, *, actor: str) -> RunState:
+        while True:
+            state = await self._state(rid)
+            check_unpausable(state)
+            [event] = stamp(state, [ev.RunUnpaused(run_id=rid, seq=state.seq + 1, actor=actor)])
+            try:
+                await self.store.append(rid, [event], expected_seq=state.seq)
+            except (ConcurrencyConflict, RunIsTerminal):
+                continue  # it moved meanwhile: decide again on where it is now
+            await self._committed(rid, [event])
+            wakeup.wake_local(self.store)
             return apply(state, event)
 
     async def send(

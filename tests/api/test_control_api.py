@@ -9,10 +9,12 @@ from typing import Any
 
 import httpx
 import pytest
-from api_server import error_of, serving, token_for
+from api_server import GREETINGS, error_of, serving, token_for
 from test_stream import sse
 
+from contextos import Runtime
 from contextos.api import ApiConfig
+from support.processes import wait_until
 
 CHAT = "tests/drivers/chat_agent.py:agent"
 
@@ -115,3 +117,32 @@ async def test_a_paused_run_waits_until_it_is_sent_a_message(tmp_path: Path) -> 
             await http.post(f"/v1/runs/{run_id}/cancel", json={})
             ended = error_of(await http.post(f"/v1/runs/{run_id}/pause"), 409, "control_refused")
             assert "already cancelled" in str(ended["message"])
+
+
+async def test_a_paused_workflow_goes_on_when_resumed_over_http(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path}/runs.db"
+    body = {"agent": "greetings", "input": '{"names": ["ada"]}'}
+    with serving(ApiConfig(open_access=True, store=store, agents=(GREETINGS,))) as base:
+        async with httpx.AsyncClient(base_url=base, timeout=60) as http:  # no worker here
+            run_id = (await http.post("/v1/runs", json=body)).json()["run_id"]
+            refused = error_of(await http.post(f"/v1/runs/{run_id}/resume"), 409, "control_refused")
+            assert "is queued, not paused" in str(refused["message"])
+            paused = await http.post(f"/v1/runs/{run_id}/pause", json={"reason": "wait"})
+            assert paused.json()["status"] == "paused"
+            resumed = await http.post(f"/v1/runs/{run_id}/resume")
+            assert resumed.status_code == 202, resumed.text
+            assert resumed.json()["status"] == "queued"
+    # A worker takes the run it let go, and finishes it.
+    config = ApiConfig(open_access=True, store=store, agents=(GREETINGS,), worker=True)
+    with serving(config) as base:
+        async with httpx.AsyncClient(base_url=base, timeout=60) as http:
+
+            async def ended() -> bool:
+                return (await http.get(f"/v1/runs/{run_id}")).json()["status"] == "completed"
+
+            await wait_until(ended, what="a worker to finish the run it was let go")
+            run = (await http.get(f"/v1/runs/{run_id}")).json()
+            assert run["structured_output"] == ["hello ada"]
+    async with Runtime(store) as rt:
+        kinds = [e.type for e in await rt.events(run_id)]
+    assert kinds.index("run_paused") < kinds.index("run_unpaused") < kinds.index("run_completed")

@@ -94,3 +94,24 @@ async def test_a_workflow_nobody_drives_pauses_at_once_and_resumes(backend_url: 
         assert paused.status is RunStatus.PAUSED and steps == []
         done = await rt.resume(queued, flow)
     assert done.status is RunStatus.COMPLETED and done.structured_output == 40
+
+
+async def test_a_paused_workflow_let_go_to_the_queue_wakes_its_children(
+    backend_url: str,
+) -> None:
+    started, go = asyncio.Event(), asyncio.Event()
+    steps: list[int] = []
+    flow = stepping(started, go, steps)
+    async with Runtime(backend_url) as rt:
+        driving = asyncio.create_task(rt.run(flow, Items(values=[1, 2]), run_id="run_u"))
+        await started.wait()
+        await rt.pause("run_u")
+        go.set()
+        assert (await driving).status is RunStatus.PAUSED
+        queued = await rt.unpause("run_u")
+        assert queued.status is RunStatus.QUEUED
+        assert (await rt.state("run_u.each.0")).status is RunStatus.PAUSED  # until driven
+        # What a worker does with a queued run: drive it on.
+        done = await rt.resume("run_u", flow)
+    assert done.status is RunStatus.COMPLETED and done.structured_output == 30
+    assert sorted(steps) == [1, 2]

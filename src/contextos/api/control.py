@@ -1,8 +1,10 @@
-"""`POST /v1/runs/{id}/pause`, `…/messages` and `…/finish`: a person's hand on a run.
+"""`POST /v1/runs/{id}/pause`, `…/resume`, `…/messages` and `…/finish`: a person's hand on a
+run.
 
 Pausing stops the run at its next step boundary (its driver, wherever it runs, takes the
-request in there); a message continues a paused run or a conversation that answered, as the
-same run, queued for the workers. Both answer the run as it stands.
+request in there); resuming queues a paused run for the workers; a message continues a paused
+run or a conversation that answered, as the same run, queued for the workers. Each answers the
+run as it stands.
 """
 
 from __future__ import annotations
@@ -31,6 +33,17 @@ async def pause_run(
     api: Api = request.app.state.api
     state = await run_of(api, principal, run_id)
     await api.runtime.pause(state.run_id, reason=body.reason if body else "", actor=principal.ref)
+    return run_view(await api.runtime.state(state.run_id))
+
+
+@router.post("/v1/runs/{run_id}/resume", status_code=202)
+async def resume_run(request: Request, principal: PrincipalDep, run_id: str) -> dict[str, Any]:
+    """Let a paused run go on: it is queued for a worker, which drives it on from where it
+    paused (a workflow, its paused children with it). 409 `control_refused` unless it is
+    paused."""
+    api: Api = request.app.state.api
+    state = await run_of(api, principal, run_id)
+    await api.runtime.unpause(state.run_id, actor=principal.ref)
     return run_view(await api.runtime.state(state.run_id))
 
 

@@ -220,7 +220,7 @@ class WorkflowDriver:
         s = self.state
         if s.status in (RunStatus.QUEUED, RunStatus.PAUSED):
             # Resumed after a pause: the children it paused with it are driven on.
-            self.unpausing = s.status is RunStatus.PAUSED
+            self.unpausing = s.status is RunStatus.PAUSED or s.unpaused
             await self.commit(self.event(ev.RunStarted, worker_id=self.worker_id))
         elif s.status is RunStatus.RUNNING and s.worker_id != self.worker_id:
             await self.commit(

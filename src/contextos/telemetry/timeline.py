@@ -174,6 +174,8 @@ def describe(event: ev.Event) -> str:
             return f"{event.actor} asked the run to pause after its current step{why}"
         case ev.RunPaused():
             return f"paused for {event.actor}" + (f": {event.reason}" if event.reason else "")
+        case ev.RunUnpaused():
+            return f"{event.actor} let it go on: queued for a worker"
         case ev.RunAnswered():
             return f"answered with #{event.answer_seq}; waiting for the next message"
         case ev.UserMessageAdded():
