@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 from pydantic import BaseModel
 
@@ -115,3 +118,30 @@ async def test_a_paused_workflow_let_go_to_the_queue_wakes_its_children(
         done = await rt.resume("run_u", flow)
     assert done.status is RunStatus.COMPLETED and done.structured_output == 30
     assert sorted(steps) == [1, 2]
+
+
+def test_the_command_line_queues_a_paused_workflow_for_the_workers(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    flow = stepping(asyncio.Event(), asyncio.Event(), [])
+
+    async def paused() -> None:
+        async with Runtime(str(db)) as rt:
+            await rt.start(flow, Items(values=[1]), run_id="run_c")
+            await rt.pause("run_c")
+
+    asyncio.run(paused())
+
+    def resume_queue() -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "contextos", "resume", "run_c", "--queue"]
+        return subprocess.run(
+            [*command, "--store", str(db), "--json"], capture_output=True, text=True, timeout=60
+        )
+
+    queued = resume_queue()
+    assert queued.returncode == 0, queued.stderr
+    assert json.loads(queued.stdout)["status"] == "queued"
+    again = resume_queue()
+    assert again.returncode == 1
+    assert again.stderr.strip() == (
+        "error: run run_c is queued, not paused; there is nothing to let go on"
+    )

@@ -294,6 +294,11 @@ def print_result(result: RunResult, as_json: bool, *, owner: RunOwner | None = N
         )
     elif result.status is RunStatus.INPUT_REQUIRED:
         console.print("[magenta]waiting for a person:[/] see `contextos inbox`")
+    elif result.status is RunStatus.QUEUED:
+        console.print(
+            f"[dim]queued: a worker (`contextos worker`) drives it on, or drive it here with "
+            f"`contextos resume {result.run_id}`[/]"
+        )
     elif not result.status.is_terminal:
         console.print(f"[dim]continue with `contextos resume {result.run_id}`[/]")
 

@@ -195,6 +195,7 @@ def run(
         "contextos resume run_3f2a9c --follow",
         "contextos resume run_3f  # a unique prefix of the id will do",
         "contextos resume run_3f2a9c --agent agent_v2.py:agent --allow-changed-agent",
+        "contextos resume run_3f2a9c --queue  # a paused run, driven on by the workers",
     ),
 )
 def resume(
@@ -204,6 +205,9 @@ def resume(
     allow_changed_agent: Annotated[
         bool, typer.Option(help="Continue even if the agent definition changed.")
     ] = False,
+    queue: Annotated[
+        bool, typer.Option("--queue", help="Queue a paused run for the workers instead of driving it here.")
+    ] = False,
     follow_events: FollowOption = False,
     as_json: JsonOption = False,
 ) -> None:
@@ -212,6 +216,9 @@ def resume(
     Refused while another live driver holds the run. Example: contextos resume RUN_ID --follow
     """
     run_id = resolve_run(store, run_id)
+    if queue:
+        print_result(call(store, lambda rt: rt.unpause(run_id, actor="user:cli")), as_json)
+        return
 
     async def work(rt: Runtime) -> RunResult:
         agent = load_runnable(agent_ref) if agent_ref else None
