@@ -206,7 +206,10 @@ def resume(
         bool, typer.Option(help="Continue even if the agent definition changed.")
     ] = False,
     queue: Annotated[
-        bool, typer.Option("--queue", help="Queue a paused run for the workers instead of driving it here.")
+        bool,
+        typer.Option(
+            "--queue", help="Queue a paused run for the workers instead of driving it here."
+        ),
     ] = False,
     follow_events: FollowOption = False,
     as_json: JsonOption = False,
