@@ -16,7 +16,6 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
-from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from contextos import events as ev
 from contextos.agents import Subagent, load_ref
@@ -24,31 +23,15 @@ from contextos.delegation import ChildRun, ChildStatus, DelegationContract, Node
 from contextos.errors import AnswerInvalid, ConcurrencyConflict, RunNotFound
 from contextos.events import utcnow
 from contextos.graph.children import WAIT_S, ChildHost, Delegations, child_input, remaining
+from contextos.graph.code import NodeCode, NodeFailed
 from contextos.graph.workflow import ClaimCheck, Node, Route, Workflow
 from contextos.records.interrupts import Interrupt, InterruptKind, interrupt_id_for
 from contextos.runs import FailureReason, RunStatus
 from contextos.state import RunState, apply
 from contextos.store.base import EventStore, append_after, load_state
-from contextos.tools._invoke import CallTimedOut, error_text, error_type, invoke, safe_text
 
 _REQUESTS = (ev.RunEnding, ev.RunPauseRequested)
 """What a person may append to a workflow while a driver has it: the driver takes them in."""
-
-NO_DEADLINE_S = 1e9
-"""The time limit of a node's code in a workflow without a deadline: none that matters."""
-
-
-class _Failed(Exception):
-    """Internal: a node failed; the workflow fails with its reason."""
-
-    def __init__(
-        self, node: str | None, reason: FailureReason, message: str, errors: tuple[str, ...] = ()
-    ) -> None:
-        super().__init__(message)
-        self.node = node
-        self.reason = reason
-        self.message = message
-        self.errors = errors
 
 
 class _Ending(Exception):
@@ -87,7 +70,7 @@ async def _together(work: Iterable[Coroutine[Any, Any, Any]]) -> list[Any]:
         async with asyncio.TaskGroup() as group:
             tasks = [group.create_task(w) for w in work]
     except BaseExceptionGroup as failed:
-        first = (failed.subgroup(_Failed) or failed).exceptions[0]
+        first = (failed.subgroup(NodeFailed) or failed).exceptions[0]
         raise first from None
     return [t.result() for t in tasks]
 
@@ -120,6 +103,7 @@ class WorkflowDriver:
         self.wake_after_s: float | None = None
         self.on_commit: Callable[[tuple[ev.Event, ...]], Awaitable[None]] | None = None
         self.children = Delegations(self, host, parent_ref=state.agent_ref)
+        self.code = NodeCode(self)
         self._admit = asyncio.Condition()
         """Taken to carve a child's budget: one at a time, and only once the budget allows."""
         self._starting: list[DelegationContract] = []
@@ -181,7 +165,7 @@ class WorkflowDriver:
         s = self.state
         try:
             result = await self._graph()
-        except _Failed as failure:
+        except NodeFailed as failure:
             await self._fail(failure)
             return
         if isinstance(result, _Waiting):
@@ -235,7 +219,7 @@ class WorkflowDriver:
             self.step_started = time.monotonic()
             deadline = self.state.deadline_at
             if deadline is not None and self.clock() >= deadline:
-                raise _Failed(None, FailureReason.TIMEOUT, "the workflow's deadline passed")
+                raise NodeFailed(None, FailureReason.TIMEOUT, "the workflow's deadline passed")
             values.update({n.name: SKIPPED for n in wave if self._skipped(n, values)})
             wave = [n for n in wave if n.name not in values]
             results = await _together(self._node(n, values) for n in wave)
@@ -244,7 +228,7 @@ class WorkflowDriver:
             values.update({n.name: r for n, r in zip(wave, results, strict=True)})
         output = self.workflow.output_node.name
         if values[output] is SKIPPED:
-            raise _Failed(
+            raise NodeFailed(
                 None,
                 FailureReason.NODE_FAILED,
                 f"the output node {output} was skipped: a route took another branch; bring "
@@ -264,7 +248,7 @@ class WorkflowDriver:
         source = self.state.nodes.get(route.source)
         return source is None or source.route != node.name
 
-    async def _fail(self, failure: _Failed) -> None:
+    async def _fail(self, failure: NodeFailed) -> None:
         """Stop every child still running, record what they became, then the failure."""
         s = self.state
         if s.ending is not None:  # a child failed because the workflow is being ended
@@ -347,7 +331,7 @@ class WorkflowDriver:
                 return await self._at_most_once(node, args)
             case "code" | "reduce":
                 await self._started(node)
-                return await self._complete(node, await self._work(node, "", *args))
+                return await self._complete(node, await self.code.work(node, "", *args))
             case "agent":
                 await self._started(node)
                 child = await self._child(node, node.name, 0, args[0], self._ref(node.after[0]))
@@ -380,7 +364,7 @@ class WorkflowDriver:
             if asked is None:
                 return await self._ask_whether_it_acted(node)
             if asked.status == "expired":
-                raise _Failed(
+                raise NodeFailed(
                     node.name,
                     FailureReason.OUTCOME_UNKNOWN,
                     f"node {node.name} ({node.effect}) was stopped after it started and before "
@@ -397,7 +381,7 @@ class WorkflowDriver:
                 return await self._complete(node, value)
             # The person says it did not act: run it again, under a new intent.
         await self.record(ev.NodeStarted, node=node.name, kind=node.kind, effect=node.effect)
-        return await self._complete(node, await self._work(node, "", *args))
+        return await self._complete(node, await self.code.work(node, "", *args))
 
     def _asked_about(self, node: str, since_seq: int) -> Interrupt | None:
         """The latest question to a person about a node's unknown outcome, raised after its
@@ -435,7 +419,7 @@ class WorkflowDriver:
             checked = node.adapter.validate_python(value)
         except ValidationError as exc:
             errors = _problems(exc)
-            raise _Failed(
+            raise NodeFailed(
                 node.name,
                 FailureReason.OUTPUT_INVALID,
                 f"node {node.name} gave output that is not a valid {_name(node.output)}: "
@@ -452,9 +436,9 @@ class WorkflowDriver:
     async def _choose(self, node: Node[Any], route: Route, output: Any) -> str:
         """The node a route takes for this output: asked once, then recorded with it."""
         for predicate, target in route.cases:
-            holds = await self._call(node, predicate, output)
+            holds = await self.code.call(node, predicate, output)
             if not isinstance(holds, bool):
-                raise _Failed(
+                raise NodeFailed(
                     node.name,
                     FailureReason.NODE_FAILED,
                     f"a route predicate of node {node.name} returned {type(holds).__name__}, "
@@ -463,69 +447,13 @@ class WorkflowDriver:
             if holds:
                 return target
         if route.otherwise is None:
-            raise _Failed(
+            raise NodeFailed(
                 node.name,
                 FailureReason.NODE_FAILED,
                 f"no route out of node {node.name} holds for its output; add otherwise=NODE "
                 "to the route",
             )
         return route.otherwise
-
-    async def _call(self, node: Node[Any], fn: Any, *args: Any) -> Any:
-        """Run user code (sync in a thread, so children in flight keep going); what it raises
-        is the node's failure."""
-        try:
-            return await self._in_time(node, fn, *args)
-        except _Failed:
-            raise
-        except Exception as exc:
-            raise _raised(node, exc) from exc
-
-    async def _in_time(self, node: Node[Any], fn: Any, *args: Any) -> Any:
-        """User code's value, as a tool's call runs: a coroutine function in a task of its
-        own, a plain one on a daemon thread (so the children in flight keep going), both let
-        go at the workflow's deadline, which fails the workflow `timeout`; code is not started
-        once the deadline passed."""
-        deadline = self.state.deadline_at
-        limit = NO_DEADLINE_S if deadline is None else (deadline - self.clock()).total_seconds()
-        try:
-            if limit <= 0:
-                raise CallTimedOut()
-            return await invoke(f"node {node.name}", fn, args, {}, limit)
-        except CallTimedOut:
-            raise _Failed(
-                node.name,
-                FailureReason.TIMEOUT,
-                f"the workflow's deadline passed while node {node.name} ran",
-            ) from None
-
-    async def _work(self, node: Node[Any], where: str, *args: Any) -> Any:
-        """The node's function on `args` (`where`: which of its calls), tried again as its
-        retry policy allows, each failed attempt recorded first: a resume counts on from the
-        attempts its log holds, so no call is tried more often than the policy says."""
-        retry = node.retry
-        attempt = self.state.nodes[node.name].failed_attempts.get(where, 0) + 1
-        while True:
-            try:
-                return await self._in_time(node, node.fn, *args)
-            except _Failed:
-                raise
-            except Exception as exc:
-                if not retry.allows(exc, attempt):
-                    tried = f" (attempt {attempt} of {retry.attempts})" if attempt > 1 else ""
-                    raise _raised(node, exc, tried) from exc
-                delay = retry.delay(attempt)
-                await self.record(
-                    ev.NodeAttemptFailed,
-                    node=node.name,
-                    where=where,
-                    attempt=attempt,
-                    error_type=error_type(exc),
-                    error=safe_text(exc),
-                    delay_s=delay,
-                )
-            await self._in_time(node, asyncio.sleep, delay)
-            attempt += 1
 
     def _ref(self, node: str) -> str:
         """Where in this run's log a node's input is kept (`RUN#SEQ`)."""
@@ -629,11 +557,11 @@ class WorkflowDriver:
                     return WAITING  # pausing or stopping: no item starts now
                 try:
                     if node.spec is None:
-                        output = await self._call_on(node, i, item)
+                        output = await self.code.on_item(node, i, item)
                     else:
                         child = await self._child(node, key, i, item, ref)
                         output = WAITING if child is None else _result(node, child, each=True)
-                except _Failed as failure:
+                except NodeFailed as failure:
                     if node.merge == "all" or failure.reason is FailureReason.TIMEOUT:
                         raise
                     return failure
@@ -650,30 +578,6 @@ class WorkflowDriver:
         if node.kind == "map":
             return await self._complete(node, _merged(node, items, outputs))
         return await self._complete(node, _gated(items, outputs))
-
-    async def _call_on(self, node: Node[Any], index: int, item: Any) -> Any:
-        """A code map's or gate's function on one item, read back when an earlier drive
-        recorded it; its failure names the item."""
-        done = self.state.nodes[node.name].item_outputs
-        if index in done:
-            return done[index]
-        try:
-            output = await self._work(node, f"item {index}", item)
-            data = to_jsonable_python(output)
-        except _Failed as failure:
-            message = f"{failure.message} (item {index})"
-            raise _Failed(failure.node, failure.reason, message, failure.errors) from None
-        except PydanticSerializationError as exc:
-            raise _Failed(
-                node.name,
-                FailureReason.OUTPUT_INVALID,
-                f"node {node.name} gave item {index} an output that is not JSON data: {exc}",
-            ) from None
-        # Not waiting for the disk: lost, the item is worked on again.
-        await self.record(
-            ev.NodeItemCompleted, synchronous=False, node=node.name, index=index, output=data
-        )
-        return data
 
     async def _took_first(self, node: Node[Any], index: int | None = None) -> None:
         """A `first` map has its result: its children still running are not needed."""
@@ -694,16 +598,18 @@ class WorkflowDriver:
         elif isinstance(node.over, str):
             raw = getattr(upstream, node.over, None)
         else:
-            raw = await self._call(node, node.over, upstream)
+            raw = await self.code.call(node, node.over, upstream)
         not_list = f"the items of node {node.name} are not a list of {_name(node.item)}"
         if isinstance(raw, str | bytes | Mapping) or not isinstance(raw, Iterable):
-            raise _Failed(
+            raise NodeFailed(
                 node.name, FailureReason.OUTPUT_INVALID, f"{not_list}: got {type(raw).__name__}"
             )
         try:
             items = list(node.items_adapter.validate_python(list(raw)))
         except (ValidationError, TypeError) as exc:
-            raise _Failed(node.name, FailureReason.OUTPUT_INVALID, f"{not_list}: {exc}") from None
+            raise NodeFailed(
+                node.name, FailureReason.OUTPUT_INVALID, f"{not_list}: {exc}"
+            ) from None
         await self._started(node, node.items_adapter.dump_python(items, mode="json"))
         return items
 
@@ -714,12 +620,12 @@ class WorkflowDriver:
         done = len(rounds)
         assert node.until is not None
         while True:
-            if done and await self._call(node, node.until, value):
+            if done and await self.code.call(node, node.until, value):
                 return await self._complete(node, value, converged=True)
             if done >= node.max_rounds:
                 if node.on_limit == "accept":
                     return await self._complete(node, value, converged=False)
-                raise _Failed(
+                raise NodeFailed(
                     node.name,
                     FailureReason.NOT_CONVERGED,
                     f"node {node.name} did not converge in {node.max_rounds} rounds",
@@ -728,7 +634,7 @@ class WorkflowDriver:
                 return WAITING  # pausing or stopping: the next round starts on resume
             done += 1
             if node.spec is None:
-                value = await self._work(node, f"round {done}", value)
+                value = await self.code.work(node, f"round {done}", value)
             else:
                 ref = (
                     self._ref(node.after[0])
@@ -742,7 +648,7 @@ class WorkflowDriver:
             try:
                 value = node.adapter.validate_python(value)
             except ValidationError as exc:
-                raise _Failed(
+                raise NodeFailed(
                     node.name,
                     FailureReason.OUTPUT_INVALID,
                     f"round {done} of node {node.name} gave state that is not a valid "
@@ -752,12 +658,6 @@ class WorkflowDriver:
             await self.record(ev.NodeRoundCompleted, node=node.name, round=done, output=output)
 
 
-def _raised(node: Node[Any], exc: Exception, tried: str = "") -> _Failed:
-    """The node's failure, for an error its code raised."""
-    text = f"node {node.name} raised {error_text(exc)}{tried}"
-    return _Failed(node.name, FailureReason.NODE_FAILED, text)
-
-
 def _result(node: Node[Any], child: ChildRun, *, each: bool = False) -> Any:
     """A finished child's validated result, or the node's failure."""
     if child.status is ChildStatus.COMPLETED:
@@ -765,7 +665,7 @@ def _result(node: Node[Any], child: ChildRun, *, each: bool = False) -> Any:
     invalid = child.status is ChildStatus.REJECTED or child.reason == FailureReason.OUTPUT_INVALID
     reason = FailureReason.OUTPUT_INVALID if invalid else FailureReason.CHILD_FAILED
     which = f" (item {child.contract.index})" if each else ""
-    raise _Failed(
+    raise NodeFailed(
         node.name,
         reason,
         f"child run {child.contract.child_run_id}{which} of node {node.name} ended "
@@ -781,8 +681,10 @@ def _merged(node: Node[Any], items: list[Any], outputs: list[Any]) -> Any:
     """A map's output from its items' outputs (and failures), by its merge policy."""
     if node.merge == "all":
         return outputs
-    failed = [(item, o) for item, o in zip(items, outputs, strict=True) if isinstance(o, _Failed)]
-    results = [o for o in outputs if not isinstance(o, _Failed | _Skipped)]
+    failed = [
+        (item, o) for item, o in zip(items, outputs, strict=True) if isinstance(o, NodeFailed)
+    ]
+    results = [o for o in outputs if not isinstance(o, NodeFailed | _Skipped)]
     if node.merge == "collect":
         return {
             "results": results,
@@ -795,7 +697,7 @@ def _merged(node: Node[Any], items: list[Any], outputs: list[Any]) -> Any:
     shown = "; ".join(f.message for _, f in failed[:FAILURES_SHOWN])
     if len(failed) > FAILURES_SHOWN:
         shown += f"; and {len(failed) - FAILURES_SHOWN} more"
-    raise _Failed(
+    raise NodeFailed(
         node.name,
         failed[0][1].reason if failed else FailureReason.NODE_FAILED,
         f"no item of node {node.name} gave a result: {shown or 'it has no items'}",
