@@ -195,7 +195,7 @@ def run(
         "contextos resume run_3f2a9c --follow",
         "contextos resume run_3f  # a unique prefix of the id will do",
         "contextos resume run_3f2a9c --agent agent_v2.py:agent --allow-changed-agent",
-        "contextos resume run_3f2a9c --queue  # a paused run, driven on by the workers",
+        "contextos resume run_3f2a9c --queue  # hand a paused run to the workers",
     ),
 )
 def resume(
