@@ -418,12 +418,14 @@ def _apply_graph(
             node.converged = event.converged
             node.route = event.route
             node.finished_at = event.occurred_at
+            node.item_outputs = {}  # its output holds them now: not kept twice
         case ev.NodeFailed():
             node = _node(state, event)
             node.status = NodeStatus.FAILED
             node.reason = event.reason.value
             node.message = event.message
             node.finished_at = event.occurred_at
+            node.item_outputs = {}
 
 
 def _node(

@@ -29,7 +29,9 @@ def test_a_code_map_killed_midway_resumes_at_its_first_unfinished_item(tmp_path:
 
     resumed = resume(db, "run_m", tmp_path)
     assert json.loads(resumed.stdout)["status"] == "completed", resumed.stderr
-    assert states(db)["run_m"].nodes["fetch"].output == [f"<html>{u}</html>" for u in URLS]
+    fetch = states(db)["run_m"].nodes["fetch"]
+    assert fetch.output == [f"<html>{u}</html>" for u in URLS]
+    assert fetch.item_outputs == {}  # held by the node's output once it completed
     calls = Counter(str(r["item"]) for r in lines(tmp_path / "code.jsonl"))
     # Only the item the kill cut off ran twice.
     assert calls == {"a": 1, "b": 1, "c": 2, "d": 1, "e": 1}
