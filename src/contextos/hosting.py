@@ -16,7 +16,7 @@ from typing import Any
 
 from contextos import events as ev
 from contextos.agents import Agent
-from contextos.errors import ConcurrencyConflict, RunNotFound
+from contextos.errors import ConcurrencyConflict, ControlRefused, RunNotFound
 from contextos.graph.children import ChildHost, ChildStart
 from contextos.runs import RunId
 from contextos.starting import Created
@@ -46,6 +46,7 @@ class ChildRuns:
         create: Callable[..., Awaitable[Created]],
         resume: Callable[..., Awaitable[RunState]],
         cancel: Callable[..., Awaitable[Any]],
+        pause: Callable[..., Awaitable[Any]],
     ) -> None:
         self.store = store
         self._queue = queue
@@ -57,6 +58,8 @@ class ChildRuns:
         """The runtime's resume under a lease."""
         self._cancel = cancel
         """The runtime's cancel."""
+        self._pause = pause
+        """The runtime's pause."""
         self._held: dict[RunId, tuple[Lease, RunState, list[ev.Event]]] = {}
         """Child runs this runtime created and holds, until it drives them: their leases,
         their states and their logs as created."""
@@ -75,6 +78,7 @@ class ChildRuns:
             drive=self._drive_child,
             log=self._log,
             cancel=self.cancel_child,
+            pause=self.pause_child,
             clock=clock,
             take_over=take_over,
             handoff_s=HANDOFF_S if self._queue_wakes_others else 0.0,
@@ -147,6 +151,15 @@ class ChildRuns:
 
     def _log(self, run_id: RunId) -> list[ev.Event] | None:
         return self._ended.pop(run_id, None)
+
+    async def pause_child(self, run_id: RunId, reason: str) -> None:
+        """Let go of a child created here, not driven yet, and pause it: nobody drives it
+        then, so it pauses at once."""
+        lease, _, _ = self._held.pop(run_id, (None, None, None))
+        if lease is not None and self._queue is not None:
+            await self._queue.release(lease)
+        with contextlib.suppress(ControlRefused, RunNotFound):  # it ended meanwhile
+            await self._pause(run_id, reason=reason, actor="runtime")
 
     async def cancel_child(self, run_id: RunId, reason: str, agent: Agent | None = None) -> None:
         self._held.pop(run_id, None)  # its state as created is no longer where it stands

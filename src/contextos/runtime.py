@@ -136,6 +136,7 @@ class Runtime:
             create=self._starter.create,
             resume=self._resume,
             cancel=self.cancel,
+            pause=self.pause,
         )
         self._records = Records(self.store)
         """The DecisionRecords of the runs it drives, stored as they stop."""

@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -72,8 +73,11 @@ async def test_a_paused_workflow_stops_its_children_and_resumes_them(backend_url
         children = {k: (await rt.state(f"run_p.each.{k}")).status for k in (0, 1)}
         assert children == {0: RunStatus.PAUSED, 1: RunStatus.PAUSED}
         assert sorted(steps) == [1, 2]  # item 3 did not start
-        drawn = (await rt.tree("run_p")).children
+        tree = await rt.tree("run_p")
+        drawn = tree.children
         assert [(n.label, n.status) for n in drawn] == [("each", "paused"), ("total", "pending")]
+        # The paused children's spend so far counts in the workflow's line as in its node's.
+        assert tree.tokens == drawn[0].tokens > 0 and tree.turns == drawn[0].turns == 2
 
         done = await rt.resume("run_p", flow)
         parent = await rt.events("run_p")
@@ -145,3 +149,30 @@ def test_the_command_line_queues_a_paused_workflow_for_the_workers(tmp_path: Pat
     assert again.stderr.strip() == (
         "error: run run_c is queued, not paused; there is nothing to let go on"
     )
+
+
+async def test_a_child_created_while_the_pause_came_in_does_not_start(backend_url: str) -> None:
+    started, go = asyncio.Event(), asyncio.Event()
+    go.set()
+    steps: list[int] = []
+    flow = stepping(started, go, steps)
+    async with Runtime(backend_url) as rt:
+        children = rt._children
+        create = children._create_child
+
+        async def pause_lands_first(start: Any) -> bool:
+            # The request lands after the workflow recorded the child's contract but before
+            # the child run exists, so pausing the workflow finds no child to pause.
+            if not steps and start.fresh:
+                await rt.pause("run_w", reason="look first")
+            return await create(start)
+
+        children._create_child = pause_lands_first  # type: ignore[method-assign]
+        paused = await rt.run(flow, Items(values=[1]), run_id="run_w")
+        assert paused.status is RunStatus.PAUSED
+        child = await rt.events("run_w.each.0")
+        assert steps == []  # the child took no step while its workflow was paused
+        assert [e.type for e in child][-1] == "run_paused"
+        done = await rt.resume("run_w", flow)
+    assert done.status is RunStatus.COMPLETED and done.structured_output == 10
+    assert steps == [1]

@@ -89,6 +89,9 @@ class ChildHost:
     read it from the store)."""
     cancel: Callable[[RunId, str, Agent | None], Awaitable[None]]
     """Cancel a child run (and its own children); its agent settles what it started."""
+    pause: Callable[[RunId, str], Awaitable[None]]
+    """Pause a child run this process created and has not driven (its parent was asked to
+    pause while it was being created)."""
     clock: Callable[[], datetime]
     take_over: bool = False
     """The parent was resumed by hand: it takes over the children it had started before."""
@@ -290,6 +293,9 @@ class Delegations:
         and the parent's own stored record for that)."""
         log = self.host.log(contract.child_run_id)
         return await finished_fields(self.host.store, contract, child, spec.expected_output, log)
+
+    async def pause(self, contract: DelegationContract, reason: str) -> None:
+        await self.host.pause(contract.child_run_id, reason)
 
     async def cancel_running(self, reason: str, *, node: str | None = None) -> None:
         """Cancel every child still running (the parent is failing or being cancelled), or

@@ -200,6 +200,18 @@ class WorkflowDriver:
             apply(self.state, e)
         self._take_in_requests()
 
+    async def _pause_asked_meanwhile(self) -> bool:
+        """Whether someone asked the workflow to pause since its last commit (which folds a
+        request in); a child created meanwhile was not there for the request to pause."""
+        if self.stop_requested:
+            return True
+        if (await self.store.get_run(self.state.run_id)).last_seq == self.state.seq:
+            return False
+        tail = await self.store.read(self.state.run_id, after_seq=self.state.seq)
+        if any(isinstance(e, ev.RunPauseRequested) for e in tail):
+            self.stop_requested, self.stop_reason = True, "paused"
+        return self.stop_requested
+
     async def _begin(self) -> None:
         s = self.state
         if s.status in (RunStatus.QUEUED, RunStatus.PAUSED):
@@ -481,6 +493,10 @@ class WorkflowDriver:
             contract = child.contract
         text = child_input(contract.objective, given)
         await d.ensure(contract, spec, text, fresh=child is None)
+        if child is None and await self._pause_asked_meanwhile():
+            # The request came in while the child was being created, too late for it.
+            await d.pause(contract, f"its workflow {self.state.run_id} was paused")
+            return None
         if node.name in self._answered:
             # A sibling gave the map's result while this child was being created: the cancel
             # of the children still running did not find it yet.

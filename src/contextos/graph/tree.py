@@ -96,6 +96,9 @@ async def run_tree(store: EventStore, run_id: RunId, *, depth: int = 0) -> RunTr
         )
         kind, detail = "workflow", f"{state.workflow.workflow} v{state.agent_version}"
     usage = state.usage + state.child_usage
+    # The children still under way (running, paused, waiting for a person) count what their
+    # own logs say they spent so far; the finished ones are in `child_usage`.
+    under_way = [children[k] for k, c in state.children.items() if not c.finished]
     return RunTree(
         label=state.run_id,
         kind=kind,
@@ -103,9 +106,9 @@ async def run_tree(store: EventStore, run_id: RunId, *, depth: int = 0) -> RunTr
         detail=_why(detail, state),
         started_at=state.created_at,
         finished_at=state.updated_at if state.is_terminal else None,
-        tokens=usage.total_tokens,
-        cost_usd=usage.cost_usd,
-        turns=state.turns + state.child_turns,
+        tokens=usage.total_tokens + sum(c.tokens for c in under_way),
+        cost_usd=usage.cost_usd + sum(c.cost_usd for c in under_way),
+        turns=state.turns + state.child_turns + sum(c.turns for c in under_way),
         children=below,
     )
 
