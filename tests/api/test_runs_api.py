@@ -95,7 +95,7 @@ async def test_an_idempotency_key_returns_the_first_run(tmp_path: Path) -> None:
 
 async def test_a_workflow_starts_over_http_and_a_retry_finds_it(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/runs.db"
-    config = ApiConfig(open_access=True, store=url, agents=(GREETINGS,), worker=True)
+    config = ApiConfig(open_access=True, store=url, agents=(GREETINGS, GREETER), worker=True)
     with serving(config) as base:
         async with httpx.AsyncClient(base_url=base, timeout=60) as http:
             body = {"agent": "greetings", "input": '{"names": ["ada", "bob"]}'}
@@ -114,10 +114,24 @@ async def test_a_workflow_starts_over_http_and_a_retry_finds_it(tmp_path: Path) 
             assert again.status_code == 200, again.text
             assert again.json()["run_id"] == run["run_id"]
 
+            # The input as a JSON object, not JSON text, is the same request too.
+            as_object = {**body, "input": {"names": ["ada", "bob"]}}
+            same = await http.post("/v1/runs", json=as_object, headers=headers)
+            assert same.status_code == 200, same.text
+            assert same.json()["run_id"] == run["run_id"]
+            fresh = await http.post("/v1/runs", params=waited, json=as_object)
+            assert fresh.json()["structured_output"] == ["hello ada", "hello bob"]
+
             bad = await http.post("/v1/runs", json={"agent": "greetings", "input": "[1]"})
             assert "is not a valid Greetings" in str(error_of(bad, 400, "config_error")["message"])
+            wrong = {"agent": "greetings", "input": {"names": "ada"}}
+            problem = error_of(await http.post("/v1/runs", json=wrong), 400, "config_error")
+            assert "names: Input should be a valid list" in str(problem["message"])
+            to_agent = {"agent": "greeter", "input": {"names": ["ada"]}}
+            refused = error_of(await http.post("/v1/runs", json=to_agent), 422, "invalid_request")
+            assert refused["message"] == "agent greeter takes text as its input, not a JSON object"
     async with Runtime(url) as rt:
-        assert len(await rt.runs()) == 1  # the bad request left nothing behind
+        assert len(await rt.runs()) == 2  # the bad requests left nothing behind
 
 
 async def test_cancel_over_http(tmp_path: Path) -> None:

@@ -163,6 +163,13 @@ def create_app(config: ApiConfig | None = None) -> FastAPI:
         idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
     ) -> JSONResponse:
         ref, agent = api.agent(body.agent)
+        if not isinstance(body.input, str) and not isinstance(agent, Workflow):
+            raise ApiError(
+                422,
+                "invalid_request",
+                f"agent {agent.name} takes text as its input, not a JSON object",
+                hint="Send the task as a string; a JSON object is a workflow's input.",
+            )
         if wait_s > api.config.max_wait_s:
             raise ApiError(
                 422,
