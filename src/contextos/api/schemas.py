@@ -70,8 +70,7 @@ class StartRun(_Body):
 
     agent: str = Field(min_length=1, description="An agent reference (or name) the server serves.")
     input: str | dict[str, Any] = Field(
-        description="The task for the agent; a workflow's input as a JSON object (or as JSON "
-        "text)."
+        description="The task for the agent; a workflow's input as a JSON object (or as JSON text)."
     )
     metadata: dict[str, Any] = Field(default_factory=dict, description="Labels kept on the run.")
     priority: int = Field(
