@@ -160,6 +160,9 @@ class NodeRun:
     failed_attempts: dict[str, int] = field(default_factory=dict)
     """Attempts of its function that failed and were tried again, by which call (see
     `node_attempt_failed`): a resume goes on counting from there."""
+    reconciled: bool = False
+    """For a code node that acts: its output is what its `reconcile` found a stopped call
+    gave (see `node_reconciled`)."""
 
 
 __all__ = [

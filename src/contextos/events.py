@@ -29,6 +29,7 @@ from contextos.graph_events import (
     NodeCompleted,
     NodeFailed,
     NodeItemCompleted,
+    NodeReconciled,
     NodeRoundCompleted,
     NodeStarted,
     WorkflowBound,
@@ -593,6 +594,7 @@ Event = Annotated[
     | NodeRoundCompleted
     | NodeItemCompleted
     | NodeAttemptFailed
+    | NodeReconciled
     | NodeCompleted
     | NodeFailed
     | EvaluationRecorded
@@ -638,6 +640,7 @@ __all__ = [
     "NodeCompleted",
     "NodeFailed",
     "NodeItemCompleted",
+    "NodeReconciled",
     "NodeRoundCompleted",
     "NodeStarted",
     "PolicyDecided",

@@ -142,6 +142,23 @@ class NodeAttemptFailed(BaseEvent):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class NodeReconciled(BaseEvent):
+    """A code node's `reconcile` said what became of a call stopped before its output was
+    recorded: it acted (its `node_completed` follows, with `output`), or it did not (a new
+    intent follows)."""
+
+    type: Literal["node_reconciled"] = "node_reconciled"
+    node: str
+    """The code node."""
+    idempotency_key: str
+    """The key of the call looked up."""
+    acted: bool
+    """Whether the call took effect."""
+    output: Any = None
+    """What it gave, when it acted (JSON data, checked with the node's output)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class NodeCompleted(BaseEvent):
     """A workflow node finished; its output passed its declared type before anything read it."""
 

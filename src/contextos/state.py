@@ -333,6 +333,7 @@ def apply(state: RunState, event: ev.Event) -> RunState:
             | ev.NodeRoundCompleted()
             | ev.NodeItemCompleted()
             | ev.NodeAttemptFailed()
+            | ev.NodeReconciled()
             | ev.NodeCompleted()
             | ev.NodeFailed()
         ):
@@ -358,6 +359,7 @@ def _apply_graph(
     | ev.NodeRoundCompleted
     | ev.NodeItemCompleted
     | ev.NodeAttemptFailed
+    | ev.NodeReconciled
     | ev.NodeCompleted
     | ev.NodeFailed,
 ) -> None:
@@ -410,6 +412,8 @@ def _apply_graph(
             _node(state, event).item_outputs[event.index] = event.output
         case ev.NodeAttemptFailed():
             _node(state, event).failed_attempts[event.where] = event.attempt
+        case ev.NodeReconciled():
+            _node(state, event).reconciled = event.acted
         case ev.NodeCompleted():
             node = _node(state, event)
             node.status = NodeStatus.COMPLETED
@@ -433,6 +437,7 @@ def _node(
     event: ev.NodeRoundCompleted
     | ev.NodeItemCompleted
     | ev.NodeAttemptFailed
+    | ev.NodeReconciled
     | ev.NodeCompleted
     | ev.NodeFailed,
 ) -> NodeRun:

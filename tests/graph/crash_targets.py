@@ -7,13 +7,14 @@ Imported by reference in processes that get killed (`tests/graph/crash_targets.p
 from __future__ import annotations
 
 import json
+import os
 
 from pydantic import BaseModel
 
 from contextos import Agent, Budget, RetryPolicy
 from contextos.agents import Subagent
 from contextos.testing import ScriptedModel, call_tool, reply
-from support.crashes import kill_once, log, log_dir
+from support.crashes import kill_once, lines, log, log_dir
 
 LOG_DIR = log_dir()
 
@@ -224,6 +225,33 @@ payments.code("file", file_receipt)
 careless = Workflow("payments-careless", input=Payment)
 careless.code("charge", charge)  # no effect declared: run again when its output was not recorded
 careless.code("file", file_receipt)
+
+
+# -- a code node that acts, with a reconcile: the bank says what became of a call -------------
+
+
+def charge_at_the_bank(p: Payment, *, idempotency_key: str) -> Receipt:
+    log("code.jsonl", node="charge", key=idempotency_key)
+    kill_once("send")  # stopped before the bank took the charge
+    charged = f"{p.order}: {p.amount:.2f}"
+    log("bank.jsonl", key=idempotency_key, charged=charged)
+    kill_once("charge")  # stopped after the bank took it, before its output was recorded
+    return Receipt(charged=charged)
+
+
+def find_charge(idempotency_key: str) -> Receipt | None:
+    """The bank's record of the charge made under the key, if any."""
+    if os.environ.get("CRASH_BANK_DOWN"):
+        raise ConnectionError("the bank does not answer")
+    for r in lines(LOG_DIR / "bank.jsonl"):
+        if r["key"] == idempotency_key:
+            return Receipt(charged=str(r["charged"]))
+    return None
+
+
+reconciled = Workflow("payments-reconciled", input=Payment)
+reconciled.code("charge", charge_at_the_bank, effect="write", reconcile=find_charge)
+reconciled.code("file", file_receipt)
 
 
 # -- a fallback chain: a map that takes the first item giving a result ------------------------

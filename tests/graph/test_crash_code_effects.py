@@ -234,3 +234,105 @@ async def test_show_marks_a_node_that_declares_an_effect(tmp_path: Path) -> None
         assert result.structured_output == "sent A-1"
         (drawn,) = (await rt.tree(result.run_id)).children
     assert drawn.detail == "effect irreversible"
+
+
+# -- a reconcile says what became of the call: nobody is asked --------------------------------
+
+RECONCILED = "tests/graph/crash_targets.py:reconciled"
+
+
+def bank(log_dir: Path) -> list[dict[str, object]]:
+    """The charges the bank took."""
+    return lines(log_dir / "bank.jsonl")
+
+
+def killed_in_the_charge(tmp_path: Path, at: str) -> Path:
+    db = tmp_path / "runs.db"
+    killed = crashes.kill_after(
+        db, "run_c", 0, RECONCILED, INPUT, tmp_path, count="own", CRASH_KILL_AT=f"{at}:1"
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    return db
+
+
+def test_a_reconcile_that_finds_the_charge_completes_the_node_without_running_it_again(
+    tmp_path: Path,
+) -> None:
+    db = killed_in_the_charge(tmp_path, "charge")  # after the bank took it
+    resumed = resume(db, "run_c", tmp_path)
+    result = json.loads(resumed.stdout)
+    assert result["status"] == "completed", resumed.stderr
+    assert result["structured_output"] == OUTPUT
+    assert sum(charged(tmp_path).values()) == 1 and len(bank(tmp_path)) == 1
+    # The function got its intent's key, the one the reconcile looked up.
+    (sent,) = [r["key"] for r in lines(tmp_path / "code.jsonl") if r["node"] == "charge"]
+    started, found, completed, *_ = asyncio.run(node_events(db))
+    assert isinstance(found, ev.NodeReconciled)
+    assert (found.acted, found.output) == (True, OUTPUT)
+    assert found.idempotency_key == sent == f"run_c/charge#{started.seq}"
+    assert isinstance(completed, ev.NodeCompleted) and completed.output == OUTPUT
+    assert states(db)["run_c"].interrupts == {}  # nobody was asked
+
+    shown = crashes.run([*CLI, "show", "run_c", "--store", str(db)], tmp_path)
+    assert "effect write, reconciled: it had acted" in shown.stdout, shown.stdout
+    assert "charge reconciled (run_c/charge#4): it had acted" in shown.stdout
+
+
+def test_a_reconcile_that_finds_nothing_runs_the_node_again_under_a_new_key(
+    tmp_path: Path,
+) -> None:
+    db = killed_in_the_charge(tmp_path, "send")  # before the bank took it
+    assert bank(tmp_path) == []
+    resumed = resume(db, "run_c", tmp_path)
+    assert json.loads(resumed.stdout)["structured_output"] == OUTPUT, resumed.stderr
+    assert sorted(charged(tmp_path).values()) == [1, 1]  # once in each process
+    first, second = [r["key"] for r in lines(tmp_path / "code.jsonl") if r["node"] == "charge"]
+    assert first != second and [r["key"] for r in bank(tmp_path)] == [second]
+    kinds = [e.type for e in asyncio.run(node_events(db))]
+    assert kinds[:4] == ["node_started", "node_reconciled", "node_started", "node_completed"]
+
+
+def test_a_reconcile_that_fails_puts_the_question_to_a_person(tmp_path: Path) -> None:
+    db = killed_in_the_charge(tmp_path, "charge")
+    resumed = resume(db, "run_c", tmp_path, CRASH_BANK_DOWN="1")
+    assert json.loads(resumed.stdout)["status"] == "input_required", resumed.stderr
+    (asked,) = states(db)["run_c"].pending_interrupts.values()
+    assert asked.payload["question"].endswith(
+        "Its reconcile raised ConnectionError: the bank does not answer."
+    )
+    assert sum(charged(tmp_path).values()) == 1
+
+
+@pytest.mark.parametrize("n", range(1, APPENDS_IN_A_CLEAN_RUN + 1))
+def test_killed_after_any_append_a_reconciled_charge_completes_once(tmp_path: Path, n: int) -> None:
+    db = tmp_path / "runs.db"
+    killed = crashes.kill_after(db, "run_c", n, RECONCILED, INPUT, tmp_path, count="own")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    resumed = resume(db, "run_c", tmp_path)
+    after = states(db)["run_c"]
+    assert after.status is RunStatus.COMPLETED, resumed.stderr  # no person needed
+    assert after.structured_output == OUTPUT
+    assert len(bank(tmp_path)) == 1
+
+
+def test_a_reconcile_or_a_key_needs_a_declared_effect_and_is_part_of_the_identity() -> None:
+    def send(o: Order, *, idempotency_key: str) -> str:
+        return f"{o.id} under {idempotency_key}"
+
+    def sent(idempotency_key: str) -> str | None:
+        return None
+
+    def build(**how: object) -> Workflow:
+        flow = Workflow("effects", input=Order)
+        flow.code("send", send, **how)  # type: ignore[arg-type]
+        return flow
+
+    with pytest.raises(ConfigError, match="reconcile is for a function that acts on the world"):
+        build(reconcile=sent)
+    with pytest.raises(ConfigError, match="idempotency_key is for a function that acts"):
+        build()
+    assert build(effect="write", reconcile=sent).nodes[0].reconcile is sent
+    assert (
+        build(effect="write", reconcile=sent).identity_hash()
+        != build(effect="write").identity_hash()
+    )

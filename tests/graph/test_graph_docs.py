@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "graph.md"
-EXAMPLES = re.findall(r"```python\n(.*?)```\n\nprints\n\n```\n(.*?)```", DOC.read_text(), re.S)
+EXAMPLES = re.findall(
+    r"```python\n((?:(?!```).)*)```\n\nprints\n\n```\n(.*?)```", DOC.read_text(), re.S
+)  # a Python block followed by what it prints (not one that only shows a declaration)
 
 
 def test_the_page_has_its_examples() -> None:

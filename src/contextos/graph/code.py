@@ -15,13 +15,14 @@ from typing import Any, Protocol
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from contextos import events as ev
+from contextos.delegation import NodeRun
+from contextos.graph.declared import KEY
 from contextos.graph.workflow import Node
 from contextos.runs import FailureReason
 from contextos.state import RunState
 from contextos.tools._invoke import CallTimedOut, error_text, error_type, invoke, safe_text
 
 NO_DEADLINE_S = 1e9
-"""The time limit of a node's code in a workflow without a deadline: none that matters."""
 """The time limit of a node's code in a workflow without a deadline: none that matters."""
 
 
@@ -64,7 +65,7 @@ class NodeCode:
         except Exception as exc:
             raise _raised(node, exc) from exc
 
-    async def _in_time(self, node: Node[Any], fn: Any, *args: Any) -> Any:
+    async def _in_time(self, node: Node[Any], fn: Any, *args: Any, **kwargs: Any) -> Any:
         """User code's value, as a tool's call runs: a coroutine function in a task of its
         own, a plain one on a daemon thread (so the children in flight keep going), both let
         go at the workflow's deadline, which fails the workflow `timeout`; code is not started
@@ -74,7 +75,7 @@ class NodeCode:
         try:
             if limit <= 0:
                 raise CallTimedOut()
-            return await invoke(f"node {node.name}", fn, args, {}, limit)
+            return await invoke(f"node {node.name}", fn, args, kwargs, limit)
         except CallTimedOut:
             raise NodeFailed(
                 node.name,
@@ -85,12 +86,15 @@ class NodeCode:
     async def work(self, node: Node[Any], where: str, *args: Any) -> Any:
         """The node's function on `args` (`where`: which of its calls), tried again as its
         retry policy allows, each failed attempt recorded first: a resume counts on from the
-        attempts its log holds, so no call is tried more often than the policy says."""
+        attempts its log holds, so no call is tried more often than the policy says. A
+        function that takes one gets its intent's idempotency key."""
         retry = node.retry
-        attempt = self.j.state.nodes[node.name].failed_attempts.get(where, 0) + 1
+        run = self.j.state.nodes[node.name]
+        attempt = run.failed_attempts.get(where, 0) + 1
+        key = {KEY: intent_key(self.j.state, run)} if node.keyed else {}
         while True:
             try:
-                return await self._in_time(node, node.fn, *args)
+                return await self._in_time(node, node.fn, *args, **key)
             except NodeFailed:
                 raise
             except Exception as exc:
@@ -109,6 +113,14 @@ class NodeCode:
                 )
             await self._in_time(node, asyncio.sleep, delay)
             attempt += 1
+
+    async def reconcile(self, node: Node[Any]) -> tuple[str, Any]:
+        """The key of the node's latest intent, and what its `reconcile` found of that call:
+        None when it did not act, else what it gave (raising what `reconcile` raised, or
+        NodeFailed at the deadline)."""
+        assert node.reconcile is not None
+        key = intent_key(self.j.state, self.j.state.nodes[node.name])
+        return key, await self._in_time(node, node.reconcile, key)
 
     async def on_item(self, node: Node[Any], index: int, item: Any) -> Any:
         """A code map's or gate's function on one item, read back when an earlier drive
@@ -133,6 +145,12 @@ class NodeCode:
             ev.NodeItemCompleted, synchronous=False, node=node.name, index=index, output=data
         )
         return data
+
+
+def intent_key(state: RunState, node: NodeRun) -> str:
+    """The idempotency key of a code node's call: one per intent (`node_started`), so a
+    call run again under a new intent gets a new one."""
+    return f"{state.run_id}/{node.node}#{node.started_seq}"
 
 
 def _raised(node: Node[Any], exc: Exception, tried: str = "") -> NodeFailed:

@@ -93,6 +93,19 @@ def check_params(name: str, fn: Callable[..., Any], given: list[Any]) -> None:
             )
 
 
+KEY = "idempotency_key"
+"""The keyword-only parameter through which a code node that acts gets its call's key."""
+
+
+def takes_key(fn: Callable[..., Any]) -> bool:
+    """Whether `fn` takes a keyword-only `idempotency_key`."""
+    try:
+        param = inspect.signature(fn).parameters.get(KEY)
+    except (TypeError, ValueError):
+        return False
+    return param is not None and param.kind is param.KEYWORD_ONLY
+
+
 def accepts(wanted: Any, given: Any) -> bool:
     if wanted is Any or wanted == given:
         return True

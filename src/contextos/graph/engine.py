@@ -29,6 +29,7 @@ from contextos.records.interrupts import Interrupt, InterruptKind, interrupt_id_
 from contextos.runs import FailureReason, RunStatus
 from contextos.state import RunState, apply
 from contextos.store.base import EventStore, append_after, load_state
+from contextos.tools._invoke import error_text
 
 _REQUESTS = (ev.RunEnding, ev.RunPauseRequested)
 """What a person may append to a workflow while a driver has it: the driver takes them in."""
@@ -43,6 +44,9 @@ class _Waiting:
 
 
 WAITING = _Waiting()
+
+_DID_NOT_ACT = object()
+"""A code node's call that its reconcile, or a person, says did not act: it runs again."""
 
 
 class _Skipped:
@@ -368,32 +372,71 @@ class WorkflowDriver:
 
     async def _at_most_once(self, node: Node[Any], args: list[Any]) -> Any:
         """Run a code node that declares an effect at most once: its intent is on disk before
-        its code runs; an intent found without an outcome means it may have acted, and only a
-        person can say whether it did."""
+        its code runs; an intent found without an outcome means it may have acted, and only
+        its reconcile or a person can say whether it did."""
         started = self.state.nodes.get(node.name)
         if started is not None:
             asked = self._asked_about(node.name, started.started_seq)
-            if asked is None:
-                return await self._ask_whether_it_acted(node)
-            if asked.status == "expired":
-                raise NodeFailed(
-                    node.name,
-                    FailureReason.OUTCOME_UNKNOWN,
-                    f"node {node.name} ({node.effect}) was stopped after it started and before "
-                    "its output was recorded, and nobody said whether its effect happened, so "
-                    "it is not run again",
-                )
-            if asked.status != "answered" or asked.answer is None:
-                return WAITING
-            if asked.answer.get("outcome") == "committed":
-                try:
-                    value = node.adapter.validate_python(asked.answer.get("output"))
-                except ValidationError as exc:
-                    return await self._ask_whether_it_acted(node, "; ".join(_problems(exc)))
-                return await self._complete(node, value)
-            # The person says it did not act: run it again, under a new intent.
+            found = await (self._reconciled(node) if asked is None else self._told(node, asked))
+            if found is not _DID_NOT_ACT:
+                return found  # the node's output, or WAITING for a person
         await self.record(ev.NodeStarted, node=node.name, kind=node.kind, effect=node.effect)
         return await self._complete(node, await self.code.work(node, "", *args))
+
+    async def _reconciled(self, node: Node[Any]) -> Any:
+        """What the node's reconcile finds of the call of its intent: the node's output when
+        it acted, _DID_NOT_ACT, or WAITING on a person (asked when the node has no reconcile,
+        or it raised, or it gave what is not the node's output)."""
+        if node.reconcile is None:
+            return await self._ask_whether_it_acted(node)
+        try:
+            key, found = await self.code.reconcile(node)
+        except NodeFailed:
+            raise
+        except Exception as exc:
+            return await self._ask_whether_it_acted(
+                node, f"Its reconcile raised {error_text(exc)}."
+            )
+        if found is None:
+            await self.record(ev.NodeReconciled, node=node.name, idempotency_key=key, acted=False)
+            return _DID_NOT_ACT
+        try:
+            value = node.adapter.validate_python(found)
+        except ValidationError as exc:
+            return await self._ask_whether_it_acted(
+                node,
+                f"Its reconcile found that it acted, but what it gave is not a valid "
+                f"{_name(node.output)}: {'; '.join(_problems(exc))}.",
+            )
+        output = node.adapter.dump_python(value, mode="json")
+        await self.record(
+            ev.NodeReconciled, False, node=node.name, idempotency_key=key, acted=True, output=output
+        )
+        return await self._complete(node, value)
+
+    async def _told(self, node: Node[Any], asked: Interrupt) -> Any:
+        """What a person said of the call of the node's intent: the node's output, or
+        _DID_NOT_ACT; WAITING while they have not."""
+        if asked.status == "expired":
+            raise NodeFailed(
+                node.name,
+                FailureReason.OUTCOME_UNKNOWN,
+                f"node {node.name} ({node.effect}) was stopped after it started and before "
+                "its output was recorded, and nobody said whether its effect happened, so "
+                "it is not run again",
+            )
+        if asked.status != "answered" or asked.answer is None:
+            return WAITING
+        if asked.answer.get("outcome") != "committed":
+            return _DID_NOT_ACT
+        try:
+            value = node.adapter.validate_python(asked.answer.get("output"))
+        except ValidationError as exc:
+            refused = "; ".join(_problems(exc))
+            return await self._ask_whether_it_acted(
+                node, f"The output given before was refused: {refused}."
+            )
+        return await self._complete(node, value)
 
     def _asked_about(self, node: str, since_seq: int) -> Interrupt | None:
         """The latest question to a person about a node's unknown outcome, raised after its
@@ -404,10 +447,11 @@ class WorkflowDriver:
                 found = asked
         return found
 
-    async def _ask_whether_it_acted(self, node: Node[Any], problem: str = "") -> _Waiting:
+    async def _ask_whether_it_acted(self, node: Node[Any], note: str = "") -> _Waiting:
         """The workflow waits for a person to say whether the node's effect happened and, if
-        it did, what the node gave (`external_confirmation_required`)."""
-        again = f" The output given before was refused: {problem}." if problem else ""
+        it did, what the node gave (`external_confirmation_required`); `note`: what was
+        found or refused before."""
+        again = f" {note}" if note else ""
         question = (
             f"Node {node.name} ({node.effect}) was stopped after it started and before its "
             "output was recorded: did its effect happen? Answer outcome=committed with the "

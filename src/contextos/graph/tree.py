@@ -189,6 +189,8 @@ def _node_detail(node: NodeRun, spec: dict[str, Any]) -> str:
         parts.append(_counted(len(node.rounds), "round") + how)
     if node.route is not None:
         parts.append(f"routed to {node.route}")
+    if node.reconciled:
+        parts.append("reconciled: it had acted")
     retried = sum(node.failed_attempts.values())
     if retried:
         parts.append(f"{_counted(retried, 'attempt')} failed and tried again")

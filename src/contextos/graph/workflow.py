@@ -41,6 +41,7 @@ from contextos.graph.declared import (
     problems,
     returns_of,
     schema,
+    takes_key,
     type_hints_of,
     type_name,
 )
@@ -99,6 +100,15 @@ class Node(Generic[T]):
     once: an intent is recorded first, and a resume that finds no outcome does not run it)."""
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     """Code: when a call of its function that raised is tried again (by default never)."""
+    reconcile: Callable[[str], Any] | None = None
+    """Code with an effect: `reconcile(idempotency_key)` (sync or async) says whether a call
+    stopped before its output was recorded acted: None when it did not, else what the node
+    gave."""
+
+    @cached_property
+    def keyed(self) -> bool:
+        """Whether the function takes the call's `idempotency_key` (a keyword-only one)."""
+        return self.fn is not None and takes_key(self.fn)
 
     @cached_property
     def adapter(self) -> TypeAdapter[Any]:
@@ -131,6 +141,8 @@ class Node(Generic[T]):
             identity["effect"] = self.effect.value
         if self.retry != RetryPolicy():  # absent otherwise: a node keeps the hash it had
             identity["retry"] = self.retry.identity()
+        if self.reconcile is not None:
+            identity["reconcile"] = code_of(self.reconcile)
         return identity
 
 
@@ -209,14 +221,19 @@ class Workflow:
         output: Any = None,
         effect: EffectKind | str | None = None,
         retry: RetryPolicy | None = None,
+        reconcile: Callable[[str], Any] | None = None,
     ) -> Node[Any]:
         """A node that runs `fn` (sync or async) on the outputs of the nodes it reads.
 
         A function that acts on the world declares it (`effect="write"`, `"reversible_write"`
         or `"irreversible"`) and runs at most once: its intent is recorded before it runs,
-        and a workflow stopped after that and before its output was recorded asks a person
-        on resume whether it acted (`input_required`), instead of running it again; left
-        unanswered, it fails `outcome_unknown`.
+        and a workflow stopped after that and before its output was recorded does not run it
+        again on resume. `reconcile(idempotency_key)` (sync or async), when given, looks up
+        what became of that call: None when it did not act (the node runs again, under a new
+        key), else the node's output. Without one, or when it raises, a person is asked
+        whether it acted (`input_required`); left unanswered, it fails `outcome_unknown`. A
+        function with a keyword-only `idempotency_key` parameter gets its call's key (stable
+        for one intent) to hand to the service it calls.
 
         `retry` tries a call that raised again, up to `retry.attempts` in all, when the error
         is one of `retry.safe_on` (one the function raises only when it did nothing), each
@@ -228,9 +245,16 @@ class Workflow:
                 f"node {name!r}: effect is one of {', '.join(e.value for e in EffectKind)}",
                 node=name,
             ) from None
-        return self._code(
-            "code", name, fn, after, output, None if kind is EffectKind.READ else kind, retry
-        )
+        if kind is EffectKind.READ:
+            kind = None
+        keyed = "reconcile" if reconcile is not None else "idempotency_key" if takes_key(fn) else ""
+        if kind is None and keyed:
+            raise ConfigError(
+                f"node {name!r}: {keyed} is for a function that acts on the world; declare "
+                "its effect (effect='write')",
+                node=name,
+            )
+        return self._code("code", name, fn, after, output, kind, retry, reconcile)
 
     def reduce(
         self,
@@ -596,6 +620,7 @@ class Workflow:
         output: Any,
         effect: EffectKind | None = None,
         retry: RetryPolicy | None = None,
+        reconcile: Callable[[str], Any] | None = None,
     ) -> Node[Any]:
         upstream = self._after(name, after, None)
         given = [(self._build.nodes.get(a) or self.start).output for a in upstream]
@@ -609,6 +634,7 @@ class Workflow:
                 fn=fn,
                 effect=effect,
                 retry=_retry(name, retry),
+                reconcile=reconcile,
             )
         )
 

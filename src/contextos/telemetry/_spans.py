@@ -263,6 +263,11 @@ def build(events: list[ev.Event], *, capture: Capture = METADATA) -> list[SpanRe
                 nodes[e.node].events.append(
                     SpanEvent(name=_name(e), at=e.occurred_at, attributes=attempt)
                 )
+            case ev.NodeReconciled() if e.node in nodes:
+                found: dict[str, AttrValue] = {**seq_attr, "contextos.node.acted": e.acted}
+                nodes[e.node].events.append(
+                    SpanEvent(name=_name(e), at=e.occurred_at, attributes=found)
+                )
             case ev.NodeCompleted() | ev.NodeFailed() if e.node in nodes:
                 spans.append(_node_span(nodes.pop(e.node), e, trace_id, root_id, run_id, flow))
             case ev.ChildRunStarted() | ev.ChildRunFinished():

@@ -222,6 +222,9 @@ def describe(event: ev.Event) -> str:
                 f"{event.node}{which} attempt {event.attempt} failed ({event.error_type}: "
                 f"{_clip(event.error, 80)}); trying again in {event.delay_s:g}s"
             )
+        case ev.NodeReconciled():
+            acted = "it had acted" if event.acted else "it had not acted; it runs again"
+            return f"{event.node} reconciled ({event.idempotency_key}): {acted}"
         case ev.NodeCompleted():
             done = "" if event.converged is None else (" (converged)" if event.converged else "")
             routed = f" → {event.route}" if event.route is not None else ""
