@@ -27,6 +27,9 @@ class MergePolicy(StrEnum):
     PARENT_VALIDATES = "parent_validates"
     """The parent checks the result against the expected schema before anything uses it; a
     result that does not match is a recorded failure of the delegation, not an input."""
+    PERSON_REVIEWS = "person_reviews"
+    """The parent validates it as above, then a person reviews it (`review_required`): an
+    accepted result is taken in, a rejected one is a failure of the delegation."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

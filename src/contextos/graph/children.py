@@ -23,7 +23,7 @@ from pydantic import BaseModel, ValidationError
 
 from contextos import events as ev
 from contextos.agents import Agent, Subagent, has_effect_class
-from contextos.delegation import MAX_DEPTH, ChildStatus, DelegationContract
+from contextos.delegation import MAX_DEPTH, ChildStatus, DelegationContract, MergePolicy
 from contextos.errors import ConfigError, RunNotFound
 from contextos.evidence.record import record_hash
 from contextos.policy.identity import RunContext
@@ -180,6 +180,7 @@ class Delegations:
         call_id: str | None = None,
         index: int = 0,
         reserved: Sequence[DelegationContract] = (),
+        merge_policy: MergePolicy = MergePolicy.PARENT_VALIDATES,
     ) -> DelegationContract:
         """The contract for one delegation, its budget carved out of what the parent has left
         (`reserved`: contracts about to start alongside it). ConfigError when it would nest
@@ -212,6 +213,7 @@ class Delegations:
             call_id=call_id,
             index=index,
             depth=parent_depth + 1,
+            merge_policy=merge_policy,
         )
 
     def child_ref(self, spec: Subagent) -> str | None:

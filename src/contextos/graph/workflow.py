@@ -100,6 +100,9 @@ class Node(Generic[T]):
     once: an intent is recorded first, and a resume that finds no outcome does not run it)."""
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     """Code: when a call of its function that raised is tried again (by default never)."""
+    review: bool = False
+    """Agent, or map of an agent: a person reviews each child's result before anything
+    uses it (merge policy `person_reviews`)."""
     reconcile: Callable[[str], Any] | None = None
     """Code with an effect: `reconcile(idempotency_key)` (sync or async) says whether a call
     stopped before its output was recorded acted: None when it did not, else what the node
@@ -143,6 +146,8 @@ class Node(Generic[T]):
             identity["retry"] = self.retry.identity()
         if self.reconcile is not None:
             identity["reconcile"] = code_of(self.reconcile)
+        if self.review:
+            identity["review"] = True
         return identity
 
 
@@ -285,9 +290,12 @@ class Workflow:
         after: Node[Any] | None = None,
         output: Any = None,
         objective: str | Callable[[Any], str] | None = None,
+        review: bool = False,
     ) -> Node[Any]:
         """A node run by an agent as a child run: it is given the input (and `objective`)
-        only, under a contract narrowed from the workflow's authority and budget."""
+        only, under a contract narrowed from the workflow's authority and budget. With
+        `review`, a person accepts or rejects its result before anything uses it (the
+        workflow waits, `input_required`); a rejected result fails the node."""
         spec = self._spec(name, agent, output)
         out = spec.expected_output or str
         return self._add(
@@ -298,6 +306,7 @@ class Workflow:
                 after=self._after(name, after, 1),
                 spec=spec,
                 objective=objective,
+                review=review,
             )
         )
 
@@ -314,12 +323,14 @@ class Workflow:
         concurrency: int = 4,
         merge: Merge = "all",
         retry: RetryPolicy | None = None,
+        review: bool = False,
     ) -> Node[Any]:
         """Fan out: run `worker` (an agent, as one child run per item, or a function) on each
         item, `concurrency` at a time. With `merge="all"` the node gives the list of outputs,
         in item order, and an item that fails fails the node; `"collect"` gives
         `Collected[item, output]`; `"first"` gives the output of the first item that has one.
-        `retry` (a function worker's) as for `code`, counted per item."""
+        `retry` (a function worker's) as for `code`, counted per item; `review` (an agent
+        worker's) as for `agent`, per item: a rejected item is a failed one."""
         if merge not in ("all", "collect", "first"):
             raise ConfigError(f"node {name!r}: merge is 'all', 'collect' or 'first'", node=name)
         upstream = self._after(name, after, 1)
@@ -333,6 +344,12 @@ class Workflow:
             each = output or returns_of(name, worker)
             check_params(name, worker, [item_type])
         _no_retry_for_agents(name, spec, retry)
+        if review and spec is None:
+            raise ConfigError(
+                f"node {name!r}: review is of a child run's result; a function's output is "
+                "the workflow's own code",
+                node=name,
+            )
         merged: Any = each  # first
         if merge == "all":
             merged = list[each]  # type: ignore[valid-type]
@@ -352,6 +369,7 @@ class Workflow:
                 concurrency=positive(name, concurrency),
                 merge=merge,
                 retry=_retry(name, retry),
+                review=review,
             )
         )
 

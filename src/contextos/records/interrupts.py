@@ -144,6 +144,11 @@ def parse_answer(
         raise AnswerInvalid(
             f"{answer.choice!r} is not one of the options: {', '.join(map(str, options))}"
         )
+    verdicts = (payload or {}).get("verdicts")
+    if isinstance(answer, ReviewAnswer) and verdicts and answer.verdict not in verdicts:
+        raise AnswerInvalid(
+            f"{answer.verdict!r} is not a verdict this review takes: {', '.join(verdicts)}"
+        )
     return answer.model_dump(mode="json")
 
 

@@ -1,0 +1,156 @@
+"""A child's result put to a person before its workflow takes it in (`review=True`, merge
+policy `person_reviews`): the workflow waits on a `review_required` interrupt holding the
+result; accepted, the node takes it; rejected, the node takes it as a failure."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+from contextos import Agent, ConfigError, RunStatus, Runtime, Workflow
+from contextos.delegation import MergePolicy
+from contextos.errors import AnswerInvalid
+from contextos.models.base import ModelRequest, ModelResponse
+from contextos.records.interrupts import InterruptKind
+from contextos.testing import ScriptedModel, reply
+
+
+class Topic(BaseModel):
+    name: str
+
+
+class Topics(BaseModel):
+    names: list[str]
+
+
+class Draft(BaseModel):
+    text: str
+
+
+def drafting(request: ModelRequest) -> ModelResponse:
+    given = json.loads(request.messages[-1].content.rsplit("\n", 1)[-1])
+    name = given["name"] if isinstance(given, dict) else given
+    return reply(json.dumps({"text": f"a note on {name}"}))
+
+
+writer = Agent(name="writer", model=ScriptedModel([drafting], by_turn=True), output_type=Draft)
+
+
+def publish(draft: Draft) -> str:
+    return f"published: {draft.text}"
+
+
+def one_draft() -> Workflow:
+    flow = Workflow("publish", input=Topic)
+    flow.agent("draft", writer, review=True)
+    flow.code("publish", publish)
+    return flow
+
+
+@pytest.fixture
+async def rt(tmp_path: Path) -> AsyncIterator[Runtime]:
+    async with Runtime(str(tmp_path / "runs.db")) as runtime:
+        yield runtime
+
+
+def contextos(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "contextos", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200"},
+    )
+
+
+async def test_an_accepted_result_is_taken_in(rt: Runtime, tmp_path: Path) -> None:
+    flow = one_draft()
+    waiting = await rt.run(flow, Topic(name="tides"), run_id="run_r")
+    assert waiting.status is RunStatus.INPUT_REQUIRED
+    state = await rt.state("run_r")
+    (asked,) = state.pending_interrupts.values()
+    assert asked.kind is InterruptKind.REVIEW_REQUIRED
+    assert asked.payload["result"] == {"text": "a note on tides"}
+    assert asked.payload["child_run_id"] == "run_r.draft"
+    assert "publish" not in state.nodes  # nothing downstream ran on an unreviewed result
+    child = await rt.state("run_r.draft")
+    assert child.delegation is not None
+    assert child.delegation.merge_policy is MergePolicy.PERSON_REVIEWS
+
+    with pytest.raises(AnswerInvalid, match="'revise' is not a verdict this review takes"):
+        await rt.answer(asked.id, {"verdict": "revise"}, answered_by="alice")
+    # As docs/graph.md shows it, on the command line.
+    store = ["--store", str(tmp_path / "runs.db")]
+    inbox = contextos("inbox", *store)
+    assert asked.id == "run_r.i7" and asked.id in inbox.stdout, inbox.stdout
+    assert 'run_r.draft: {"text": "a note on tides"}. Accept it' in inbox.stdout
+    answered = contextos("answer", asked.id, "accept", *store, "--as", "alice")
+    assert answered.returncode == 0, answered.stderr
+    done = await rt.resume("run_r", flow)
+    assert done.status is RunStatus.COMPLETED
+    assert done.structured_output == "published: a note on tides"
+    assert [e.type for e in await rt.events("run_r.draft")].count("model_responded") == 1
+
+
+async def test_a_rejected_result_fails_the_node_with_the_reviewers_comments(rt: Runtime) -> None:
+    flow = one_draft()
+    await rt.run(flow, Topic(name="tides"), run_id="run_r")
+    (asked,) = (await rt.state("run_r")).pending_interrupts.values()
+    verdict = {"verdict": "reject", "comments": "too short"}
+    await rt.answer(asked.id, verdict, answered_by="alice")
+    failed = await rt.resume("run_r", flow)
+    assert failed.status is RunStatus.FAILED
+    assert failed.failure_message == (
+        "child run run_r.draft of node draft ended rejected (rejected): by alice: too short"
+    )
+    assert "publish" not in (await rt.state("run_r")).nodes
+
+
+async def test_a_map_collects_the_items_a_person_rejected_as_failed(rt: Runtime) -> None:
+    flow = Workflow("notes", input=Topics)
+    flow.map("drafts", writer, over="names", merge="collect", review=True)
+    waiting = await rt.run(flow, Topics(names=["tides", "moons"]), run_id="run_m")
+    answers = {"drafts.0": "accept", "drafts.1": {"verdict": "reject", "comments": "off topic"}}
+    asked: list[str] = []
+    while waiting.status is RunStatus.INPUT_REQUIRED:  # one result put to a person at a time
+        (question,) = (await rt.state("run_m")).pending_interrupts.values()
+        which = str(question.payload["delegation"])
+        asked.append(which)
+        await rt.answer(question.id, answers[which], answered_by="bo")
+        waiting = await rt.resume("run_m", flow)
+    assert sorted(asked) == ["drafts.0", "drafts.1"]
+    assert waiting.status is RunStatus.COMPLETED
+    out = waiting.structured_output
+    assert out["results"] == [{"text": "a note on tides"}]
+    assert [f["item"] for f in out["failed"]] == ["moons"]
+    assert out["failed"][0]["reason"] == "output_invalid"
+    assert out["failed"][0]["message"].endswith("ended rejected (rejected): by bo: off topic")
+    children = [e.type for e in await rt.events("run_m.drafts.1")]
+    assert children.count("model_responded") == 1  # its child ran once, before the review
+
+
+def test_review_is_for_agents_and_part_of_the_identity() -> None:
+    flow = Workflow("w", input=Topics)
+    with pytest.raises(ConfigError, match="review is of a child run's result"):
+        flow.map("drafts", lambda name: name, over="names", item=str, output=str, review=True)
+
+    def build(review: bool) -> Workflow:
+        flow = Workflow("publish", input=Topic)
+        flow.agent("draft", writer, review=review)
+        return flow
+
+    assert build(True).identity_hash() != build(False).identity_hash()
+    assert build(False).identity_hash() == one_draft_without_review().identity_hash()
+
+
+def one_draft_without_review() -> Workflow:
+    flow = Workflow("publish", input=Topic)
+    flow.agent("draft", writer)
+    return flow
