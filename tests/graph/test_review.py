@@ -108,7 +108,7 @@ async def test_a_rejected_result_fails_the_node_with_the_reviewers_comments(rt: 
     failed = await rt.resume("run_r", flow)
     assert failed.status is RunStatus.FAILED
     assert failed.failure_message == (
-        "child run run_r.draft of node draft ended rejected (rejected): by alice: too short"
+        "child run run_r.draft of node draft ended rejected (review): alice rejected it: too short"
     )
     assert "publish" not in (await rt.state("run_r")).nodes
 
@@ -131,7 +131,9 @@ async def test_a_map_collects_the_items_a_person_rejected_as_failed(rt: Runtime)
     assert out["results"] == [{"text": "a note on tides"}]
     assert [f["item"] for f in out["failed"]] == ["moons"]
     assert out["failed"][0]["reason"] == "output_invalid"
-    assert out["failed"][0]["message"].endswith("ended rejected (rejected): by bo: off topic")
+    assert out["failed"][0]["message"].endswith(
+        "ended rejected (review): bo rejected it: off topic"
+    )
     children = [e.type for e in await rt.events("run_m.drafts.1")]
     assert children.count("model_responded") == 1  # its child ran once, before the review
 

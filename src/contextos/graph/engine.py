@@ -10,10 +10,8 @@ in flight is resumed. Nodes that read only completed nodes run at the same time.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
-from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -32,6 +30,7 @@ from contextos.errors import AnswerInvalid, ConcurrencyConflict, RunNotFound
 from contextos.events import utcnow
 from contextos.graph.children import WAIT_S, ChildHost, Delegations, child_input, remaining
 from contextos.graph.code import NodeCode, NodeFailed
+from contextos.graph.review import Reviews
 from contextos.graph.workflow import ClaimCheck, Node, Route, Workflow
 from contextos.records.interrupts import Interrupt, InterruptKind, interrupt_id_for
 from contextos.runs import FailureReason, RunStatus
@@ -110,14 +109,13 @@ class WorkflowDriver:
         self.stop_requested = False
         self.unpausing = False
         """Resumed after a pause: its paused children are driven on."""
-        self._asking = False
-        """A child's result is being put to a person in this drive (see `_reviewed`)."""
         self._ending = False
         self.stop_reason: str | None = None
         self.wake_after_s: float | None = None
         self.on_commit: Callable[[tuple[ev.Event, ...]], Awaitable[None]] | None = None
         self.children = Delegations(self, host, parent_ref=state.agent_ref)
         self.code = NodeCode(self)
+        self.reviews = Reviews(self)
         self._admit = asyncio.Condition()
         """Taken to carve a child's budget: one at a time, and only once the budget allows."""
         self._starting: list[DelegationContract] = []
@@ -538,7 +536,7 @@ class WorkflowDriver:
         d = self.children
         child = self.state.children.get(key)
         if child is not None and child.finished:
-            return await self._reviewed(node, child)
+            return await self.reviews.taken_in(node, child)
         if child is None:
             contract = await self._start(node, spec, key, index, given, ref)
             if self.stop_requested:
@@ -563,56 +561,7 @@ class WorkflowDriver:
         await d.record((ev.ChildRunFinished, fields), synchronous=False)
         async with self._admit:
             self._admit.notify()  # what it did not spend is back: the next in line may start
-        return await self._reviewed(node, self.state.children[key])
-
-    async def _reviewed(self, node: Node[Any], child: ChildRun) -> ChildRun | None:
-        """A finished child as its parent takes it in: under `person_reviews`, a completed
-        one once a person accepted its result (None while they have not; a rejected one ends
-        `rejected`)."""
-        policy = child.contract.merge_policy
-        if policy is not MergePolicy.PERSON_REVIEWS or child.status is not ChildStatus.COMPLETED:
-            return child
-        key = child.contract.delegation_id
-        asked = next(
-            (i for i in self.state.interrupts.values() if i.payload.get("delegation") == key),
-            None,
-        )
-        if asked is None:
-            # One question at a time (answering one queues the workflow again); the next
-            # result is put to a person once it is answered.
-            if not self.state.pending_interrupts and not self._asking:
-                self._asking = True
-                await self._ask_for_review(node, child)
-            return None
-        if asked.status != "answered" or asked.answer is None:
-            return None
-        if asked.answer.get("verdict") == "accept":
-            return child
-        said = str(asked.answer.get("comments") or "no comments")
-        by = f" {asked.answered_by}" if asked.answered_by else ""
-        return replace(
-            child, status=ChildStatus.REJECTED, reason="rejected", message=f"by{by}: {said}"
-        )
-
-    async def _ask_for_review(self, node: Node[Any], child: ChildRun) -> None:
-        """The workflow waits for a person to accept or reject a child's result
-        (`review_required`)."""
-        c = child.contract
-        which = f" (item {c.index})" if node.kind == "map" else ""
-        payload = {
-            "question": (
-                f"Review the result of node {node.name}{which}, from child run "
-                f"{c.child_run_id}: {_clipped(child.result)}. Accept it, or reject it with "
-                "comments (the node takes a rejected result as a failure)."
-            ),
-            "node": node.name,
-            "delegation": c.delegation_id,
-            "child_run_id": c.child_run_id,
-            "result": child.result,
-            "verdicts": ["accept", "reject"],
-        }
-        kind = InterruptKind.REVIEW_REQUIRED.value
-        await self.record(ev.InterruptRaised, kind=kind, payload=payload)
+        return await self.reviews.taken_in(node, self.state.children[key])
 
     async def _start(
         self, node: Node[Any], spec: Subagent, key: str, index: int, given: Any, ref: str
@@ -864,15 +813,6 @@ def check_confirmed_output(state: RunState, asked: Interrupt, answer: Mapping[st
             f"the output is not a valid {_name(declared.output)} (node {node}): "
             + "; ".join(_problems(exc))
         ) from None
-
-
-SHOWN_CHARS = 300
-"""How much of a child's result a review's question quotes (its payload holds all of it)."""
-
-
-def _clipped(result: Any) -> str:
-    text = json.dumps(result, ensure_ascii=False)
-    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 1] + "…"
 
 
 def _problems(exc: ValidationError) -> tuple[str, ...]:
