@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 from pydantic import BaseModel
 
@@ -252,6 +253,29 @@ def find_charge(idempotency_key: str) -> Receipt | None:
 reconciled = Workflow("payments-reconciled", input=Payment)
 reconciled.code("charge", charge_at_the_bank, effect="write", reconcile=find_charge)
 reconciled.code("file", file_receipt)
+
+
+# -- two code nodes that act, side by side, both stopped mid-call ----------------------------
+
+
+def charge_side(side: str, p: Payment) -> Receipt:
+    log("pair.jsonl", side=side)
+    while len(lines(LOG_DIR / "pair.jsonl")) < 2:  # both calls are under way
+        time.sleep(0.01)
+    kill_once(f"pair-{side}")
+    return Receipt(charged=f"{p.order} ({side})")
+
+
+def both(a: Receipt, b: Receipt) -> Receipt:
+    return Receipt(charged=f"{a.charged}, {b.charged}")
+
+
+pair = Workflow("payments-pair", input=Payment)
+first = pair.code("charge_a", lambda p: charge_side("a", p), effect="write", output=Receipt)
+second = pair.code(
+    "charge_b", lambda p: charge_side("b", p), after=pair.start, effect="write", output=Receipt
+)
+pair.code("both", both, after=[first, second])
 
 
 # -- a fallback chain: a map that takes the first item giving a result ------------------------

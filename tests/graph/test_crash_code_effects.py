@@ -27,6 +27,7 @@ from support.crashes import lines, resume, states
 PAYMENTS = "tests/graph/crash_targets.py:payments"
 CLI = [sys.executable, "-m", "contextos"]
 CARELESS = "tests/graph/crash_targets.py:careless"
+PAIR = "tests/graph/crash_targets.py:pair"
 INPUT = '{"order": "A-1", "amount": 12.5}'
 APPENDS_IN_A_CLEAN_RUN = 7
 """The run's creation and start, each node's start and completion, the run's completion."""
@@ -234,6 +235,30 @@ async def test_show_marks_a_node_that_declares_an_effect(tmp_path: Path) -> None
         assert result.structured_output == "sent A-1"
         (drawn,) = (await rt.tree(result.run_id)).children
     assert drawn.detail == "effect irreversible"
+
+
+def test_two_nodes_stopped_mid_call_are_each_put_to_a_person_in_turn(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    killed = crashes.kill_after(
+        db, "run_c", 0, PAIR, INPUT, tmp_path, count="own", CRASH_KILL_AT="pair-b:1"
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    asked: list[str] = []
+    for _ in range(2):  # one question at a time: answering one queues the workflow again
+        resumed = resume(db, "run_c", tmp_path)
+        assert json.loads(resumed.stdout)["status"] == "input_required", resumed.stderr
+        (question,) = states(db)["run_c"].pending_interrupts.values()
+        node = str(question.payload["node"])
+        asked.append(node)
+        side = node.removeprefix("charge_")
+        given = {"outcome": "committed", "output": {"charged": f"A-1 ({side})"}}
+        asyncio.run(answer(db, given))
+    resumed = resume(db, "run_c", tmp_path)
+    result = json.loads(resumed.stdout)
+    assert result["status"] == "completed", resumed.stderr
+    assert result["structured_output"] == {"charged": "A-1 (a), A-1 (b)"}
+    assert sorted(asked) == ["charge_a", "charge_b"]
+    assert len(lines(tmp_path / "pair.jsonl")) == 2  # neither ran again
 
 
 # -- a reconcile says what became of the call: nobody is asked --------------------------------

@@ -12,6 +12,8 @@ import pytest
 
 from contextos import Agent, AgentChanged, Budget, FailureReason, RunIsTerminal, RunStatus, Runtime
 from contextos import events as ev
+from contextos.state import apply
+from contextos.store.base import append_after
 from contextos.testing import ScriptedModel, call_tool, reply
 
 finished: list[str] = []
@@ -90,6 +92,28 @@ async def test_a_stale_worker_cannot_append_after_cancel(tmp_path: Path) -> None
         again = await rt.cancel(run_id)
         assert again.status is RunStatus.CANCELLED
         assert len(await rt.events(run_id)) == 2
+
+
+async def test_a_driver_cannot_append_a_move_the_fold_would_refuse(tmp_path: Path) -> None:
+    """A second question while a run already waits for a person would leave a log no fold
+    can read: the append refuses it, and writes nothing."""
+    async with Runtime(str(tmp_path / "r.db")) as rt:
+        run_id = await rt.start(Agent(name="a", model=ScriptedModel([])), "x")
+        state = await rt.state(run_id)
+
+        def asked(seq: int) -> ev.InterruptRaised:
+            return ev.InterruptRaised(
+                run_id=run_id, seq=seq, interrupt_id=f"{run_id}.i{seq}", kind="review_required"
+            )
+
+        started = ev.RunStarted(run_id=run_id, seq=state.seq + 1, worker_id="w")
+        await append_after(rt.store, state, [started, asked(state.seq + 2)], requests=())
+        for e in await rt.store.read(run_id, after_seq=state.seq):
+            apply(state, e)
+        with pytest.raises(ValueError, match="interrupt_raised would move a input_required run"):
+            await append_after(rt.store, state, [asked(state.seq + 1)], requests=())
+        assert len(await rt.events(run_id)) == state.seq  # nothing was written
+        assert (await rt.state(run_id)).status is RunStatus.INPUT_REQUIRED
 
 
 async def test_deadline_recorded_at_start_survives_resume(tmp_path: Path) -> None:

@@ -109,13 +109,15 @@ class WorkflowDriver:
         self.stop_requested = False
         self.unpausing = False
         """Resumed after a pause: its paused children are driven on."""
+        self._asking = False
+        """A question was put to a person in this drive (see `may_ask`)."""
         self._ending = False
         self.stop_reason: str | None = None
         self.wake_after_s: float | None = None
         self.on_commit: Callable[[tuple[ev.Event, ...]], Awaitable[None]] | None = None
         self.children = Delegations(self, host, parent_ref=state.agent_ref)
         self.code = NodeCode(self)
-        self.reviews = Reviews(self)
+        self.reviews = Reviews(self, may_ask=self.may_ask)
         self._admit = asyncio.Condition()
         """Taken to carve a child's budget: one at a time, and only once the budget allows."""
         self._starting: list[DelegationContract] = []
@@ -455,10 +457,20 @@ class WorkflowDriver:
                 found = asked
         return found
 
+    def may_ask(self) -> bool:
+        """Whether the workflow may put a question to a person now: one at a time, as
+        answering one queues it again (the next is asked then)."""
+        if self.state.pending_interrupts or self._asking:
+            return False
+        self._asking = True
+        return True
+
     async def _ask_whether_it_acted(self, node: Node[Any], note: str = "") -> _Waiting:
         """The workflow waits for a person to say whether the node's effect happened and, if
         it did, what the node gave (`external_confirmation_required`); `note`: what was
         found or refused before."""
+        if not self.may_ask():
+            return WAITING
         again = f" {note}" if note else ""
         question = (
             f"Node {node.name} ({node.effect}) was stopped after it started and before its "

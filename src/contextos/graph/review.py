@@ -1,12 +1,13 @@
 """Children's results put to a person before their workflow takes them in (merge policy
 `person_reviews`): the workflow waits on a `review_required` interrupt holding the result;
 accepted, the result is taken in; rejected, the child's delegation ends `rejected`, a failure
-of its node or item. One result is put to a person at a time, since answering one queues the
-workflow again."""
+of its node or item. Like every question a workflow asks, one is put to a person at a time,
+since answering one queues the workflow again."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -23,10 +24,10 @@ SHOWN_CHARS = 300
 class Reviews:
     """One workflow run's reviews of its children's results."""
 
-    def __init__(self, journal: CodeJournal) -> None:
+    def __init__(self, journal: CodeJournal, *, may_ask: Callable[[], bool]) -> None:
         self.j = journal
-        self._asking = False
-        """A result is being put to a person in this drive."""
+        self._may_ask = may_ask
+        """Whether the workflow may put a question to a person now (one at a time)."""
 
     async def taken_in(self, node: Node[Any], child: ChildRun) -> ChildRun | None:
         """A finished child as its workflow takes it in: under `person_reviews`, a completed
@@ -41,8 +42,7 @@ class Reviews:
             (i for i in state.interrupts.values() if i.payload.get("delegation") == key), None
         )
         if asked is None:
-            if not state.pending_interrupts and not self._asking:
-                self._asking = True
+            if self._may_ask():
                 await self._ask(node, child)
             return None
         if asked.status != "answered" or asked.answer is None:

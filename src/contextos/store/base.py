@@ -14,7 +14,7 @@ from pydantic_core import PydanticSerializationError
 from contextos import codec
 from contextos import events as ev
 from contextos.errors import ConcurrencyConflict, EventDecodeError, EventEncodeError
-from contextos.runs import RunId, RunStatus
+from contextos.runs import RunId, RunStatus, can_transition
 from contextos.state import RunState, apply, fold
 
 
@@ -207,6 +207,7 @@ async def append_after(
     writer means the run was lost, and ConcurrencyConflict stands."""
     while True:
         out = tuple(prepare(events))
+        check_moves(state, out)
         try:
             await store.append(state.run_id, out, expected_seq=state.seq, synchronous=synchronous)
             return out
@@ -217,6 +218,22 @@ async def append_after(
             for e in tail:
                 apply(state, e)
             events = [replace(e, seq=state.seq + i) for i, e in enumerate(out, 1)]
+
+
+def check_moves(state: RunState, events: Sequence[ev.Event]) -> None:
+    """Refuse, before anything is written, events that would move the run where its status
+    may not go: stored, they would leave a log no fold can read."""
+    status = state.status
+    for i, e in enumerate(events):
+        new = type(e).SETS_STATUS
+        if new is None:
+            continue
+        if (state.seq > 0 or i > 0) and not can_transition(status, new):
+            raise ValueError(
+                f"run {state.run_id}: {e.type} would move a {status} run to {new}, which is "
+                "not allowed; nothing was written"
+            )
+        status = new
 
 
 Row = tuple[int, str, int, bytes, datetime | str]
