@@ -33,7 +33,8 @@ from contextos.evidence.record import receipts as stored_receipts
 from contextos.evidence.replay import ReplayReport
 from contextos.evidence.replay import replay as replay_run
 from contextos.graph.children import ended_children
-from contextos.graph.engine import WorkflowDriver, check_confirmed_output
+from contextos.graph.effects import check_confirmed_output
+from contextos.graph.engine import WorkflowDriver
 from contextos.graph.subagents import SubagentCalls
 from contextos.graph.tree import RunTree, run_tree
 from contextos.graph.workflow import Workflow

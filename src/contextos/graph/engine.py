@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from contextos import events as ev
-from contextos.agents import Subagent, load_ref
+from contextos.agents import Subagent
 from contextos.delegation import (
     ChildRun,
     ChildStatus,
@@ -26,17 +26,18 @@ from contextos.delegation import (
     MergePolicy,
     NodeStatus,
 )
-from contextos.errors import AnswerInvalid, ConcurrencyConflict, RunNotFound
+from contextos.errors import ConcurrencyConflict, RunNotFound
 from contextos.events import utcnow
 from contextos.graph.children import WAIT_S, ChildHost, Delegations, child_input, remaining
 from contextos.graph.code import NodeCode, NodeFailed
+from contextos.graph.declared import type_name
+from contextos.graph.effects import ASKED, Acted, Outcomes
 from contextos.graph.review import Reviews
 from contextos.graph.workflow import ClaimCheck, Node, Route, Workflow
-from contextos.records.interrupts import Interrupt, InterruptKind, interrupt_id_for
+from contextos.records.interrupts import interrupt_id_for
 from contextos.runs import FailureReason, RunStatus
 from contextos.state import RunState, apply
 from contextos.store.base import EventStore, append_after, load_state
-from contextos.tools._invoke import error_text
 
 _REQUESTS = (ev.RunEnding, ev.RunPauseRequested)
 """What a person may append to a workflow while a driver has it: the driver takes them in."""
@@ -51,9 +52,6 @@ class _Waiting:
 
 
 WAITING = _Waiting()
-
-_DID_NOT_ACT = object()
-"""A code node's call that its reconcile, or a person, says did not act: it runs again."""
 
 
 class _Skipped:
@@ -118,6 +116,7 @@ class WorkflowDriver:
         self.children = Delegations(self, host, parent_ref=state.agent_ref)
         self.code = NodeCode(self)
         self.reviews = Reviews(self, may_ask=self.may_ask)
+        self.outcomes = Outcomes(self, self.code, may_ask=self.may_ask)
         self._admit = asyncio.Condition()
         """Taken to carve a child's budget: one at a time, and only once the budget allows."""
         self._starting: list[DelegationContract] = []
@@ -383,79 +382,16 @@ class WorkflowDriver:
     async def _at_most_once(self, node: Node[Any], args: list[Any]) -> Any:
         """Run a code node that declares an effect at most once: its intent is on disk before
         its code runs; an intent found without an outcome means it may have acted, and only
-        its reconcile or a person can say whether it did."""
+        its reconcile or a person can say whether it did (see `effects`)."""
         started = self.state.nodes.get(node.name)
         if started is not None:
-            asked = self._asked_about(node.name, started.started_seq)
-            found = await (self._reconciled(node) if asked is None else self._told(node, asked))
-            if found is not _DID_NOT_ACT:
-                return found  # the node's output, or WAITING for a person
+            found = await self.outcomes.of(node, started)
+            if found is ASKED:
+                return WAITING
+            if isinstance(found, Acted):
+                return await self._complete(node, found.output)
         await self.record(ev.NodeStarted, node=node.name, kind=node.kind, effect=node.effect)
         return await self._complete(node, await self.code.work(node, "", *args))
-
-    async def _reconciled(self, node: Node[Any]) -> Any:
-        """What the node's reconcile finds of the call of its intent: the node's output when
-        it acted, _DID_NOT_ACT, or WAITING on a person (asked when the node has no reconcile,
-        or it raised, or it gave what is not the node's output)."""
-        if node.reconcile is None:
-            return await self._ask_whether_it_acted(node)
-        try:
-            key, found = await self.code.reconcile(node)
-        except NodeFailed:
-            raise
-        except Exception as exc:
-            return await self._ask_whether_it_acted(
-                node, f"Its reconcile raised {error_text(exc)}."
-            )
-        if found is None:
-            await self.record(ev.NodeReconciled, node=node.name, idempotency_key=key, acted=False)
-            return _DID_NOT_ACT
-        try:
-            value = node.adapter.validate_python(found)
-        except ValidationError as exc:
-            return await self._ask_whether_it_acted(
-                node,
-                f"Its reconcile found that it acted, but what it gave is not a valid "
-                f"{_name(node.output)}: {'; '.join(_problems(exc))}.",
-            )
-        output = node.adapter.dump_python(value, mode="json")
-        await self.record(
-            ev.NodeReconciled, False, node=node.name, idempotency_key=key, acted=True, output=output
-        )
-        return await self._complete(node, value)
-
-    async def _told(self, node: Node[Any], asked: Interrupt) -> Any:
-        """What a person said of the call of the node's intent: the node's output, or
-        _DID_NOT_ACT; WAITING while they have not."""
-        if asked.status == "expired":
-            raise NodeFailed(
-                node.name,
-                FailureReason.OUTCOME_UNKNOWN,
-                f"node {node.name} ({node.effect}) was stopped after it started and before "
-                "its output was recorded, and nobody said whether its effect happened, so "
-                "it is not run again",
-            )
-        if asked.status != "answered" or asked.answer is None:
-            return WAITING
-        if asked.answer.get("outcome") != "committed":
-            return _DID_NOT_ACT
-        try:
-            value = node.adapter.validate_python(asked.answer.get("output"))
-        except ValidationError as exc:
-            refused = "; ".join(_problems(exc))
-            return await self._ask_whether_it_acted(
-                node, f"The output given before was refused: {refused}."
-            )
-        return await self._complete(node, value)
-
-    def _asked_about(self, node: str, since_seq: int) -> Interrupt | None:
-        """The latest question to a person about a node's unknown outcome, raised after its
-        latest intent (an answer about an earlier attempt says nothing of this one)."""
-        found = None
-        for asked in self.state.interrupts.values():
-            if asked.payload.get("node") == node and asked.raised_seq > since_seq:
-                found = asked
-        return found
 
     def may_ask(self) -> bool:
         """Whether the workflow may put a question to a person now: one at a time, as
@@ -464,30 +400,6 @@ class WorkflowDriver:
             return False
         self._asking = True
         return True
-
-    async def _ask_whether_it_acted(self, node: Node[Any], note: str = "") -> _Waiting:
-        """The workflow waits for a person to say whether the node's effect happened and, if
-        it did, what the node gave (`external_confirmation_required`); `note`: what was
-        found or refused before."""
-        if not self.may_ask():
-            return WAITING
-        again = f" {note}" if note else ""
-        question = (
-            f"Node {node.name} ({node.effect}) was stopped after it started and before its "
-            "output was recorded: did its effect happen? Answer outcome=committed with the "
-            f"node's output (a {_name(node.output)}) as `output` if it did, or outcome=failed "
-            f"to run it again.{again}"
-        )
-        payload = {
-            "question": question,
-            "node": node.name,
-            "effect": node.effect,
-            "output_schema": node.adapter.json_schema(),
-            "answers": ["committed", "failed"],
-        }
-        kind = InterruptKind.EXTERNAL_CONFIRMATION_REQUIRED.value
-        await self.record(ev.InterruptRaised, kind=kind, payload=payload)
-        return WAITING
 
     async def _complete(self, node: Node[Any], value: Any, **extra: Any) -> Any:
         """Validate the output against the node's type, then record it."""
@@ -498,7 +410,7 @@ class WorkflowDriver:
             raise NodeFailed(
                 node.name,
                 FailureReason.OUTPUT_INVALID,
-                f"node {node.name} gave output that is not a valid {_name(node.output)}: "
+                f"node {node.name} gave output that is not a valid {type_name(node.output)}: "
                 + "; ".join(errors),
                 errors,
             ) from None
@@ -682,7 +594,7 @@ class WorkflowDriver:
             raw = getattr(upstream, node.over, None)
         else:
             raw = await self.code.call(node, node.over, upstream)
-        not_list = f"the items of node {node.name} are not a list of {_name(node.item)}"
+        not_list = f"the items of node {node.name} are not a list of {type_name(node.item)}"
         if isinstance(raw, str | bytes | Mapping) or not isinstance(raw, Iterable):
             raise NodeFailed(
                 node.name, FailureReason.OUTPUT_INVALID, f"{not_list}: got {type(raw).__name__}"
@@ -735,7 +647,7 @@ class WorkflowDriver:
                     node.name,
                     FailureReason.OUTPUT_INVALID,
                     f"round {done} of node {node.name} gave state that is not a valid "
-                    f"{_name(node.output)}: {exc.error_count()} problem(s)",
+                    f"{type_name(node.output)}: {exc.error_count()} problem(s)",
                 ) from None
             output = node.adapter.dump_python(value, mode="json")
             await self.record(ev.NodeRoundCompleted, node=node.name, round=done, output=output)
@@ -804,29 +716,6 @@ def _gated(items: list[Any], verdicts: list[Any]) -> dict[str, Any]:
     return {"passed": passed, "rejected": rejected}
 
 
-def check_confirmed_output(state: RunState, asked: Interrupt, answer: Mapping[str, Any]) -> None:
-    """Refuse at once (AnswerInvalid) a person's word that a workflow node's effect happened
-    when the output they give is not the node's type. Where the workflow's code does not load,
-    the workflow refuses it when it goes on, and asks again."""
-    node = asked.payload.get("node")
-    if not isinstance(node, str) or answer.get("outcome") != "committed" or not state.agent_ref:
-        return
-    try:
-        workflow = load_ref(state.agent_ref)
-        declared = workflow.node(node) if isinstance(workflow, Workflow) else None
-    except Exception:  # its code is not at hand here, or no longer has the node
-        return
-    if declared is None:
-        return
-    try:
-        declared.adapter.validate_python(answer.get("output"))
-    except ValidationError as exc:
-        raise AnswerInvalid(
-            f"the output is not a valid {_name(declared.output)} (node {node}): "
-            + "; ".join(_problems(exc))
-        ) from None
-
-
 def _problems(exc: ValidationError) -> tuple[str, ...]:
     return tuple(
         f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}"
@@ -855,10 +744,6 @@ def _short(left: Any, declared: Any) -> bool:
         if mine is not None and theirs is not None and theirs < mine:
             return True
     return False
-
-
-def _name(t: Any) -> str:
-    return getattr(t, "__name__", None) or str(t).replace("typing.", "")
 
 
 __all__ = ["WorkflowDriver"]
