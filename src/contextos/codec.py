@@ -39,7 +39,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
-from pydantic_core import CoreConfig, SchemaValidator
+from pydantic_core import CoreConfig, PydanticSerializationError, SchemaValidator
 
 from contextos.errors import EventDecodeError
 from contextos.events import EVENT_TYPES, Event
@@ -102,6 +102,124 @@ def pack(event: Event) -> bytes:
     (ROW_FIELDS, `type`) and without the fields that hold their default (an empty list, a
     null, a zero usage)."""
     return _adapter(type(event)).dump_json(event, exclude_defaults=True, exclude=ROW_FIELDS)
+
+
+def pack_checked(event: Event) -> bytes | None:
+    """`pack(event)` when that payload is sure to read back, without decoding it; None when only
+    decoding it can tell.
+
+    Serialising with warnings as errors refuses a value its field's type does not expect. Two
+    kinds of value pass that and still would not read back: a float that is not finite (JSON
+    has no NaN: it is written `null`) and a `Literal` field holding a value it does not list.
+    The first leaves a `null` in the payload; the second is looked for in the event's own
+    `Literal` fields. A type whose schema this cannot follow is always decoded.
+    """
+    literals = _literals(type(event))
+    if literals is None:
+        return None
+    try:
+        payload = _adapter(type(event)).dump_json(
+            event, exclude_defaults=True, exclude=ROW_FIELDS, warnings="error"
+        )
+    except PydanticSerializationError:
+        return None
+    if b"null" in payload:
+        return None
+    for path, allowed in literals:
+        if not all(value in allowed for value in _at(event, path)):
+            return None
+    return payload
+
+
+LiteralPath = tuple[tuple[str, ...], frozenset[Any]]
+"""Where a `Literal` field sits in an event (attribute names; `*` for each item of a sequence,
+`{}` for each value of a mapping) and the values it may hold."""
+
+_LITERALS: dict[type[Any], tuple[LiteralPath, ...] | None] = {}
+
+
+def _literals(cls: type[Any]) -> tuple[LiteralPath, ...] | None:
+    """The `Literal` fields of an event type (but its `type`); None if its schema holds one where
+    a path cannot reach (in a union) or a kind of schema this does not know."""
+    if cls not in _LITERALS:
+        found: list[LiteralPath] = []
+        ok = _walk(_adapter(cls).core_schema, {}, (), found, set())
+        _LITERALS[cls] = tuple(p for p in found if p[0] != ("type",)) if ok else None
+    return _LITERALS[cls]
+
+
+_PLAIN = frozenset(
+    ("str", "int", "float", "bool", "any", "none", "enum", "datetime", "date", "bytes", "uuid")
+)
+_WRAPPED = ("schema", "json_schema", "python_schema", "lax_schema", "strict_schema")
+
+
+def _walk(
+    schema: Any,
+    refs: dict[str, Any],
+    path: tuple[str, ...],
+    found: list[LiteralPath],
+    seen: set[tuple[str, tuple[str, ...]]],
+) -> bool:
+    """Collect the literal paths under `schema`; False where it cannot vouch for one."""
+    kind = schema["type"]
+    if "ref" in schema:
+        refs.setdefault(schema["ref"], schema)
+    if kind in _PLAIN:
+        return True
+    if kind == "literal":
+        found.append((path, frozenset(schema["expected"])))
+        return True
+    if kind == "definitions":
+        for d in schema["definitions"]:
+            refs[d["ref"]] = d
+        return _walk(schema["schema"], refs, path, found, seen)
+    if kind == "definition-ref":
+        key = (schema["schema_ref"], path)
+        if key in seen:  # a recursive type: its fields are being walked already
+            return True
+        seen.add(key)
+        return _walk(refs[schema["schema_ref"]], refs, path, found, seen)
+    if kind == "dataclass-args":
+        return all(
+            _walk(f["schema"], refs, (*path, f["name"]), found, seen) for f in schema["fields"]
+        )
+    if kind in ("list", "set", "frozenset"):
+        items = schema.get("items_schema")
+        return items is None or _walk(items, refs, (*path, "*"), found, seen)
+    if kind == "tuple":
+        return all(_walk(s, refs, (*path, "*"), found, seen) for s in schema["items_schema"])
+    if kind == "dict":
+        keys, values = schema.get("keys_schema"), schema.get("values_schema")
+        return (keys is None or keys["type"] == "str") and (
+            values is None or _walk(values, refs, (*path, "{}"), found, seen)
+        )
+    if kind in ("union", "tagged-union"):
+        # A literal inside a union cannot be told from the member that carries it.
+        inner: list[LiteralPath] = []
+        choices = schema["choices"].values() if kind == "tagged-union" else schema["choices"]
+        members = [c[0] if isinstance(c, tuple) else c for c in choices]
+        return all(_walk(c, refs, path, inner, seen) for c in members) and not inner
+    wrapped = [schema[k] for k in _WRAPPED if k in schema]
+    if kind in ("dataclass", "nullable", "default", "json-or-python", "lax-or-strict") or (
+        kind.startswith("function-") and wrapped
+    ):
+        return all(_walk(s, refs, path, found, seen) for s in wrapped)
+    return False
+
+
+def _at(value: Any, path: tuple[str, ...]) -> list[Any]:
+    """The values at `path` under `value` (None-valued steps lead nowhere)."""
+    values = [value]
+    for step in path:
+        if step == "*":
+            values = [item for v in values for item in v]
+        elif step == "{}":
+            values = [item for v in values for item in v.values()]
+        else:
+            values = [getattr(v, step) for v in values]
+        values = [v for v in values if v is not None]
+    return values
 
 
 def decode(

@@ -273,7 +273,8 @@ def check_batch(run_id: RunId, events: Sequence[ev.Event], expected_seq: int) ->
 
 
 def encode_batch(run_id: RunId, events: Sequence[ev.Event]) -> list[bytes]:
-    """Each event's stored payload, read back once before anything is written.
+    """Each event's stored payload, sure to read back (decoded once when only that can tell)
+    before anything is written.
 
     A value its field's type cannot carry (an object where text belongs, say) serialises with at
     most a warning into a row that no later read could decode, and the run could never be
@@ -281,6 +282,10 @@ def encode_batch(run_id: RunId, events: Sequence[ev.Event]) -> list[bytes]:
     """
     payloads: list[bytes] = []
     for event in events:
+        checked = codec.pack_checked(event)
+        if checked is not None:
+            payloads.append(checked)
+            continue
         try:
             payload = codec.pack(event)
             version = type(event).SCHEMA_VERSION
