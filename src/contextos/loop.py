@@ -382,7 +382,8 @@ class Driver:
         if request is None:
             return {}
         tools = (t.name for t in request.tools)
-        return {"rendered": self.rendered.record(request.messages, tools)}
+        log = (self.state.messages, self.state.message_seqs)
+        return {"rendered": self.rendered.record(request.messages, tools, log)}
 
     async def after_run(self) -> None:
         """Let the stack act on a run that stopped being driven (e.g. write memory)."""

@@ -629,7 +629,11 @@ class Runtime:
 
     async def prompts(self, run_id: str) -> list[RenderedCall]:
         """Every model call of the run as the model received it, with the lineage beside it."""
-        return rendered_calls(e.data for e in await self.timeline(run_id))
+        events = await self.store.read(RunId(run_id))
+        state = fold(events, run_id)
+        return rendered_calls(
+            (e.data for e in timeline(events)), (state.messages, state.message_seqs)
+        )
 
     async def trace(
         self,

@@ -135,9 +135,16 @@ async def test_every_prompt_is_kept_as_sent_and_each_turn_adds_only_what_is_new(
         events = await rt.events(result.run_id)
     assert [c.messages for c in calls] == [r.messages for r in model.requests]
     deltas = [e.context["rendered"] for e in events if isinstance(e, ev.ModelResponded)]
-    assert len(deltas[0]["blobs"]) == 2  # the system prefix and the task, once
-    # Later calls keep everything before and add the model's call and the tool's answer.
-    assert all(len(d["blobs"]) == 2 and len(d["add"]) == 2 for d in deltas[1:])
+    # The system prefix once; the task is sent as the log holds it: named by its event.
+    (system,) = deltas[0]["blobs"].values()
+    assert [system["role"], deltas[0]["add"][1]] == ["system", "#1"]
+    # Later calls keep everything before and add the model's call, named by its event, and
+    # the tool's answer as the sanitizer spotlighted it: the only body the turn records.
+    answers = [e.seq for e in events if isinstance(e, ev.ModelResponded)]
+    assert [d["add"][0] for d in deltas[1:]] == [f"#{seq}" for seq in answers[:-1]]
+    assert all(len(d["blobs"]) == 1 and len(d["add"]) == 2 for d in deltas[1:])
+    bodies = [b for d in deltas[1:] for b in d["blobs"].values()]
+    assert all(b["role"] == "tool" and "<<untrusted-data" in b["content"] for b in bodies)
     assert [d["keep"] for d in deltas] == [2 * i for i in range(turns + 1)]
 
 
@@ -163,6 +170,33 @@ def test_a_new_driver_records_its_first_prompt_in_full_and_every_prompt_reads_ba
     events[1]["context"]["rendered"]["blobs"] = {}  # a log that lost a message
     with pytest.raises(EventDecodeError):
         rendered_calls(events)
+
+
+def test_a_message_sent_as_the_log_holds_it_is_named_by_its_event_and_read_back_from_it() -> None:
+    system, task = Message(role="system", content="Be brief."), Message(role="user", content="go")
+    answer = Message(role="assistant", tool_calls=(ToolCall(id="c1", name="echo", arguments="{}"),))
+    result = Message(role="tool", content="ok", tool_call_id="c1", name="echo")
+    redacted = Message(role="tool", content="o*", tool_call_id="c1", name="echo")
+    log = ([task, answer, result], [1, 3, 4])
+    rendered = RenderedLog()
+    deltas = [
+        rendered.record([system, task], ["echo"], log=(log[0][:1], log[1][:1])),
+        rendered.record([system, task, answer, redacted], ["echo"], log=log),
+    ]
+    assert [d["add"] for d in deltas] == [[deltas[0]["add"][0], "#1"], ["#3", deltas[1]["add"][1]]]
+    # Only what the log does not hold has a body: the system prompt, and a rewritten message.
+    assert [[b["content"] for b in d["blobs"].values()] for d in deltas] == [["Be brief."], ["o*"]]
+    events = [
+        {"type": "model_responded", "seq": seq, "context": {"rendered": d}}
+        for seq, d in zip((3, 5), deltas, strict=True)
+    ]
+    calls = rendered_calls(events, log)
+    assert [list(c.messages) for c in calls] == [[system, task], [system, task, answer, redacted]]
+    with pytest.raises(EventDecodeError, match="names messages the run never recorded"):
+        rendered_calls(events)  # without the log, its messages are nowhere
+    # An equal message that is not the log's own object is not taken for it.
+    copy = Message(role="user", content="go")
+    assert RenderedLog().record([copy], [], log=log)["add"][0] != "#1"
 
 
 def test_a_driver_taking_a_run_over_records_only_what_is_new_unless_the_history_changed() -> None:
@@ -237,7 +271,9 @@ async def test_a_resumed_run_adds_only_the_new_messages_and_reads_back_every_pro
     # Every call after the first adds the model's call and the tool's answer, the new worker's
     # first call (the fourth) included.
     assert [d["keep"] for d in deltas] == [0, 2, 4, 6, 8]
-    assert all(len(d["add"]) == 2 and len(d["blobs"]) == 2 for d in deltas[1:])
+    # (the model's call is named by its event; the tool's answer, spotlighted, has a body).
+    assert all(len(d["add"]) == 2 and len(d["blobs"]) == 1 for d in deltas[1:])
+    assert all(d["add"][0].startswith("#") for d in deltas[1:])
 
 
 async def test_path_instructions_follow_the_paths_the_run_touches(tmp_path: Path) -> None:

@@ -1,10 +1,13 @@
 """The rendered prompt of every model call, kept in the run's own log and content-addressed.
 
 Each model call records its messages as a delta on the run's previous call: how many leading
-messages of that call it kept, the keys (sha256) of the ones it added, and the body of every
-message whose key the run has not recorded yet. Consecutive calls share their system prefix and
-history, so a turn records only what is new and storage per turn stays flat; `rendered_calls`
-replays the deltas to give back exactly the messages each call sent.
+messages of that call it kept, the keys of the ones it added, and the body of every message whose
+key the run has not recorded yet. A message sent as the run's log holds it (no layer rewrote it)
+is keyed by the seq of the event that added it (`#12`) and has no body of its own: the log is
+its body. Any other message (the system prompt, a redacted or spotlighted copy) is keyed by its
+sha256. Consecutive calls share their system prefix and history, so a turn records only what is
+new and storage per turn stays flat; `rendered_calls` replays the deltas, with the messages of
+the log, to give back exactly the messages each call sent.
 
 Each delta also carries the digest of its call's whole list of keys. The run's state keeps the
 last call's (count, digest), so a driver that takes a run over (a resume after a crash or after a
@@ -50,12 +53,25 @@ messages with the same digest, at a third of the bytes per call."""
 
 
 def _digest(keys: Iterable[str]) -> Any:
-    """sha256 of message keys in order (each 64 characters, so their concatenation is unambiguous),
-    open to more keys."""
+    """sha256 of message keys in order (each ended by a newline, which no key holds), open to
+    more keys."""
     digest = hashlib.sha256()
     for key in keys:
-        digest.update(key.encode())
+        digest.update(_fed(key))
     return digest
+
+
+def _fed(key: str) -> bytes:
+    return key.encode() + b"\n"
+
+
+def _logged_key(seq: int) -> str:
+    """The key of a message sent as the event at `seq` added it to the run's log."""
+    return f"#{seq}"
+
+
+Log = tuple[Sequence[Message], Sequence[int]]
+"""A run's messages and the seq of the event that added each (as its folded state holds them)."""
 
 
 def _message(blob: Mapping[str, Any]) -> Message:
@@ -86,23 +102,31 @@ class RenderedLog:
         self._digest = _digest(())  # of `previous`, to extend call by call
         self._messages: tuple[Message, ...] = ()  # the last call's messages, beside their keys
 
-    def record(self, messages: Sequence[Message], tools: Iterable[str]) -> dict[str, Any]:
-        """The delta of one call on the previous one (JSON data for its event's `context`)."""
+    def record(
+        self, messages: Sequence[Message], tools: Iterable[str], log: Log | None = None
+    ) -> dict[str, Any]:
+        """The delta of one call on the previous one (JSON data for its event's `context`);
+        messages that are the very objects of the run's `log` are keyed by their seq."""
         # Consecutive calls send the same message objects for the history, so the messages the
-        # last call began with are found by comparing references, and only the rest is hashed.
+        # last call began with are found by comparing references, and only the rest is keyed.
         messages = tuple(messages)
         same = _common_prefix(messages, self._messages)
         keys = self.previous[:same]
         bodies: dict[str, dict[str, Any]] = {}
+        logged = _newest(log, len(messages) - same)
         for m in messages[same:]:
+            seq = logged.get(id(m))
+            if seq is not None and seq[0] is m:
+                keys.append(_logged_key(seq[1]))
+                continue
             blob = _blob(m)
             key = _key(blob)
             keys.append(key)
             bodies[key] = blob
         keep, digest = self._kept(keys, same)
         for key in keys[keep:]:
-            digest.update(key.encode())
-        new_blobs = {k: bodies[k] for k in keys[keep:] if k not in self.known}
+            digest.update(_fed(key))
+        new_blobs = {k: bodies[k] for k in keys[keep:] if k in bodies and k not in self.known}
         delta = {
             "keep": keep,
             "add": keys[keep:],
@@ -137,6 +161,15 @@ class RenderedLog:
                     self.known.update(keys[:count])  # their bodies are in the log already
                     return count, kept
         return 0, _digest(())
+
+
+def _newest(log: Log | None, count: int) -> dict[int, tuple[Message, int]]:
+    """The last `count` messages of the log by identity: those a call adds, when it adds what the
+    run added since its last call."""
+    if log is None or count <= 0:
+        return {}
+    messages, seqs = log
+    return {id(m): (m, seq) for m, seq in zip(messages[-count:], seqs[-count:], strict=True)}
 
 
 def _common_prefix(a: tuple[Message, ...], b: tuple[Message, ...]) -> int:
@@ -175,8 +208,10 @@ class RenderedCall:
     """Default platform layers the agent left out, with its reasons."""
 
 
-def rendered_calls(events: Iterable[Mapping[str, Any]]) -> list[RenderedCall]:
-    """Every model call of a run whose prompt was recorded, from its events as JSON data."""
+def rendered_calls(events: Iterable[Mapping[str, Any]], log: Log = ((), ())) -> list[RenderedCall]:
+    """Every model call of a run whose prompt was recorded, from its events as JSON data and the
+    messages of its log (its folded state's)."""
+    logged = {_logged_key(seq): m for m, seq in zip(*log, strict=True)}
     blobs: dict[str, dict[str, Any]] = {}
     previous: list[str] = []
     out: list[RenderedCall] = []
@@ -193,7 +228,7 @@ def rendered_calls(events: Iterable[Mapping[str, Any]]) -> list[RenderedCall]:
         blobs.update(delta.get("blobs", {}))
         keep = int(delta.get("keep", 0))
         keys = previous[:keep] + list(delta.get("add", ()))
-        if keep > len(previous) or any(k not in blobs for k in keys):
+        if keep > len(previous) or any(k not in blobs and k not in logged for k in keys):
             raise EventDecodeError(
                 str(e.get("run_id", "")), seq, "its prompt names messages the run never recorded"
             )
@@ -202,7 +237,7 @@ def rendered_calls(events: Iterable[Mapping[str, Any]]) -> list[RenderedCall]:
             RenderedCall(
                 seq=seq,
                 turn=turn,
-                messages=tuple(_message(blobs[k]) for k in keys),
+                messages=tuple(logged[k] if k in logged else _message(blobs[k]) for k in keys),
                 tools=tuple(delta.get("tools", ())),
                 manifest=tuple(context.get("manifest", ())),
                 context_hash=str(e.get("context_hash") or ""),
