@@ -646,6 +646,12 @@ UNREADABLE = {
     "cost-not-a-number": lambda seq: answer(
         "r1", seq, usage=Usage(input_tokens=1, output_tokens=1, cost_usd=float("nan"))
     ),
+    # A Literal field holding a value it does not list serialises without even a warning.
+    "role-not-a-role": lambda seq: answer(
+        "r1",
+        seq,
+        message=Message(role="developer", content="ok"),  # type: ignore[arg-type]
+    ),
     "output-not-json": lambda seq: ev.RunCompleted(
         run_id=RunId("r1"), seq=seq, output="done", structured_output=object(), occurred_at=T0
     ),
@@ -665,6 +671,7 @@ WHY = {
     "arguments-as-object": "message.tool_calls.0.arguments: Input should be a valid string",
     "cost-not-a-number": "usage.cost_usd: Input should be a valid number",
     "output-not-json": "Unable to serialize unknown type: <class 'object'>",
+    "role-not-a-role": "message.role: Input should be 'system', 'user', 'assistant' or 'tool'",
     "two-arguments-as-objects": (
         "message.tool_calls.0.arguments: Input should be a valid string;"
         " message.tool_calls.1.arguments: Input should be a valid string"
