@@ -259,10 +259,13 @@ reconciled.code("file", file_receipt)
 
 
 def charge_side(side: str, p: Payment) -> Receipt:
+    dying = not (LOG_DIR / "killed").exists()  # the first process, the one that is killed
     log("pair.jsonl", side=side)
     while len(lines(LOG_DIR / "pair.jsonl")) < 2:  # both calls are under way
         time.sleep(0.01)
     kill_once(f"pair-{side}")
+    while dying:  # the other call kills the process: this one must not finish (and be
+        time.sleep(0.01)  # recorded) before it dies
     return Receipt(charged=f"{p.order} ({side})")
 
 
