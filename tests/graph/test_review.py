@@ -1,6 +1,8 @@
 """A child's result put to a person before its workflow takes it in (`review=True`, merge
 policy `person_reviews`): the workflow waits on a `review_required` interrupt holding the
-result; accepted, the node takes it; rejected, the node takes it as a failure."""
+result; accepted, the node takes it; rejected, the node takes it as a failure; sent back with
+comments, a new child run revises it (given the earlier result and the comments, never the
+earlier child's transcript) and its result is reviewed in turn."""
 
 from __future__ import annotations
 
@@ -35,8 +37,13 @@ class Draft(BaseModel):
 
 
 def drafting(request: ModelRequest) -> ModelResponse:
-    given = json.loads(request.messages[-1].content.rsplit("\n", 1)[-1])
+    """A note on the topic; a revision (told the comments) says what it answers."""
+    asked = request.messages[-1].content
+    given = json.loads(asked.rsplit("\n", 1)[-1])
     name = given["name"] if isinstance(given, dict) else given
+    _, _, comments = asked.partition("\nComments: ")
+    if comments:
+        return reply(json.dumps({"text": f"a note on {name}, {comments.split(chr(10))[0]}"}))
     return reply(json.dumps({"text": f"a note on {name}"}))
 
 
@@ -47,9 +54,9 @@ def publish(draft: Draft) -> str:
     return f"published: {draft.text}"
 
 
-def one_draft() -> Workflow:
+def one_draft(revisions: int = 3) -> Workflow:
     flow = Workflow("publish", input=Topic)
-    flow.agent("draft", writer, review=True)
+    flow.agent("draft", writer, review=True, revisions=revisions)
     flow.code("publish", publish)
     return flow
 
@@ -71,7 +78,7 @@ def contextos(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 async def test_an_accepted_result_is_taken_in(rt: Runtime, tmp_path: Path) -> None:
-    flow = one_draft()
+    flow = one_draft(revisions=0)
     waiting = await rt.run(flow, Topic(name="tides"), run_id="run_r")
     assert waiting.status is RunStatus.INPUT_REQUIRED
     state = await rt.state("run_r")
@@ -138,10 +145,76 @@ async def test_a_map_collects_the_items_a_person_rejected_as_failed(rt: Runtime)
     assert children.count("model_responded") == 1  # its child ran once, before the review
 
 
+async def test_a_result_sent_back_is_revised_by_a_new_child_given_only_the_comments(
+    rt: Runtime, tmp_path: Path
+) -> None:
+    flow = one_draft(revisions=1)
+    await rt.run(flow, Topic(name="tides"), run_id="run_r")
+    (first,) = (await rt.state("run_r")).pending_interrupts.values()
+    assert first.payload["verdicts"] == ["accept", "reject", "revise"]
+    assert "send it back with comments to be revised (1 revision left)" in str(
+        first.payload["question"]
+    )
+    sent_back = {"verdict": "revise", "comments": "name the moon"}
+    await rt.answer(first.id, sent_back, answered_by="alice")
+    waiting = await rt.resume("run_r", flow)
+    assert waiting.status is RunStatus.INPUT_REQUIRED  # the revision is reviewed in turn
+    (second,) = (await rt.state("run_r")).pending_interrupts.values()
+    assert second.payload["child_run_id"] == "run_r.draft.v2"
+    assert second.payload["result"] == {"text": "a note on tides, name the moon"}
+    assert second.payload["verdicts"] == ["accept", "reject"]  # no revision left
+    with pytest.raises(AnswerInvalid, match="'revise' is not a verdict this review takes"):
+        await rt.answer(second.id, "revise", answered_by="alice")
+
+    # The revision's child was told the earlier result and the comments, nothing of the
+    # earlier child's run but that.
+    revision = await rt.state("run_r.draft.v2")
+    assert revision.delegation is not None
+    told = revision.messages[0].content
+    assert 'Earlier result (child run run_r.draft): {"text": "a note on tides"}' in told
+    assert "A reviewer (alice) sent back an earlier result" in told
+    assert told.endswith('Input (Topic):\n{"name":"tides"}')
+    assert [m.role for m in revision.messages] == ["user", "assistant"]
+
+    await rt.answer(second.id, "accept", answered_by="alice")
+    done = await rt.resume("run_r", flow)
+    assert done.status is RunStatus.COMPLETED
+    assert done.structured_output == "published: a note on tides, name the moon"
+    for child in ("run_r.draft", "run_r.draft.v2"):  # each ran once
+        assert [e.type for e in await rt.events(child)].count("model_responded") == 1
+    (node, _) = (await rt.tree("run_r")).children
+    assert [c.label for c in node.children] == ["run_r.draft", "run_r.draft.v2"]
+
+
+async def test_each_item_of_a_map_is_revised_on_its_own(rt: Runtime) -> None:
+    flow = Workflow("notes", input=Topics)
+    flow.map("drafts", writer, over="names", review=True)
+    waiting = await rt.run(flow, Topics(names=["tides", "moons"]), run_id="run_m")
+    said: list[str] = []
+    while waiting.status is RunStatus.INPUT_REQUIRED:
+        (question,) = (await rt.state("run_m")).pending_interrupts.values()
+        which = str(question.payload["delegation"])
+        said.append(which)
+        verdict = {"verdict": "revise", "comments": "shorter"} if which == "drafts.1" else "accept"
+        await rt.answer(question.id, verdict, answered_by="bo")
+        waiting = await rt.resume("run_m", flow)
+    assert sorted(said) == ["drafts.0", "drafts.1", "drafts.1.v2"]
+    assert waiting.status is RunStatus.COMPLETED
+    assert waiting.structured_output == [
+        {"text": "a note on tides"},
+        {"text": "a note on moons, shorter"},
+    ]
+
+
 def test_review_is_for_agents_and_part_of_the_identity() -> None:
     flow = Workflow("w", input=Topics)
     with pytest.raises(ConfigError, match="review is of a child run's result"):
         flow.map("drafts", lambda name: name, over="names", item=str, output=str, review=True)
+    with pytest.raises(ConfigError, match="add review=True"):
+        flow.agent("draft", writer, revisions=1)
+    with pytest.raises(ConfigError, match="revisions is a whole number of at least 0"):
+        flow.agent("draft", writer, review=True, revisions=-1)
+    assert one_draft(revisions=1).identity_hash() != one_draft().identity_hash()
 
     def build(review: bool) -> Workflow:
         flow = Workflow("publish", input=Topic)

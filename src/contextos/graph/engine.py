@@ -32,7 +32,7 @@ from contextos.graph.children import WAIT_S, ChildHost, Delegations, child_input
 from contextos.graph.code import NodeCode, NodeFailed
 from contextos.graph.declared import type_name
 from contextos.graph.effects import ASKED, Acted, Outcomes
-from contextos.graph.review import Reviews
+from contextos.graph.review import Reviews, Revise
 from contextos.graph.workflow import ClaimCheck, Node, Route, Workflow
 from contextos.records.interrupts import interrupt_id_for
 from contextos.runs import FailureReason, RunStatus
@@ -454,15 +454,32 @@ class WorkflowDriver:
     async def _child(
         self, node: Node[Any], key: str, index: int, given: Any, ref: str
     ) -> ChildRun | None:
-        """One child run of a node, from start to its recorded finish; None while it waits."""
+        """One child run of a node, from start to its recorded finish, and then each revision
+        a person asked for; None while one waits."""
+        revise: Revise | None = None
+        while True:
+            taken = await self._revision(node, key, index, given, ref, revise)
+            if not isinstance(taken, Revise):
+                return taken
+            revise = taken
+
+    async def _revision(
+        self, node: Node[Any], base: str, index: int, given: Any, ref: str, revise: Revise | None
+    ) -> ChildRun | Revise | None:
+        """One revision of a node's child (the first, or the one `revise` asks for), from
+        start to its recorded finish and review."""
         assert node.spec is not None
         spec = node.spec
         d = self.children
+        key, number = (base, 1) if revise is None else (revise.key, revise.number)
         child = self.state.children.get(key)
         if child is not None and child.finished:
-            return await self.reviews.taken_in(node, child)
+            return await self.reviews.taken_in(node, child, base=base, number=number)
         if child is None:
-            contract = await self._start(node, spec, key, index, given, ref)
+            objective = _objective(node, given)
+            if revise is not None:
+                objective = revise.objective(objective)
+            contract = await self._start(node, spec, key, index, objective, ref)
             if self.stop_requested:
                 return None  # pausing or stopping: the run is created on resume
         else:
@@ -485,10 +502,10 @@ class WorkflowDriver:
         await d.record((ev.ChildRunFinished, fields), synchronous=False)
         async with self._admit:
             self._admit.notify()  # what it did not spend is back: the next in line may start
-        return await self.reviews.taken_in(node, self.state.children[key])
+        return await self.reviews.taken_in(node, self.state.children[key], base=base, number=number)
 
     async def _start(
-        self, node: Node[Any], spec: Subagent, key: str, index: int, given: Any, ref: str
+        self, node: Node[Any], spec: Subagent, key: str, index: int, objective: str, ref: str
     ) -> Any:
         """Record child_run_started; a child whose budget would be cut short while siblings
         hold part of the workflow's waits for one of them to give its unspent part back.
@@ -506,7 +523,7 @@ class WorkflowDriver:
             contract = self.children.contract(
                 spec,
                 key=key,
-                objective=_objective(node, given),
+                objective=objective,
                 input_refs=(ref,),
                 node=node.name,
                 index=index,

@@ -1,14 +1,16 @@
 """Children's results put to a person before their workflow takes them in (merge policy
 `person_reviews`): the workflow waits on a `review_required` interrupt holding the result;
 accepted, the result is taken in; rejected, the child's delegation ends `rejected`, a failure
-of its node or item. Like every question a workflow asks, one is put to a person at a time,
-since answering one queues the workflow again."""
+of its node or item; sent back with comments (`revise`, while the node has revisions left), a
+new child run is given the same input, the earlier result and the comments, and its result is
+reviewed in turn. Like every question a workflow asks, one is put to a person at a time, since
+answering one queues the workflow again."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from contextos import events as ev
@@ -21,6 +23,32 @@ SHOWN_CHARS = 300
 """How much of a child's result a review's question quotes (its payload holds all of it)."""
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Revise:
+    """A person sent a child's result back: the next revision is to be made."""
+
+    key: str
+    """The delegation key of the revision (`KEY.vN`; the first child is revision 1)."""
+    number: int
+    earlier: ChildRun
+    comments: str
+    by: str
+
+    def objective(self, objective: str) -> str:
+        """What the revision's child is told: the node's objective, then what it revises."""
+        return (
+            f"{objective}\n\nA reviewer ({self.by}) sent back an earlier result with comments; "
+            f"give a revised result.\nEarlier result (child run "
+            f"{self.earlier.contract.child_run_id}): "
+            f"{json.dumps(self.earlier.result, ensure_ascii=False)}\nComments: {self.comments}"
+        )
+
+
+def revision_key(key: str, number: int) -> str:
+    """The delegation key of revision `number` of the child keyed `key`."""
+    return key if number == 1 else f"{key}.v{number}"
+
+
 class Reviews:
     """One workflow run's reviews of its children's results."""
 
@@ -29,10 +57,13 @@ class Reviews:
         self._may_ask = may_ask
         """Whether the workflow may put a question to a person now (one at a time)."""
 
-    async def taken_in(self, node: Node[Any], child: ChildRun) -> ChildRun | None:
-        """A finished child as its workflow takes it in: under `person_reviews`, a completed
-        one once a person accepted its result (None while they have not; one they rejected
-        ends `rejected`)."""
+    async def taken_in(
+        self, node: Node[Any], child: ChildRun, *, base: str, number: int = 1
+    ) -> ChildRun | Revise | None:
+        """A finished child (revision `number` of the child keyed `base`) as its workflow
+        takes it in: under `person_reviews`, a completed one once a person accepted its result
+        (None while they have not; one they rejected ends `rejected`; one they sent back is
+        the next revision to make)."""
         policy = child.contract.merge_policy
         if policy is not MergePolicy.PERSON_REVIEWS or child.status is not ChildStatus.COMPLETED:
             return child
@@ -43,14 +74,19 @@ class Reviews:
         )
         if asked is None:
             if self._may_ask():
-                await self._ask(node, child)
+                await self._ask(node, child, number)
             return None
         if asked.status != "answered" or asked.answer is None:
             return None
-        if asked.answer.get("verdict") == "accept":
+        verdict = asked.answer.get("verdict")
+        if verdict == "accept":
             return child
         said = str(asked.answer.get("comments") or "no comments")
         who = asked.answered_by or "a person"
+        if verdict == "revise":
+            nxt = number + 1
+            key = revision_key(base, nxt)
+            return Revise(key=key, number=nxt, earlier=child, comments=said, by=who)
         return replace(
             child,
             status=ChildStatus.REJECTED,
@@ -58,20 +94,29 @@ class Reviews:
             message=f"{who} rejected it: {said}",
         )
 
-    async def _ask(self, node: Node[Any], child: ChildRun) -> None:
+    async def _ask(self, node: Node[Any], child: ChildRun, number: int) -> None:
         c = child.contract
         which = f" (item {c.index})" if node.kind == "map" else ""
+        left = node.revisions - (number - 1)
+        verdicts = ["accept", "reject", "revise"] if left > 0 else ["accept", "reject"]
+        back = (
+            f", or send it back with comments to be revised ({left} revision"
+            f"{'' if left == 1 else 's'} left)"
+            if left > 0
+            else ""
+        )
         payload = {
             "question": (
                 f"Review the result of node {node.name}{which}, from child run "
-                f"{c.child_run_id}: {_clipped(child.result)}. Accept it, or reject it with "
-                "comments (the node takes a rejected result as a failure)."
+                f"{c.child_run_id}: {_clipped(child.result)}. Accept it, reject it with "
+                f"comments (the node takes a rejected result as a failure){back}."
             ),
             "node": node.name,
             "delegation": c.delegation_id,
             "child_run_id": c.child_run_id,
             "result": child.result,
-            "verdicts": ["accept", "reject"],
+            "revision": number,
+            "verdicts": verdicts,
         }
         kind = InterruptKind.REVIEW_REQUIRED.value
         await self.j.record(ev.InterruptRaised, kind=kind, payload=payload)

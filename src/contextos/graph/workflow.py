@@ -59,6 +59,8 @@ Merge = Literal["all", "collect", "first"]
 of the first item (in item order) that gives one and starts no item after that."""
 
 DEFAULT_BUDGET = Budget(max_turns=1000)
+REVISIONS = 3
+"""How many times, by default, a person reviewing a node's child may send its result back."""
 """A workflow's budget when it declares none: what all its child runs together may spend."""
 
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,47}")
@@ -103,6 +105,9 @@ class Node(Generic[T]):
     review: bool = False
     """Agent, or map of an agent: a person reviews each child's result before anything
     uses it (merge policy `person_reviews`)."""
+    revisions: int = REVISIONS
+    """Under review: how many times a person may send a child's result back to be revised
+    (each revision a child run of its own, given the earlier result and the comments)."""
     reconcile: Callable[[str], Any] | None = None
     """Code with an effect: `reconcile(idempotency_key)` (sync or async) says whether a call
     stopped before its output was recorded acted: None when it did not, else what the node
@@ -148,6 +153,8 @@ class Node(Generic[T]):
             identity["reconcile"] = code_of(self.reconcile)
         if self.review:
             identity["review"] = True
+            if self.revisions != REVISIONS:
+                identity["revisions"] = self.revisions
         return identity
 
 
@@ -291,12 +298,15 @@ class Workflow:
         output: Any = None,
         objective: str | Callable[[Any], str] | None = None,
         review: bool = False,
+        revisions: int = REVISIONS,
     ) -> Node[Any]:
         """A node run by an agent as a child run: it is given the input (and `objective`)
         only, under a contract narrowed from the workflow's authority and budget. With
         `review`, a person accepts or rejects its result before anything uses it (the
-        workflow waits, `input_required`); a rejected result fails the node."""
+        workflow waits, `input_required`); a rejected result fails the node; one sent back
+        with comments is revised by a new child run, up to `revisions` times."""
         spec = self._spec(name, agent, output)
+        _check_review(name, spec, review, revisions)
         out = spec.expected_output or str
         return self._add(
             Node(
@@ -307,6 +317,7 @@ class Workflow:
                 spec=spec,
                 objective=objective,
                 review=review,
+                revisions=revisions,
             )
         )
 
@@ -324,13 +335,15 @@ class Workflow:
         merge: Merge = "all",
         retry: RetryPolicy | None = None,
         review: bool = False,
+        revisions: int = REVISIONS,
     ) -> Node[Any]:
         """Fan out: run `worker` (an agent, as one child run per item, or a function) on each
         item, `concurrency` at a time. With `merge="all"` the node gives the list of outputs,
         in item order, and an item that fails fails the node; `"collect"` gives
         `Collected[item, output]`; `"first"` gives the output of the first item that has one.
-        `retry` (a function worker's) as for `code`, counted per item; `review` (an agent
-        worker's) as for `agent`, per item: a rejected item is a failed one."""
+        `retry` (a function worker's) as for `code`, counted per item; `review` and
+        `revisions` (an agent worker's) as for `agent`, per item: a rejected item is a
+        failed one."""
         if merge not in ("all", "collect", "first"):
             raise ConfigError(f"node {name!r}: merge is 'all', 'collect' or 'first'", node=name)
         upstream = self._after(name, after, 1)
@@ -344,12 +357,7 @@ class Workflow:
             each = output or returns_of(name, worker)
             check_params(name, worker, [item_type])
         _no_retry_for_agents(name, spec, retry)
-        if review and spec is None:
-            raise ConfigError(
-                f"node {name!r}: review is of a child run's result; a function's output is "
-                "the workflow's own code",
-                node=name,
-            )
+        _check_review(name, spec, review, revisions)
         merged: Any = each  # first
         if merge == "all":
             merged = list[each]  # type: ignore[valid-type]
@@ -370,6 +378,7 @@ class Workflow:
                 merge=merge,
                 retry=_retry(name, retry),
                 review=review,
+                revisions=revisions,
             )
         )
 
@@ -735,6 +744,26 @@ def _no_retry_for_agents(name: str, spec: Subagent | None, retry: RetryPolicy | 
         raise ConfigError(
             f"node {name!r}: retry is for a function; an agent's child run retries through "
             "its model's and its tools' own policies",
+            node=name,
+        )
+
+
+def _check_review(name: str, spec: Subagent | None, review: bool, revisions: int) -> None:
+    if review and spec is None:
+        raise ConfigError(
+            f"node {name!r}: review is of a child run's result; a function's output is "
+            "the workflow's own code",
+            node=name,
+        )
+    if not isinstance(revisions, int) or isinstance(revisions, bool) or revisions < 0:
+        raise ConfigError(
+            f"node {name!r}: revisions is a whole number of at least 0, not {revisions!r}",
+            node=name,
+        )
+    if revisions != REVISIONS and not review:
+        raise ConfigError(
+            f"node {name!r}: revisions are asked for by a person reviewing the result; "
+            "add review=True",
             node=name,
         )
 
