@@ -155,8 +155,11 @@ async def test_a_result_sent_back_is_revised_by_a_new_child_given_only_the_comme
     assert "send it back with comments to be revised (1 revision left)" in str(
         first.payload["question"]
     )
-    sent_back = {"verdict": "revise", "comments": "name the moon"}
-    await rt.answer(first.id, sent_back, answered_by="alice")
+    # As docs/graph.md shows it, on the command line.
+    sent_back = '{"verdict": "revise", "comments": "name the moon"}'
+    store = ["--store", str(tmp_path / "runs.db")]
+    answered = contextos("answer", first.id, sent_back, *store, "--as", "alice")
+    assert answered.returncode == 0, answered.stderr
     waiting = await rt.resume("run_r", flow)
     assert waiting.status is RunStatus.INPUT_REQUIRED  # the revision is reviewed in turn
     (second,) = (await rt.state("run_r")).pending_interrupts.values()
