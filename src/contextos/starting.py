@@ -184,7 +184,8 @@ class RunStarter:
                     actor=f"worker:{self.worker_id}",
                 )
             )
-        first = stamp(RunState(run_id=rid), first)
+        state = RunState(run_id=rid)
+        first = stamp(state, first)
         try:
             await self.store.append(rid, first, expected_seq=0)
         except ConcurrencyConflict:
@@ -197,7 +198,6 @@ class RunStarter:
             return Created(rid, None, None)  # a concurrent start with the key recorded it first
         if lease is None:  # a worker in this process need not wait for its next poll
             wakeup.wake_local(self.store)
-        state = RunState(run_id=rid)
         for event in first:
             apply(state, event)
         return Created(rid, lease, state, tuple(first))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -34,9 +35,10 @@ class CountingStore:
         *,
         expected_seq: int,
         synchronous: bool = True,
+        **options: Any,
     ) -> int:
         return await self.inner.append(
-            run_id, events, expected_seq=expected_seq, synchronous=synchronous
+            run_id, events, expected_seq=expected_seq, synchronous=synchronous, **options
         )
 
     async def read(self, run_id: RunId, *, after_seq: int = 0) -> list[ev.Event]:

@@ -10,6 +10,7 @@ import sqlite3
 from collections.abc import Sequence
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 from contextos import Agent, RunStatus, Runtime, tool
 from contextos import events as ev
@@ -44,9 +45,10 @@ class RecordingStore(SqliteStore):
         *,
         expected_seq: int,
         synchronous: bool = True,
+        **options: Any,
     ) -> int:
         seq = await super().append(
-            run_id, events, expected_seq=expected_seq, synchronous=synchronous
+            run_id, events, expected_seq=expected_seq, synchronous=synchronous, **options
         )
         self.appends.append(([e.type for e in events], synchronous))
         return seq

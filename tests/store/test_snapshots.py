@@ -25,7 +25,7 @@ from contextos.errors import EventDecodeError, RunIsTerminal
 from contextos.ledger import EffectState
 from contextos.messages import FinishReason, Message, ToolCall, Usage
 from contextos.runs import Budget, FailureReason, RunId, RunStatus
-from contextos.state import RunState, fold
+from contextos.state import RunState, apply, fold
 from contextos.store import EventStore, open_store, snapshots
 from contextos.store.base import StateStore, load_state
 from contextos.testing import ScriptedModel, call_tool, reply
@@ -490,6 +490,31 @@ async def test_snapshots_are_written_as_the_log_grows_and_equal_its_fold(
     assert log.seq - seq <= snapshots.EVERY + 20  # the last one is at most a gap (+a batch) back
 
 
+async def test_a_snapshot_is_taken_of_the_appenders_fold_without_reading_the_log_back(
+    store: EventStore, raw: Raw, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def no_read_back(*args: Any) -> Any:
+        raise AssertionError("the log was read back for a snapshot")
+
+    monkeypatch.setattr(store, "_read_rows", no_read_back)
+    monkeypatch.setattr(store, "_read_snapshot", no_read_back)
+    log = Log("r1")
+    mine = RunState(run_id=log.run_id)  # the appender's fold, as a driver keeps it
+    for batch in log.batches(rounds=4):
+        await store.append(log.run_id, batch, expected_seq=mine.seq, folded=mine)
+        for event in batch:  # after the append returns, as a driver folds its commit in
+            apply(mine, event)
+    assert log.seq > snapshots.EVERY
+
+    async def written() -> bool:
+        return raw.snapshot("r1") is not None
+
+    await eventually(written)
+    monkeypatch.undo()
+    seq = await assert_snapshot_is_the_fold(store, raw, "r1")
+    assert seq >= snapshots.EVERY - 20  # taken just before the batch that made it due
+
+
 async def test_a_store_that_closes_snapshots_the_runs_it_drove(backend_url: str, raw: Raw) -> None:
     log = Log("r1")
     first = open_store(backend_url)
@@ -719,7 +744,9 @@ async def test_the_runtime_loads_a_long_run_from_its_snapshot(tmp_path: Path) ->
     conn.close()
     async with Runtime(str(db)) as rt:
         events = await rt.events(result.run_id)
-        assert seq == len(events)  # the run ended: its snapshot is of the whole log
+        # The run ended: its snapshot is the driver's fold just before its last commit
+        # (its output and its end), not the log read back.
+        assert [e.type for e in events[seq:]] == ["artifact_recorded", "run_completed"]
         state = await rt.state(result.run_id)
         assert state == fold(events, result.run_id)
         assert state.turns == turns + 1 and state.status is RunStatus.COMPLETED

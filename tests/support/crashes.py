@@ -22,7 +22,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from contextos.events import Event
 from contextos.runs import RunId
@@ -55,9 +55,10 @@ class KillingStore(SqliteStore):
         *,
         expected_seq: int,
         synchronous: bool = True,
+        **options: Any,
     ) -> int:
         seq = await super().append(
-            run_id, events, expected_seq=expected_seq, synchronous=synchronous
+            run_id, events, expected_seq=expected_seq, synchronous=synchronous, **options
         )
         if self.only is not None and run_id != self.only:
             return seq

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from contextos import events as ev
 from contextos.runs import RunId
@@ -29,9 +30,10 @@ class CrashAfter(SqliteStore):
         *,
         expected_seq: int,
         synchronous: bool = True,
+        **options: Any,
     ) -> int:
         seq = await super().append(
-            run_id, events, expected_seq=expected_seq, synchronous=synchronous
+            run_id, events, expected_seq=expected_seq, synchronous=synchronous, **options
         )
         if any(self.when(e) for e in events):
             raise Crash()

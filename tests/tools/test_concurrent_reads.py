@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -258,9 +259,10 @@ class Appends(SqliteStore):
         *,
         expected_seq: int,
         synchronous: bool = True,
+        **options: Any,
     ) -> int:
         seq = await super().append(
-            run_id, events, expected_seq=expected_seq, synchronous=synchronous
+            run_id, events, expected_seq=expected_seq, synchronous=synchronous, **options
         )
         self.commits.append([e.type for e in events])
         return seq

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -152,9 +153,10 @@ class CancelsAfter(SqliteStore):
         *,
         expected_seq: int,
         synchronous: bool = True,
+        **options: Any,
     ) -> int:
         seq = await super().append(
-            run_id, events, expected_seq=expected_seq, synchronous=synchronous
+            run_id, events, expected_seq=expected_seq, synchronous=synchronous, **options
         )
         if self.runtime is not None and any(self.when(e) for e in events):
             await self.runtime.cancel(run_id, reason="stop booking")

@@ -72,6 +72,7 @@ class EventStore(Protocol):
         *,
         expected_seq: int,
         synchronous: bool = True,
+        folded: RunState | None = None,
     ) -> int:
         """Append events numbered expected_seq+1, +2, …; return the new last seq.
 
@@ -80,6 +81,9 @@ class EventStore(Protocol):
         process crash, but the store need not wait for the disk: they become safe from a power
         loss with the next synchronous commit (the log is written in order). Stores that
         cannot defer the flush treat every append as synchronous.
+        `folded`: the caller's fold of the log up to `expected_seq`; a store that snapshots
+        may take a snapshot due now from it instead of reading the log back, and is done with
+        it when the append returns.
         """
         ...
 
@@ -209,7 +213,9 @@ async def append_after(
         out = tuple(prepare(events))
         check_moves(state, out)
         try:
-            await store.append(state.run_id, out, expected_seq=state.seq, synchronous=synchronous)
+            await store.append(
+                state.run_id, out, expected_seq=state.seq, synchronous=synchronous, folded=state
+            )
             return out
         except ConcurrencyConflict:
             tail = await store.read(state.run_id, after_seq=state.seq)

@@ -30,6 +30,7 @@ from contextos.errors import (
     StoreUnavailable,
 )
 from contextos.runs import TERMINAL, RunId, RunStatus
+from contextos.state import RunState
 from contextos.store import snapshots
 from contextos.store.artifacts import SqlArtifacts
 from contextos.store.base import (
@@ -231,6 +232,7 @@ class PostgresStore(PostgresQueue, SqlTokens, snapshots.Snapshotting, SqlArtifac
         *,
         expected_seq: int,
         synchronous: bool = True,  # every append is one synchronous statement here
+        folded: RunState | None = None,
     ) -> int:
         check_batch(run_id, events, expected_seq)
         delta = summarize(events)
@@ -284,7 +286,7 @@ class PostgresStore(PostgresQueue, SqlTokens, snapshots.Snapshotting, SqlArtifac
                     run_id, expected_seq, await _last_seq(conn, run_id)
                 ) from exc
             if row is not None and row[0] == len(events):
-                self._folded(run_id, expected_seq, events)
+                self._folded(run_id, expected_seq, events, folded)
                 return last.seq
             cur = await conn.execute(
                 "SELECT last_seq, status FROM runs WHERE run_id = %s", (run_id,)

@@ -223,8 +223,18 @@ class Folds:
         self.capacity = capacity
         self._runs: dict[RunId, _Run] = {}
 
-    def appended(self, run_id: RunId, expected_seq: int, events: Sequence[ev.Event]) -> Due | None:
-        """Fold a committed batch in; return the snapshot to write, if one is due."""
+    def appended(
+        self,
+        run_id: RunId,
+        expected_seq: int,
+        events: Sequence[ev.Event],
+        folded: RunState | None = None,
+    ) -> Due | None:
+        """Fold a committed batch in; return the snapshot to write, if one is due.
+
+        `folded`, the appender's own fold of the log up to `expected_seq`, is encoded at once
+        when a snapshot is due and this store holds no state of the run: a snapshot just
+        before the batch, which saves reading the log back and folding it a second time."""
         last = events[-1].seq
         run = self._runs.pop(run_id, None)
         if run is None:
@@ -255,7 +265,11 @@ class Folds:
             need = self.at_rest if run.resting else self.gap(run.saved)
         due = None
         if not run.loading and last - run.saved >= need:
-            if run.state is None:
+            if run.state is None and folded is not None and folded.seq == expected_seq:
+                run.memo = run.memo or MessageMemo()
+                due = Due(run_id=run_id, seq=expected_seq, blob=encode(folded, run.memo))
+                run.saved = expected_seq
+            elif run.state is None:
                 run.loading = True
                 due = Due(run_id=run_id, seq=last, blob=None)
             else:
@@ -346,10 +360,16 @@ class Snapshotting:
             rows = await self._read_rows(run_id, 0)
         return replay(state or RunState(run_id=run_id), rows), len(rows)
 
-    def _folded(self, run_id: RunId, expected_seq: int, events: Sequence[ev.Event]) -> None:
+    def _folded(
+        self,
+        run_id: RunId,
+        expected_seq: int,
+        events: Sequence[ev.Event],
+        folded: RunState | None = None,
+    ) -> None:
         """Keep a committed batch's run folded; snapshot it when one is due."""
         try:
-            due = self._folds.appended(run_id, expected_seq, events)
+            due = self._folds.appended(run_id, expected_seq, events, folded)
         except Exception:  # a cache: its failure must never fail a committed append
             log.exception("run %s: cannot fold the appended events for a snapshot", run_id)
             return

@@ -32,6 +32,7 @@ from contextos.errors import (
     StoreUnavailable,
 )
 from contextos.runs import TERMINAL, RunId, RunStatus
+from contextos.state import RunState
 from contextos.store import snapshots
 from contextos.store.artifacts import SqlArtifacts
 from contextos.store.base import (
@@ -334,6 +335,7 @@ class SqliteStore(SqliteQueue, SqlTokens, snapshots.Snapshotting, SqlArtifacts):
         *,
         expected_seq: int,
         synchronous: bool = True,
+        folded: RunState | None = None,
     ) -> int:
         check_batch(run_id, events, expected_seq)
         rows = [
@@ -350,7 +352,7 @@ class SqliteStore(SqliteQueue, SqlTokens, snapshots.Snapshotting, SqlArtifacts):
         )
         try:
             seq: int = await self._submit(work, joined=False, synchronous=synchronous)
-            self._folded(run_id, expected_seq, events)
+            self._folded(run_id, expected_seq, events, folded)
             return seq
         except sqlite3.IntegrityError as exc:
             # The database's own guards (terminal triggers, primary key) caught a writer that
