@@ -60,7 +60,7 @@ def contextos(db: str, n: int, warmup: bool = True) -> dict[str, Any]:
 def _flow(n: int) -> Any:
     from pydantic import BaseModel
 
-    from contextos import Agent, Workflow
+    from contextos import Agent, Budget, Workflow
     from contextos.models.base import ModelRequest, ModelResponse
     from contextos.testing import ScriptedModel, reply
 
@@ -84,7 +84,8 @@ def _flow(n: int) -> Any:
         model=ScriptedModel([answer], by_turn=True),
         opt_out=dict.fromkeys(("budget", "pii", "sanitize"), bare),
     )
-    flow = Workflow("fanout", input=Batch)
+    # Enough budget for every child at once (each holds its 20 turns while it runs).
+    flow = Workflow("fanout", input=Batch, budget=Budget(max_turns=20 * n))
     flow.map("children", child, over="items", concurrency=n)
     flow.reduce("summary", summarize)
     return flow, Batch(items=items(n))
@@ -288,8 +289,10 @@ def bench_fanout(plan: Plan, work: Path, report: Report) -> None:
         f"One workflow run over {FANOUT_N} items: each item is a child that makes one model "
         "call (the scripted model answers at once), then a code step reduces the answers. "
         "ContextOS: a `Workflow` with `map` (each child an agent run under a recorded "
-        "delegation contract, with its own event log, all at once) and `reduce`, on a "
-        "`SqliteStore` file. LangGraph: a `StateGraph` whose conditional edge returns one "
+        "delegation contract, with its own event log, all at once: the workflow's budget "
+        "holds every child's 20 turns together, where the default of 1,000 would start them "
+        "50 at a time) and `reduce`, on a `SqliteStore` file. LangGraph: a `StateGraph` "
+        "whose conditional edge returns one "
         '`Send` per item, then a reduce node, on `SqliteSaver` with `durability="sync"`; the '
         "child is a one-turn `create_agent`, either as the node each `Send` targets (its "
         "messages reduced into the parent's state: map-reduce over agent nodes as LangGraph "
