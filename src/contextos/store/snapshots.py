@@ -206,7 +206,8 @@ class Folds:
     long ones it drives.
 
     Only the store touches these states: they are folded from the events it committed, and
-    never handed out (a load decodes its own copy).
+    never handed out (a load decodes its own copy). An appender that hands in its own fold
+    (a driver's) spares the store holding one: a snapshot due is encoded from it at once.
     """
 
     def __init__(
