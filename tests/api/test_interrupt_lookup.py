@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -35,10 +34,9 @@ class CountingStore:
         *,
         expected_seq: int,
         synchronous: bool = True,
-        **options: Any,
     ) -> int:
         return await self.inner.append(
-            run_id, events, expected_seq=expected_seq, synchronous=synchronous, **options
+            run_id, events, expected_seq=expected_seq, synchronous=synchronous
         )
 
     async def read(self, run_id: RunId, *, after_seq: int = 0) -> list[ev.Event]:

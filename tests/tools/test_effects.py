@@ -54,6 +54,7 @@ class DiesAround(SqliteStore):
         *,
         expected_seq: int,
         synchronous: bool = True,
+        **options: Any,
     ) -> int:
         changes = []
         for e in events:
@@ -64,7 +65,7 @@ class DiesAround(SqliteStore):
         if not self.before_call and set(changes) & OUTCOMES:
             raise Crash()
         seq = await super().append(
-            run_id, events, expected_seq=expected_seq, synchronous=synchronous
+            run_id, events, expected_seq=expected_seq, synchronous=synchronous, **options
         )
         if self.before_call and EffectState.DISPATCHED in changes:
             raise Crash()

@@ -72,7 +72,6 @@ class EventStore(Protocol):
         *,
         expected_seq: int,
         synchronous: bool = True,
-        folded: RunState | None = None,
     ) -> int:
         """Append events numbered expected_seq+1, +2, …; return the new last seq.
 
@@ -81,9 +80,6 @@ class EventStore(Protocol):
         process crash, but the store need not wait for the disk: they become safe from a power
         loss with the next synchronous commit (the log is written in order). Stores that
         cannot defer the flush treat every append as synchronous.
-        `folded`: the caller's fold of the log up to `expected_seq`; a store that snapshots
-        may take a snapshot due now from it instead of reading the log back, and is done with
-        it when the append returns.
         """
         ...
 
@@ -117,6 +113,20 @@ class EventStore(Protocol):
 @runtime_checkable
 class StateStore(Protocol):
     """A store that loads a run's folded state itself, from a snapshot and the log after it."""
+
+    async def append(
+        self,
+        run_id: RunId,
+        events: Sequence[ev.Event],
+        *,
+        expected_seq: int,
+        synchronous: bool = True,
+        folded: RunState | None = None,
+    ) -> int:
+        """`EventStore.append`; `folded` is the caller's fold of the log up to `expected_seq`,
+        which a snapshot due now is taken from instead of the log read back (the store is
+        done with it when the append returns)."""
+        ...
 
     async def state(self, run_id: RunId) -> RunState:
         """The run's state, equal to `fold(await read(run_id))`. Raises RunNotFound."""
@@ -213,9 +223,14 @@ async def append_after(
         out = tuple(prepare(events))
         check_moves(state, out)
         try:
-            await store.append(
-                state.run_id, out, expected_seq=state.seq, synchronous=synchronous, folded=state
-            )
+            if conforms(store, StateStore):
+                await cast(StateStore, store).append(
+                    state.run_id, out, expected_seq=state.seq, synchronous=synchronous, folded=state
+                )
+            else:
+                await store.append(
+                    state.run_id, out, expected_seq=state.seq, synchronous=synchronous
+                )
             return out
         except ConcurrencyConflict:
             tail = await store.read(state.run_id, after_seq=state.seq)
