@@ -32,7 +32,7 @@ from contextos.graph.children import WAIT_S, ChildHost, Delegations, child_input
 from contextos.graph.code import NodeCode, NodeFailed
 from contextos.graph.declared import type_name
 from contextos.graph.effects import ASKED, Acted, Outcomes
-from contextos.graph.review import Reviews, Revise
+from contextos.graph.review import Reviews, Revise, revision_key
 from contextos.graph.workflow import ClaimCheck, Node, Route, Workflow
 from contextos.records.interrupts import interrupt_id_for
 from contextos.runs import FailureReason, RunStatus
@@ -471,10 +471,11 @@ class WorkflowDriver:
         assert node.spec is not None
         spec = node.spec
         d = self.children
-        key, number = (base, 1) if revise is None else (revise.key, revise.number)
+        number = 1 if revise is None else revise.number
+        key = revision_key(base, number)
         child = self.state.children.get(key)
         if child is not None and child.finished:
-            return await self.reviews.taken_in(node, child, base=base, number=number)
+            return await self.reviews.taken_in(node, child, number=number)
         if child is None:
             objective = _objective(node, given)
             if revise is not None:
@@ -502,7 +503,7 @@ class WorkflowDriver:
         await d.record((ev.ChildRunFinished, fields), synchronous=False)
         async with self._admit:
             self._admit.notify()  # what it did not spend is back: the next in line may start
-        return await self.reviews.taken_in(node, self.state.children[key], base=base, number=number)
+        return await self.reviews.taken_in(node, self.state.children[key], number=number)
 
     async def _start(
         self, node: Node[Any], spec: Subagent, key: str, index: int, objective: str, ref: str

@@ -27,9 +27,8 @@ SHOWN_CHARS = 300
 class Revise:
     """A person sent a child's result back: the next revision is to be made."""
 
-    key: str
-    """The delegation key of the revision (`KEY.vN`; the first child is revision 1)."""
     number: int
+    """Which revision to make (the first child is revision 1; its key `revision_key` gives)."""
     earlier: ChildRun
     comments: str
     by: str
@@ -58,9 +57,9 @@ class Reviews:
         """Whether the workflow may put a question to a person now (one at a time)."""
 
     async def taken_in(
-        self, node: Node[Any], child: ChildRun, *, base: str, number: int = 1
+        self, node: Node[Any], child: ChildRun, *, number: int = 1
     ) -> ChildRun | Revise | None:
-        """A finished child (revision `number` of the child keyed `base`) as its workflow
+        """A finished child (revision `number` of its node's child) as its workflow
         takes it in: under `person_reviews`, a completed one once a person accepted its result
         (None while they have not; one they rejected ends `rejected`; one they sent back is
         the next revision to make)."""
@@ -84,9 +83,7 @@ class Reviews:
         said = str(asked.answer.get("comments") or "no comments")
         who = asked.answered_by or "a person"
         if verdict == "revise":
-            nxt = number + 1
-            key = revision_key(base, nxt)
-            return Revise(key=key, number=nxt, earlier=child, comments=said, by=who)
+            return Revise(number=number + 1, earlier=child, comments=said, by=who)
         return replace(
             child,
             status=ChildStatus.REJECTED,

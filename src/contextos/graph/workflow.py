@@ -59,9 +59,9 @@ Merge = Literal["all", "collect", "first"]
 of the first item (in item order) that gives one and starts no item after that."""
 
 DEFAULT_BUDGET = Budget(max_turns=1000)
+"""A workflow's budget when it declares none: what all its child runs together may spend."""
 REVISIONS = 3
 """How many times, by default, a person reviewing a node's child may send its result back."""
-"""A workflow's budget when it declares none: what all its child runs together may spend."""
 
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,47}")
 

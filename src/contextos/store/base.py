@@ -223,14 +223,11 @@ async def append_after(
         out = tuple(prepare(events))
         check_moves(state, out)
         try:
-            if conforms(store, StateStore):
-                await cast(StateStore, store).append(
-                    state.run_id, out, expected_seq=state.seq, synchronous=synchronous, folded=state
-                )
-            else:
-                await store.append(
-                    state.run_id, out, expected_seq=state.seq, synchronous=synchronous
-                )
+            # A store that snapshots may take one due from the caller's fold.
+            given = {"folded": state} if conforms(store, StateStore) else {}
+            await store.append(
+                state.run_id, out, expected_seq=state.seq, synchronous=synchronous, **given
+            )
             return out
         except ConcurrencyConflict:
             tail = await store.read(state.run_id, after_seq=state.seq)
