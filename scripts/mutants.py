@@ -56,8 +56,8 @@ MUTANTS = (
         name="sqlite-append-fence",
         breaks="SQLite: an append must start right after the log's last seq",
         path="store/sqlite.py",
-        old='f" WHERE run_id = ? AND last_seq = ? AND status NOT IN ({_TERMINAL_SQL})",',
-        new='f" WHERE run_id = ? AND ? IS NOT NULL AND status NOT IN ({_TERMINAL_SQL})",',
+        old="f\" WHERE run_id = ? AND last_seq = ? AND NOT {is_terminal('status')}\"",
+        new="f\" WHERE run_id = ? AND ? IS NOT NULL AND NOT {is_terminal('status')}\"",
         tests=(CONFORMANCE, "-k", "sqlite and (expected_seq or conflict or writers)"),
     ),
     Mutant(

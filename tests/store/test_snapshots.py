@@ -15,7 +15,7 @@ import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -596,6 +596,9 @@ async def prepared(store: EventStore, raw: Raw) -> tuple[Log, int, RunState]:
         return raw.snapshot("r1") is not None
 
     await eventually(written)
+    # A later snapshot still being written would move the seq from under the caller.
+    while pending := cast(Any, store)._tasks:
+        await asyncio.gather(*pending)
     seq = await assert_snapshot_is_the_fold(store, raw, "r1")
     assert seq < log.seq
     return log, seq, await truth(store, "r1")

@@ -45,7 +45,7 @@ from contextos.store.base import (
     run_filter,
     summarize,
 )
-from contextos.store.migrations import SQLITE_MIGRATIONS
+from contextos.store.migrations import SQLITE_MIGRATIONS, is_terminal
 from contextos.store.sqlite_queue import SqliteQueue
 from contextos.store.tokens import SqlTokens
 
@@ -53,7 +53,13 @@ T = TypeVar("T")
 
 log = logging.getLogger("contextos.store")
 
-_TERMINAL_SQL = ", ".join(f"'{s.value}'" for s in sorted(TERMINAL))
+# Every append: the run's row moves from the seq its caller saw, if the run is still open.
+_MOVE_SUMMARY = (
+    "UPDATE runs SET last_seq = ?, updated_at = ?, status = COALESCE(?, status),"
+    " turns = turns + ?, input_tokens = input_tokens + ?,"
+    " output_tokens = output_tokens + ?, cost_usd = cost_usd + ?"
+    f" WHERE run_id = ? AND last_seq = ? AND NOT {is_terminal('status')}"
+)
 
 
 @dataclass(slots=True)
@@ -638,10 +644,7 @@ def _write(conn: sqlite3.Connection, job: _Append) -> int:
         job.rows,
     )
     moved = conn.execute(
-        "UPDATE runs SET last_seq = ?, updated_at = ?, status = COALESCE(?, status),"
-        " turns = turns + ?, input_tokens = input_tokens + ?,"
-        " output_tokens = output_tokens + ?, cost_usd = cost_usd + ?"
-        f" WHERE run_id = ? AND last_seq = ? AND status NOT IN ({_TERMINAL_SQL})",
+        _MOVE_SUMMARY,
         (
             last.seq,
             last.occurred_at.isoformat(),
