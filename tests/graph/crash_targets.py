@@ -341,3 +341,36 @@ def fetch_each(url: str) -> str:
 
 pages = Workflow("pages", input=Urls)
 pages.map("fetch", fetch_each, over="urls", concurrency=1)
+
+
+# -- a reviewed draft, sent back to be revised -------------------------------------------------
+
+
+class Topic(BaseModel):
+    name: str
+
+
+class Draft(BaseModel):
+    text: str
+
+
+def draft(request: ModelRequest) -> ModelResponse:
+    """A note on the topic; a revision (told the comments) is stopped mid-call at CRASH_KILL_AT
+    `revise`, and then says what it answers."""
+    asked = request.messages[-1].content
+    name = json.loads(asked.rsplit("\n", 1)[-1])["name"]
+    _, _, comments = asked.partition("\nComments: ")
+    if not comments:
+        return reply(json.dumps({"text": f"a note on {name}"}))
+    kill_once("revise")
+    return reply(json.dumps({"text": f"a note on {name}, {comments.splitlines()[0]}"}))
+
+
+def publish(d: Draft) -> str:
+    log("code.jsonl", node="publish")
+    return f"published: {d.text}"
+
+
+drafted = Workflow("publish", input=Topic)
+drafted.agent("draft", scripted("writer", draft, Draft), review=True, revisions=1)
+drafted.code("publish", publish)
