@@ -52,6 +52,26 @@ async def test_appends_made_together_land_in_one_transaction(tmp_path: Path) -> 
     assert committed_events(tmp_path / "s.db") == 20
 
 
+async def test_an_append_with_nobody_to_join_it_commits_without_waiting_for_the_loop(
+    tmp_path: Path,
+) -> None:
+    store = SqliteStore(tmp_path / "s.db")
+    await store.list_runs()  # connect first: opening the file goes through the store's thread
+    append = store.append(RunId("a"), [created("a")], expected_seq=0)
+    with pytest.raises(StopIteration) as done:  # one step of the coroutine: it never suspends
+        append.send(None)
+    assert done.value.value == 1
+    assert committed_events(tmp_path / "s.db") == 1
+    # With another callback waiting to run, the append waits for the group instead.
+    asyncio.get_running_loop().call_soon(lambda: None)
+    grouped = store.append(RunId("b"), [created("b")], expected_seq=0)
+    grouped.send(None)
+    assert committed_events(tmp_path / "s.db") == 1
+    grouped.close()  # its job stays queued: the group commits it
+    await store.close()
+    assert committed_events(tmp_path / "s.db") == 2
+
+
 async def test_a_refused_append_does_not_undo_the_others_in_its_group(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "s.db")
     await store.append(RunId("a"), [created("a")], expected_seq=0)

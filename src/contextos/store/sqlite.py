@@ -183,16 +183,15 @@ class SqliteStore(SqliteQueue, SqlTokens, snapshots.Snapshotting, SqlArtifacts):
     ) -> Any:
         if self._closed:
             raise RuntimeError("store is closed")
-        job = _Job(
-            work=work,
-            joined=joined,
-            future=asyncio.get_running_loop().create_future(),
-            synchronous=synchronous,
-        )
+        loop = asyncio.get_running_loop()
+        job = _Job(work=work, joined=joined, future=loop.create_future(), synchronous=synchronous)
         self._pending.append(job)
-        self._schedule_flush()
+        if _alone(loop) and not self._flush_scheduled:
+            self._flush()
+        else:
+            self._schedule_flush()
         try:
-            return await job.future
+            return job.future.result() if job.future.done() else await job.future
         except sqlite3.OperationalError as exc:
             raise self._fault(exc) from exc
 
@@ -671,6 +670,19 @@ def _refuse(conn: sqlite3.Connection, run_id: RunId, expected_seq: int) -> NoRet
     if status in _TERMINAL_VALUES:
         raise RunIsTerminal(run_id, status)
     raise ConcurrencyConflict(run_id, expected_seq, last_seq)
+
+
+def _alone(loop: asyncio.AbstractEventLoop) -> bool:
+    """True when no other callback waits to run on the loop and no timer is due, so no other
+    caller could join a group commit made now: a commit then happens at once, which spares
+    the caller two trips round the loop (the flush, then its wake-up). The loop's queues are
+    private to asyncio's own loops: on any other loop this is False and every commit is
+    grouped."""
+    ready = getattr(loop, "_ready", None)
+    timers = getattr(loop, "_scheduled", None)
+    if ready is None or timers is None or ready:
+        return False
+    return not timers or timers[0].when() > loop.time()
 
 
 def _deliver(batch: list[_Job], results: list[Any] | BaseException) -> None:
