@@ -82,12 +82,15 @@ async def _run_sync(
 
 
 async def _run_async(name: str, coro: Coroutine[Any, Any, Any], limit: float) -> Any:
-    watch = _Watch(limit)
+    watch = _Watch(limit, asyncio.get_running_loop().create_future())
     # A task of its own: a call that ignores its cancellation can be let go, and a
     # CancelledError it raises is told apart from a cancellation of the caller.
     task = asyncio.ensure_future(watch.run(name, coro))
     try:
-        await asyncio.wait((task,), timeout=limit)
+        async with asyncio.timeout(limit):
+            await watch.ended
+    except TimeoutError:
+        pass  # the task's state below says whether the call is still going
     except asyncio.CancelledError:
         await _stop(name, task)
         raise
@@ -163,9 +166,12 @@ class _Watch:
     """Times each synchronous stretch of an async call: one that started before the call's
     limit and ended after it held the event loop past the limit (no timer could fire)."""
 
-    def __init__(self, limit: float) -> None:
+    def __init__(self, limit: float, ended: asyncio.Future[None]) -> None:
         self.deadline = time.monotonic() + limit
         self.held_s: float | None = None
+        self.ended = ended
+        """Set by the call's task in its last step: the caller wakes one trip round the loop
+        sooner than a callback on the task's end would wake it."""
 
     async def run(self, name: str, coro: Coroutine[Any, Any, Any]) -> Any:
         try:
@@ -176,6 +182,8 @@ class _Watch:
             raise _error_of(name, exc) from exc
         finally:
             coro.close()  # a call cancelled before it started is not left 'never awaited'
+            if not self.ended.done():  # not when the caller stopped waiting
+                self.ended.set_result(None)
 
     @types.coroutine
     def _steps(self, coro: Coroutine[Any, Any, Any]) -> Generator[Any, Any, Any]:
