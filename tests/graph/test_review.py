@@ -124,17 +124,22 @@ async def test_a_map_collects_the_items_a_person_rejected_as_failed(rt: Runtime)
     flow = Workflow("notes", input=Topics)
     flow.map("drafts", writer, over="names", merge="collect", review=True)
     waiting = await rt.run(flow, Topics(names=["tides", "moons"]), run_id="run_m")
-    answers = {"drafts.0": "accept", "drafts.1": {"verdict": "reject", "comments": "off topic"}}
-    asked: list[str] = []
-    while waiting.status is RunStatus.INPUT_REQUIRED:  # one result put to a person at a time
-        (question,) = (await rt.state("run_m")).pending_interrupts.values()
-        which = str(question.payload["delegation"])
-        asked.append(which)
-        await rt.answer(question.id, answers[which], answered_by="bo")
-        waiting = await rt.resume("run_m", flow)
-    assert sorted(asked) == ["drafts.0", "drafts.1"]
-    assert waiting.status is RunStatus.COMPLETED
-    out = waiting.structured_output
+    assert waiting.status is RunStatus.INPUT_REQUIRED
+    (question,) = (await rt.state("run_m")).pending_interrupts.values()  # one for the map
+    entries = question.payload["items"]
+    assert [(e["item"], e["child_run_id"]) for e in entries] == [
+        (0, "run_m.drafts.0"),
+        (1, "run_m.drafts.1"),
+    ]
+    assert [e["result"] for e in entries] == [
+        {"text": "a note on tides"},
+        {"text": "a note on moons"},
+    ]
+    verdict = {"verdict": "accept", "items": {"1": {"verdict": "reject", "comments": "off topic"}}}
+    await rt.answer(question.id, verdict, answered_by="bo")
+    done = await rt.resume("run_m", flow)
+    assert done.status is RunStatus.COMPLETED
+    out = done.structured_output
     assert out["results"] == [{"text": "a note on tides"}]
     assert [f["item"] for f in out["failed"]] == ["moons"]
     assert out["failed"][0]["reason"] == "output_invalid"
@@ -189,24 +194,81 @@ async def test_a_result_sent_back_is_revised_by_a_new_child_given_only_the_comme
     assert [c.label for c in node.children] == ["run_r.draft", "run_r.draft.v2"]
 
 
-async def test_each_item_of_a_map_is_revised_on_its_own(rt: Runtime) -> None:
+async def test_a_map_is_reviewed_in_one_question_and_its_revisions_in_the_next(
+    rt: Runtime, tmp_path: Path
+) -> None:
     flow = Workflow("notes", input=Topics)
-    flow.map("drafts", writer, over="names", review=True)
-    waiting = await rt.run(flow, Topics(names=["tides", "moons"]), run_id="run_m")
-    said: list[str] = []
-    while waiting.status is RunStatus.INPUT_REQUIRED:
-        (question,) = (await rt.state("run_m")).pending_interrupts.values()
-        which = str(question.payload["delegation"])
-        said.append(which)
-        verdict = {"verdict": "revise", "comments": "shorter"} if which == "drafts.1" else "accept"
-        await rt.answer(question.id, verdict, answered_by="bo")
-        waiting = await rt.resume("run_m", flow)
-    assert sorted(said) == ["drafts.0", "drafts.1", "drafts.1.v2"]
-    assert waiting.status is RunStatus.COMPLETED
-    assert waiting.structured_output == [
+    flow.map("drafts", writer, over="names", review=True, revisions=1)
+    names = ["tides", "moons", "comets"]
+    waiting = await rt.run(flow, Topics(names=names), run_id="run_m")
+    (first,) = (await rt.state("run_m")).pending_interrupts.values()
+    assert first.id == "run_m.i11"  # as docs/graph.md names it
+    assert [e["delegation"] for e in first.payload["items"]] == [
+        "drafts.0",
+        "drafts.1",
+        "drafts.2",
+    ]
+    assert first.payload["verdicts"] == ["accept", "reject", "revise"]
+    question = str(first.payload["question"])
+    assert question.startswith("Review the 3 results of node drafts: item 0, from child run")
+    assert 'item 2, from child run run_m.drafts.2: {"text": "a note on comets"}' in question
+    with pytest.raises(
+        AnswerInvalid, match="this review covers no item 7; it covers items 0, 1, 2"
+    ):
+        await rt.answer(
+            first.id, {"verdict": "accept", "items": {"7": {"verdict": "reject"}}}, answered_by="bo"
+        )
+    # As docs/graph.md shows it, on the command line: two sent back, one accepted.
+    sent_back = (
+        '{"verdict": "revise", "comments": "shorter", "items": {"0": {"verdict": "accept"}}}'
+    )
+    store = ["--store", str(tmp_path / "runs.db")]
+    answered = contextos("answer", first.id, sent_back, *store, "--as", "bo")
+    assert answered.returncode == 0, answered.stderr
+    waiting = await rt.resume("run_m", flow)
+    assert waiting.status is RunStatus.INPUT_REQUIRED  # the two revisions, in one question
+    (second,) = (await rt.state("run_m")).pending_interrupts.values()
+    entries = second.payload["items"]
+    assert [(e["item"], e["child_run_id"], e["revision"]) for e in entries] == [
+        (1, "run_m.drafts.1.v2", 2),
+        (2, "run_m.drafts.2.v2", 2),
+    ]
+    assert [e["result"]["text"] for e in entries] == [
+        "a note on moons, shorter",
+        "a note on comets, shorter",
+    ]
+    assert second.payload["verdicts"] == ["accept", "reject"]  # no revision left for either
+    with pytest.raises(AnswerInvalid, match="'revise' is not a verdict item 2 takes"):
+        await rt.answer(
+            second.id,
+            {"verdict": "accept", "items": {"2": {"verdict": "revise"}}},
+            answered_by="bo",
+        )
+    await rt.answer(second.id, "accept", answered_by="bo")
+    done = await rt.resume("run_m", flow)
+    assert done.status is RunStatus.COMPLETED
+    assert done.structured_output == [
         {"text": "a note on tides"},
         {"text": "a note on moons, shorter"},
+        {"text": "a note on comets, shorter"},
     ]
+    reviews = [
+        i
+        for i in (await rt.state("run_m")).interrupts.values()
+        if i.kind is InterruptKind.REVIEW_REQUIRED
+    ]
+    assert len(reviews) == 2  # three results and two revisions, two questions
+    for child in ("run_m.drafts.0", "run_m.drafts.1", "run_m.drafts.1.v2", "run_m.drafts.2.v2"):
+        assert [e.type for e in await rt.events(child)].count("model_responded") == 1
+
+
+async def test_a_review_of_one_result_takes_no_items(rt: Runtime) -> None:
+    await rt.run(one_draft(), Topic(name="tides"), run_id="run_r")
+    (asked,) = (await rt.state("run_r")).pending_interrupts.values()
+    with pytest.raises(AnswerInvalid, match="this review is of one result"):
+        await rt.answer(
+            asked.id, {"verdict": "accept", "items": {"0": {"verdict": "accept"}}}, answered_by="bo"
+        )
 
 
 def test_review_is_for_agents_and_part_of_the_identity() -> None:

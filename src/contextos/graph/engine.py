@@ -587,6 +587,8 @@ class WorkflowDriver:
 
         outputs = await _together(one(i, item) for i, item in enumerate(items))
         if any(isinstance(o, _Waiting) for o in outputs):
+            if node.review:  # the results that wait for review, in one question
+                await self.reviews.ask_together(node)
             return WAITING
         if node.kind == "map":
             return await self._complete(node, _merged(node, items, outputs))

@@ -85,11 +85,25 @@ class ExternalConfirmationAnswer(_Answer):
     node's output (checked against the node's type when the workflow goes on)."""
 
 
-class ReviewAnswer(_Answer):
-    """review_required: accept, reject or send back with comments."""
+Verdict = Literal["accept", "reject", "revise"]
 
-    verdict: Literal["accept", "reject", "revise"]
+
+class ItemReview(_Answer):
+    """The verdict on one item of a review that covers several (a workflow map's results)."""
+
+    verdict: Verdict
     comments: str = ""
+    """Left empty: the review's own comments."""
+
+
+class ReviewAnswer(_Answer):
+    """review_required: accept, reject or send back with comments; for a review of several
+    items, `verdict` and `comments` hold for each item that `items` (keyed by the item's
+    number) does not give a verdict of its own."""
+
+    verdict: Verdict
+    comments: str = ""
+    items: dict[str, ItemReview] = {}
 
 
 ANSWER_SCHEMAS: dict[InterruptKind, type[_Answer]] = {
@@ -144,12 +158,42 @@ def parse_answer(
         raise AnswerInvalid(
             f"{answer.choice!r} is not one of the options: {', '.join(map(str, options))}"
         )
-    verdicts = (payload or {}).get("verdicts")
-    if isinstance(answer, ReviewAnswer) and verdicts and answer.verdict not in verdicts:
-        raise AnswerInvalid(
-            f"{answer.verdict!r} is not a verdict this review takes: {', '.join(verdicts)}"
-        )
+    if isinstance(answer, ReviewAnswer):
+        _check_review(answer, payload or {})
+        if not answer.items:  # a review of one result reads as it always did
+            return answer.model_dump(mode="json", exclude={"items"})
     return answer.model_dump(mode="json")
+
+
+def _check_review(answer: ReviewAnswer, payload: Mapping[str, Any]) -> None:
+    """Every verdict the answer gives is one its item takes (revise only while it has
+    revisions left), and every item it names is one the review covers."""
+    items = payload.get("items")
+    if not isinstance(items, list):  # one result under review
+        verdicts = payload.get("verdicts")
+        if answer.items:
+            raise AnswerInvalid("this review is of one result: give a verdict, not items")
+        if verdicts and answer.verdict not in verdicts:
+            raise AnswerInvalid(
+                f"{answer.verdict!r} is not a verdict this review takes: {', '.join(verdicts)}"
+            )
+        return
+    covered = {str(entry.get("item")): entry for entry in items if isinstance(entry, Mapping)}
+    unknown = sorted(set(answer.items) - set(covered))
+    if unknown:
+        raise AnswerInvalid(
+            f"this review covers no item {', '.join(unknown)}; it covers items "
+            + ", ".join(covered)
+        )
+    for item, entry in covered.items():
+        given = answer.items.get(item)
+        verdict = given.verdict if given is not None else answer.verdict
+        takes = entry.get("verdicts") or []
+        if takes and verdict not in takes:
+            raise AnswerInvalid(
+                f"{verdict!r} is not a verdict item {item} takes: {', '.join(takes)}"
+                + ("" if given is not None else "; give it its own under items")
+            )
 
 
 # --- frozen actions ---------------------------------------------------------------------------
