@@ -296,6 +296,13 @@ def load_ref(ref: str) -> Any:
     return obj
 
 
+def _unloadable(ref: str, source: object, exc: Exception) -> ConfigError:
+    return ConfigError(
+        f"bad agent reference {ref!r}: running {source} failed ({type(exc).__name__}: {exc})",
+        ref=ref,
+    )
+
+
 def _load_attr(ref: str) -> Any:
     target, sep, attr = ref.rpartition(":")
     if not sep or not target or not attr:
@@ -317,12 +324,19 @@ def _load_attr(ref: str) -> Any:
                 raise ConfigError(f"bad agent reference {ref!r}: cannot import {path}", ref=ref)
             module = importlib.util.module_from_spec(spec)
             sys.modules[module_name] = module
-            spec.loader.exec_module(module)
+            try:
+                spec.loader.exec_module(module)
+            except Exception as exc:
+                # Not kept half-run: the next load runs the file again and says the same.
+                del sys.modules[module_name]
+                raise _unloadable(ref, path, exc) from exc
     else:
         try:
             module = importlib.import_module(target)
         except ImportError as exc:
             raise ConfigError(f"bad agent reference {ref!r}: {exc}", ref=ref) from exc
+        except Exception as exc:
+            raise _unloadable(ref, target, exc) from exc
     obj = getattr(module, attr, None)
     if obj is None:
         raise ConfigError(

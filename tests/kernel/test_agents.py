@@ -57,3 +57,13 @@ def test_load_agent_from_a_module_and_from_a_file(
         load_agent("just-a-name")
     with pytest.raises(ConfigError, match="not an Agent"):
         load_agent("contextos:__version__")
+
+
+def test_an_agent_file_that_fails_to_run_says_why_each_time_it_is_loaded(tmp_path: Path) -> None:
+    agents = tmp_path / "agents.py"
+    agents.write_text("import no_such_module_xyz\nfrom contextos import Agent\n")
+    for _ in range(2):  # a worker loads it again for the next attempt
+        with pytest.raises(ConfigError, match=r"running .*agents\.py failed \(ModuleNotFound"):
+            load_agent(f"{agents}:support")
+    agents.write_text("from contextos import Agent\nsupport = Agent(name='s', model='local')\n")
+    assert load_agent(f"{agents}:support").name == "s"
