@@ -20,7 +20,7 @@ from contextos import events as ev
 from contextos.delegation import ChildRun, ChildStatus, MergePolicy
 from contextos.graph.code import CodeJournal
 from contextos.graph.workflow import Node
-from contextos.records.interrupts import Interrupt, InterruptKind
+from contextos.records.interrupts import Interrupt, InterruptKind, ReviewAnswer
 
 SHOWN_CHARS = 300
 """How much of a child's result a review's question quotes (its payload holds all of it)."""
@@ -85,7 +85,7 @@ class Reviews:
         asked, entry = found
         if asked.status != "answered" or asked.answer is None:
             return None
-        verdict, said = _verdict_on(asked.answer, entry)
+        verdict, said = ReviewAnswer.model_validate(asked.answer).given(str(entry.get("item")))
         if verdict == "accept":
             return child
         said = said or "no comments"
@@ -191,15 +191,6 @@ def _asked_about(interrupts: Iterable[Interrupt], key: str) -> tuple[Interrupt, 
             if isinstance(entry, Mapping) and entry.get("delegation") == key:
                 return asked, entry
     return None
-
-
-def _verdict_on(answer: Mapping[str, Any], entry: Mapping[str, Any]) -> tuple[str, str]:
-    """The verdict and comments an answer gives the result `entry` holds: its own, where the
-    answer names its item, else the answer's."""
-    own = (answer.get("items") or {}).get(str(entry.get("item")))
-    verdict = str((own or answer).get("verdict"))
-    comments = str((own or {}).get("comments") or answer.get("comments") or "")
-    return verdict, comments
 
 
 def _clipped(result: Any) -> str:

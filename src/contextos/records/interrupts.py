@@ -105,6 +105,14 @@ class ReviewAnswer(_Answer):
     comments: str = ""
     items: dict[str, ItemReview] = {}
 
+    def given(self, item: str) -> tuple[Verdict, str]:
+        """The verdict and comments this answer gives `item`: its own, where `items` names
+        it, else the answer's."""
+        own = self.items.get(item)
+        if own is None:
+            return self.verdict, self.comments
+        return own.verdict, own.comments or self.comments
+
 
 ANSWER_SCHEMAS: dict[InterruptKind, type[_Answer]] = {
     InterruptKind.APPROVAL_REQUIRED: ApprovalAnswer,
@@ -186,13 +194,12 @@ def _check_review(answer: ReviewAnswer, payload: Mapping[str, Any]) -> None:
             + ", ".join(covered)
         )
     for item, entry in covered.items():
-        given = answer.items.get(item)
-        verdict = given.verdict if given is not None else answer.verdict
+        verdict, _ = answer.given(item)
         takes = entry.get("verdicts") or []
         if takes and verdict not in takes:
             raise AnswerInvalid(
                 f"{verdict!r} is not a verdict item {item} takes: {', '.join(takes)}"
-                + ("" if given is not None else "; give it its own under items")
+                + ("" if item in answer.items else "; give it its own under items")
             )
 
 
