@@ -14,7 +14,7 @@ from contextos import events as ev
 from contextos.errors import ConcurrencyConflict, RunIsTerminal
 from contextos.runs import RunId
 from contextos.store import SqliteStore
-from contextos.store.sqlite import _Job, _write_jobs
+from contextos.store.sqlite_commits import Job, _write_jobs
 
 
 def created(run_id: str) -> ev.RunCreated:
@@ -278,7 +278,7 @@ async def test_a_write_interrupted_half_way_leaves_nothing_of_its_group(
 
     loop = asyncio.get_running_loop()
     works = [*(insert(n) for n in range(1, jobs)), interrupted]
-    batch = [_Job(work=w, joined=False, future=loop.create_future()) for w in works]
+    batch = [Job(work=w, joined=False, future=loop.create_future()) for w in works]
     with pytest.raises(KeyboardInterrupt):
         _write_jobs(conn, batch)
     assert not conn.in_transaction

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar, cast
+from typing import Any, NoReturn, TypeVar
 
 from contextos import events as ev
 from contextos.errors import (
@@ -46,6 +46,7 @@ from contextos.store.base import (
     summarize,
 )
 from contextos.store.migrations import SQLITE_MIGRATIONS, is_terminal
+from contextos.store.sqlite_commits import Job, alone, deliver, is_busy, write_batch
 from contextos.store.sqlite_queue import SqliteQueue
 from contextos.store.tokens import SqlTokens
 
@@ -77,20 +78,6 @@ class _Append:
         return _write(conn, self)
 
 
-@dataclass(slots=True)
-class _Job:
-    """One caller's write, waiting for the next group commit."""
-
-    work: Callable[[sqlite3.Connection], Any]
-    """Runs inside the group's transaction, in a savepoint of its own."""
-    joined: bool
-    """True when `work` manages its own transaction (BEGIN/COMMIT), which then maps onto its
-    savepoint; the store's own appends do not and get the bare connection."""
-    future: asyncio.Future[Any]
-    synchronous: bool = True
-    """False when the commit need not wait for the disk (see `EventStore.append`)."""
-
-
 class SqliteStore(SqliteQueue, SqlTokens, snapshots.Snapshotting, SqlArtifacts):
     """EventStore on a SQLite file."""
 
@@ -105,7 +92,7 @@ class SqliteStore(SqliteQueue, SqlTokens, snapshots.Snapshotting, SqlArtifacts):
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="contextos-sqlite")
         self._conn: sqlite3.Connection | None = None
         self._closed = False
-        self._pending: list[_Job] = []
+        self._pending: list[Job] = []
         self._flush_scheduled = False
         self._lent: asyncio.Future[None] | None = None
         """Set while the connection is in use on the store's thread (another process held the
@@ -184,9 +171,9 @@ class SqliteStore(SqliteQueue, SqlTokens, snapshots.Snapshotting, SqlArtifacts):
         if self._closed:
             raise RuntimeError("store is closed")
         loop = asyncio.get_running_loop()
-        job = _Job(work=work, joined=joined, future=loop.create_future(), synchronous=synchronous)
+        job = Job(work=work, joined=joined, future=loop.create_future(), synchronous=synchronous)
         self._pending.append(job)
-        if _alone(loop) and not self._flush_scheduled:
+        if alone(loop) and not self._flush_scheduled:
             self._flush()
         else:
             self._schedule_flush()
@@ -205,7 +192,7 @@ class SqliteStore(SqliteQueue, SqlTokens, snapshots.Snapshotting, SqlArtifacts):
         try:
             return fn(conn)
         except sqlite3.OperationalError as exc:
-            if not _is_busy(exc):
+            if not is_busy(exc):
                 raise self._fault(exc) from exc
         try:
             return await self._lend(fn)
@@ -218,7 +205,7 @@ class SqliteStore(SqliteQueue, SqlTokens, snapshots.Snapshotting, SqlArtifacts):
         recorded changed."""
         text = str(exc)
         unchanged = "nothing recorded was changed"
-        if isinstance(exc, sqlite3.OperationalError) and _is_busy(exc):
+        if isinstance(exc, sqlite3.OperationalError) and is_busy(exc):
             why = (
                 f"is locked by another process (waited {self._busy_timeout_s:g} s): let it "
                 "finish and run the command again, or set CONTEXTOS_BUSY_TIMEOUT to wait longer"
@@ -277,7 +264,7 @@ class SqliteStore(SqliteQueue, SqlTokens, snapshots.Snapshotting, SqlArtifacts):
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush)
 
-    def _take(self) -> list[_Job]:
+    def _take(self) -> list[Job]:
         self._flush_scheduled = False
         batch, self._pending = self._pending, []
         # A caller cancelled before its turn came never reaches the database.
@@ -292,25 +279,25 @@ class SqliteStore(SqliteQueue, SqlTokens, snapshots.Snapshotting, SqlArtifacts):
         if not batch:
             return
         try:
-            results = _write_batch(self._conn, batch)
+            results = write_batch(self._conn, batch)
         except sqlite3.OperationalError as exc:
-            if not _is_busy(exc):
-                _deliver(batch, exc)
+            if not is_busy(exc):
+                deliver(batch, exc)
                 return
             self._pending[:0] = batch  # another process writes: wait for it off the loop
             self._flush_scheduled = True
             self._spawn(self._flush_later())
             return
         except Exception as exc:
-            _deliver(batch, exc)
+            deliver(batch, exc)
             return
-        _deliver(batch, results)
+        deliver(batch, results)
 
     async def _flush_later(self) -> None:
         try:
             await self._ready()
         except BaseException as exc:
-            _deliver(self._take(), exc)
+            deliver(self._take(), exc)
             if not isinstance(exc, Exception):
                 raise
             return
@@ -318,13 +305,13 @@ class SqliteStore(SqliteQueue, SqlTokens, snapshots.Snapshotting, SqlArtifacts):
         if not batch:
             return
         try:
-            results = await self._query(lambda conn: _write_batch(conn, batch))
+            results = await self._query(lambda conn: write_batch(conn, batch))
         except BaseException as exc:
-            _deliver(batch, exc)
+            deliver(batch, exc)
             if not isinstance(exc, Exception):
                 raise
             return
-        _deliver(batch, results)
+        deliver(batch, results)
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(work)
@@ -497,116 +484,6 @@ def _no_space(path: Path) -> bool:
         return False
 
 
-def _is_busy(exc: sqlite3.OperationalError) -> bool:
-    code = getattr(exc, "sqlite_errorcode", None)
-    if code is not None:
-        return bool(code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED))
-    return "locked" in str(exc)
-
-
-def _write_batch(conn: sqlite3.Connection, batch: list[_Job]) -> list[Any]:
-    """Run every job in one IMMEDIATE transaction, each in its own savepoint.
-
-    A job that fails leaves no rows and gets its error back; the others commit.
-    """
-    if any(job.synchronous for job in batch):
-        return _write_jobs(conn, batch)
-    # In WAL mode NORMAL skips the fsync of this commit; the next FULL one flushes the log
-    # up to and including it, since frames are written in order.
-    conn.execute("PRAGMA synchronous=NORMAL")
-    try:
-        return _write_jobs(conn, batch)
-    finally:
-        conn.execute("PRAGMA synchronous=FULL")
-
-
-def _write_jobs(conn: sqlite3.Connection, batch: list[_Job]) -> list[Any]:
-    if len(batch) == 1 and not batch[0].joined:
-        return [_write_alone(conn, batch[0])]
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        out: list[Any] = []
-        for job in batch:
-            conn.execute("SAVEPOINT job")
-            try:
-                out.append(job.work(_joined(conn) if job.joined else conn))
-            except Exception as exc:
-                conn.execute("ROLLBACK TO job")
-                out.append(_Failed(exc))
-            conn.execute("RELEASE job")
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-    return out
-
-
-def _write_alone(conn: sqlite3.Connection, job: _Job) -> Any:
-    """A lone append needs no savepoint: on failure its whole transaction rolls back."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        result = job.work(conn)
-    except Exception as exc:
-        conn.execute("ROLLBACK")
-        return _Failed(exc)
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    try:
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-    return result
-
-
-@dataclass(frozen=True, slots=True)
-class _Failed:
-    """A job's exception, told apart from a job that returned an exception object."""
-
-    error: Exception
-
-
-class _Joined:
-    """The connection as a job inside the group's transaction sees it.
-
-    Its own `BEGIN …` and `COMMIT` are no-ops (the group begins and commits), and its
-    `ROLLBACK` undoes only its savepoint.
-    """
-
-    __slots__ = ("_conn",)
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self._conn = conn
-
-    def execute(self, sql: str, parameters: Any = ()) -> sqlite3.Cursor:
-        verb = sql.strip().rstrip(";").upper()
-        if verb.startswith("BEGIN") or verb in ("COMMIT", "END", "COMMIT TRANSACTION"):
-            return self._conn.cursor()
-        if verb in ("ROLLBACK", "ROLLBACK TRANSACTION"):
-            return self._conn.execute("ROLLBACK TO job")
-        return self._conn.execute(sql, parameters)
-
-    def commit(self) -> None:
-        pass
-
-    def rollback(self) -> None:
-        self._conn.execute("ROLLBACK TO job")
-
-    @property
-    def in_transaction(self) -> bool:
-        return True
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._conn, name)
-
-
-def _joined(conn: sqlite3.Connection) -> sqlite3.Connection:
-    return cast(sqlite3.Connection, _Joined(conn))
-
-
 def _write(conn: sqlite3.Connection, job: _Append) -> int:
     """One append inside an open transaction: the fence checks, the rows, the summary."""
     run_id, expected_seq, first, last, delta = (
@@ -670,32 +547,6 @@ def _refuse(conn: sqlite3.Connection, run_id: RunId, expected_seq: int) -> NoRet
     if status in _TERMINAL_VALUES:
         raise RunIsTerminal(run_id, status)
     raise ConcurrencyConflict(run_id, expected_seq, last_seq)
-
-
-def _alone(loop: asyncio.AbstractEventLoop) -> bool:
-    """True when no other callback waits to run on the loop and no timer is due, so no other
-    caller could join a group commit made now: a commit then happens at once, which spares
-    the caller two trips round the loop (the flush, then its wake-up). The loop's queues are
-    private to asyncio's own loops: on any other loop this is False and every commit is
-    grouped."""
-    ready = getattr(loop, "_ready", None)
-    timers = getattr(loop, "_scheduled", None)
-    if ready is None or timers is None or ready:
-        return False
-    return not timers or timers[0].when() > loop.time()
-
-
-def _deliver(batch: list[_Job], results: list[Any] | BaseException) -> None:
-    """Tell each caller how its job ended (callers that gave up are skipped)."""
-    for i, job in enumerate(batch):
-        if job.future.done():
-            continue
-        if isinstance(results, BaseException):
-            job.future.set_exception(results)
-        elif isinstance(results[i], _Failed):
-            job.future.set_exception(results[i].error)
-        else:
-            job.future.set_result(results[i])
 
 
 _SUMMARY_COLUMNS = (
