@@ -228,7 +228,9 @@ NOTES = """## Reading the figures
   (`synchronous=NORMAL` for that one transaction); the tool's result is committed with a full
   fsync, which flushes the WAL up to and including the answer. Nothing leaves the process in
   between, so a power loss can only cost the answer, which is then asked for again. The
-  tmpfs row of table 1 takes the fsync away and leaves the runtime's CPU.
+  tmpfs row of table 1 takes the fsync away and leaves the runtime's CPU. A governed turn
+  adds a third commit, the policy decision, recorded before the tool runs and, like the
+  answer, flushed by the result's fsync: still one fsync a turn.
 - **A model call reads the history incrementally.** Each driver keeps the run's messages as
   context entries with running token totals and a running hash, so a call adds only the
   messages that are new (table 3's last row compares the first and the last 50 turns of the

@@ -1,14 +1,16 @@
-"""A model's answer is committed without waiting for the disk; the next step's commit flushes it.
+"""Commits that nothing with an effect depends on do not wait for the disk; a later one flushes
+them.
 
-Nothing leaves the process between the two (a write's effect is recorded before dispatch, a
-read's result after it), so one fsync per turn gives the same guarantee as two.
+A model's answer, a read's policy decision and a write's proposal are each followed by a
+synchronous commit before anything with an effect leaves the process (a write's dispatch is
+recorded before it is sent), so a power loss in between only means asking or deciding again.
+Each is still committed before what follows it: a crash of the process loses none of them.
 """
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
-from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +27,30 @@ def lookup(order: str) -> str:
     return f"{order}: shipped"
 
 
+SENT: list[bool] = []
+"""For each refund sent: whether every commit before it had reached the disk."""
+
+
 @tool(effect="write")
 def refund(order: str) -> str:
     """Refund an order."""
+    SENT.append(STORES[-1].appends[-1][1])
     return f"refunded {order}"
+
+
+POLICY = """\
+name = "shop"
+version = "1"
+default = "deny"
+
+[[rules]]
+id = "lookups-and-refunds"
+tools = ["lookup", "refund"]
+decision = "allow"
+"""
+
+
+STORES: list[RecordingStore] = []
 
 
 class RecordingStore(SqliteStore):
@@ -37,6 +59,7 @@ class RecordingStore(SqliteStore):
     def __init__(self, path: Path) -> None:
         super().__init__(path)
         self.appends: list[tuple[list[str], bool]] = []
+        STORES.append(self)
 
     async def append(
         self,
@@ -54,7 +77,7 @@ class RecordingStore(SqliteStore):
         return seq
 
 
-async def test_answers_skip_the_fsync_and_the_next_commit_flushes_them(tmp_path: Path) -> None:
+async def refund_run(tmp_path: Path, policy: Path | None = None) -> RecordingStore:
     store = RecordingStore(tmp_path / "runs.db")
     model = ScriptedModel(
         [
@@ -63,15 +86,35 @@ async def test_answers_skip_the_fsync_and_the_next_commit_flushes_them(tmp_path:
             reply("A-1 was refunded."),
         ]
     )
-    async with Runtime(store) as rt:
+    SENT.clear()
+    async with Runtime(store, policy=policy) as rt:
         result = await rt.run(Agent(name="a", model=model, tools=[lookup, refund]), "Refund A-1")
     assert result.status is RunStatus.COMPLETED
+    return store
+
+
+async def test_answers_skip_the_fsync_and_the_next_commit_flushes_them(tmp_path: Path) -> None:
+    store = await refund_run(tmp_path)
     answers = [sync for types, sync in store.appends if "model_responded" in types]
     assert answers == [False, False, False]
-    # Every unsynchronous commit is followed by a synchronous one, and the run ends on one.
-    flags = [sync for _, sync in store.appends]
-    assert flags[-1] is True
-    assert all(a or b for a, b in pairwise(flags))
+    assert SENT == [True]  # the refund left only once all before it was on disk
+    assert store.appends[-1][1] is True
+
+
+async def test_a_reads_decision_and_a_writes_proposal_skip_the_fsync_before_the_call(
+    tmp_path: Path,
+) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text(POLICY)
+    store = await refund_run(tmp_path, policy)
+    decided = [i for i, (types, _) in enumerate(store.appends) if "policy_decided" in types]
+    read, proposal = (store.appends[i] for i in decided)
+    assert read == (["policy_decided"], False)
+    assert store.appends[decided[0] + 1] == (["tool_completed"], True)  # the read's result
+    assert proposal[0][0] == "effect_proposed" and proposal[1] is False
+    assert store.appends[decided[1] + 1] == (["effect_changed"], True)  # the dispatch
+    assert SENT == [True]
+    assert store.appends[-1][1] is True
 
 
 async def test_the_store_goes_back_to_full_sync_after_an_unsynchronous_commit(

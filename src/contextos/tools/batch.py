@@ -59,7 +59,7 @@ async def run_together(runner: ToolRunner, calls: Sequence[ToolCall]) -> None:
             p = parsed[call.id]
             if not isinstance(p, ToolOutcome):
                 b.add(ev.PolicyDecided, **await runner.decision(call, *p))
-        await b.commit()
+        await b.commit(synchronous=False)  # the results' commit flushes it
     decided = runner.state.policy_by_call
 
     async def one(call: ToolCall) -> tuple[list[dict[str, Any]], ToolOutcome | None]:

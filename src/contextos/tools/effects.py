@@ -69,7 +69,7 @@ class Journal(Protocol):
 
     def event(self, cls: type[Any], offset: int = 1, **fields: Any) -> Any: ...
 
-    async def commit(self, *events: ev.Event) -> None: ...
+    async def commit(self, *events: ev.Event, synchronous: bool = True) -> None: ...
 
 
 @dataclass(slots=True)
@@ -82,9 +82,11 @@ class _Batch:
     def add(self, cls: type[Any], **fields: Any) -> None:
         self.events.append(self.journal.event(cls, offset=len(self.events) + 1, **fields))
 
-    async def commit(self) -> None:
+    async def commit(self, *, synchronous: bool = True) -> None:
+        """Append the events; `synchronous=False` only where a synchronous commit is sure to
+        follow before anything with an effect leaves the process (see `Driver.commit`)."""
         if self.events:
-            await self.journal.commit(*self.events)
+            await self.journal.commit(*self.events, synchronous=synchronous)
             self.events = []
 
 
@@ -155,7 +157,10 @@ class ToolRunner:
             decision = await self.gw.decide(self.gw.propose(self.state.run_id, call, tool, args))
             b = self.batch()
             b.add(ev.PolicyDecided, **decision.recorded(call.id, tool.name, None))
-            await b.commit()
+            # Recorded before the call runs, without waiting for the disk: a read has no effect,
+            # and its result, a refusal or the approval's interrupt commits next, flushing this
+            # (a power loss in between loses both, and the call is decided and run again).
+            await b.commit(synchronous=False)
             decided = self.state.policy_by_call[call.id]
         if decided is not None and decided.decision in (Decision.DENY, Decision.REQUIRE_APPROVAL):
             if decided.decision == Decision.REQUIRE_APPROVAL:
@@ -225,7 +230,9 @@ class ToolRunner:
         b.add(ev.PolicyDecided, **decision.recorded(call.id, tool.name, eid))
         if decision.decision in (Decision.ALLOW, Decision.CONSTRAIN):
             b.add(ev.EffectChanged, effect_id=eid, state=EffectState.AUTHORISED)
-        await b.commit()
+        # Before the call is sent its dispatch is committed, synchronously, which flushes this
+        # (as does a refusal or the approval's interrupt): the proposal need not wait for the disk.
+        await b.commit(synchronous=False)
 
     async def _inherit(self, call: ToolCall, tool: Tool) -> bool:
         """In a forked run: a call asking exactly what the source run already sent takes that
