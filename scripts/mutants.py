@@ -153,8 +153,8 @@ MUTANTS = (
         name="policy-rate-limit-off-by-one",
         breaks="a rate limit of N calls refuses the (N+1)th",
         path="policy/engine.py",
-        old="len(done) >= lim.max_calls",
-        new="len(done) > lim.max_calls",
+        old="used >= lim.max_calls",
+        new="used > lim.max_calls",
         tests=("tests/policy/test_engine.py",),
     ),
     Mutant(

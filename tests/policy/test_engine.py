@@ -169,6 +169,40 @@ def test_rate_limit() -> None:
     assert d.decision is Decision.DENY and d.rule_ids == ("twice",)
 
 
+def test_a_history_kept_up_as_calls_succeed_decides_as_one_made_afresh() -> None:
+    """The gate adds each call to one history as it succeeds; a limit, a budget and the repeat
+    guard (its index made on the first question) then see every call added since."""
+    engine = Engine(
+        Policy(
+            repeat_writes=2,
+            limits=(
+                Limit(id="three-lookups", tools=("lookup_*",), max_calls=3),
+                Limit(id="refunds", tools=("refund",), sum_of="amount", max_total=100),
+            ),
+        )
+    )
+    history = CallHistory()
+    refund_a = proposal(refund, order_id="A", amount=40)
+    for _ in range(2):
+        assert engine.evaluate(refund_a, ctx(), history=history).allowed
+        history.add("refund", {"order_id": "A", "amount": 40})
+    d = engine.evaluate(proposal(refund, order_id="A", amount=20), ctx(), history=history)
+    assert d.allowed  # 80 spent of 100, other arguments: no repeat
+    d = engine.evaluate(refund_a, ctx(), history=history)
+    assert d.decision is Decision.DENY and "refunds" in d.rule_ids  # 80 + 40 > 100
+    assert "repeat_writes" in {c.rule_id for c in d.checks if c.decision is not Decision.ALLOW}
+    history.add("lookup_order", {"order_id": "A"})
+    history.add("lookup_customer", {"customer": "c"})
+    history.add("refund", {"order_id": "B", "amount": 1})
+    assert history.repeats("refund", {"amount": 40, "order_id": "A"}) == 2
+    history.add("refund", {"amount": 40, "order_id": "A"})
+    assert history.repeats("refund", {"order_id": "A", "amount": 40}) == 3
+    assert len(history) == 6
+    assert history.count(engine.policy.limits[0].covers) == 2  # the lookups, of 6 calls
+    fresh = CallHistory(succeeded=[("refund", {"order_id": "A", "amount": 40})] * 3)
+    assert fresh.repeats("refund", {"order_id": "A", "amount": 40}) == 3
+
+
 def test_broken_constraint_denies() -> None:
     engine = Engine(
         Policy(rules=(Rule(id="cap", decision=Decision.CONSTRAIN, constraints={"max_amount": 10}),))

@@ -12,7 +12,8 @@ context and history and applies approvals.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Context, Decimal, DecimalException, Inexact, localcontext
 from typing import Any
@@ -30,12 +31,50 @@ _EXACT = Context(prec=200, traps=[Inexact])
 _RANK = {Decision.ALLOW: 0, Decision.CONSTRAIN: 1, Decision.REQUIRE_APPROVAL: 2, Decision.DENY: 3}
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
 class CallHistory:
-    """What the run has already done, for rate and budget limits."""
+    """What the run has already done, for rate and budget limits: (tool, arguments) of every
+    call that completed without error.
 
-    succeeded: tuple[tuple[str, Mapping[str, Any]], ...] = ()
-    """(tool, arguments) of every call that completed without error, in order."""
+    Kept by tool as it grows (`add`), so a limit counts the calls of the tools it covers, not
+    every call of the run again: a decision late in a long run costs what an early one does.
+    """
+
+    __slots__ = ("_by_tool", "_same", "_size")
+
+    def __init__(self, succeeded: Iterable[tuple[str, Mapping[str, Any]]] = ()) -> None:
+        self._by_tool: dict[str, list[Mapping[str, Any]]] = {}
+        """Tool -> the arguments of its calls, in order."""
+        self._same: dict[str, Counter[str]] = {}
+        """Tool -> its calls by canonical arguments, for the repeat guard; made when first
+        asked about the tool (for writes only), then kept up as calls are added."""
+        self._size = 0
+        for tool, arguments in succeeded:
+            self.add(tool, arguments)
+
+    def __len__(self) -> int:
+        return self._size
+
+    def add(self, tool: str, arguments: Mapping[str, Any]) -> None:
+        self._by_tool.setdefault(tool, []).append(arguments)
+        self._size += 1
+        same = self._same.get(tool)
+        if same is not None:
+            same[_canonical(arguments)] += 1
+
+    def count(self, covers: Callable[[str], bool]) -> int:
+        """The calls of the tools `covers` holds for."""
+        return sum(len(calls) for tool, calls in self._by_tool.items() if covers(tool))
+
+    def arguments(self, covers: Callable[[str], bool]) -> list[Mapping[str, Any]]:
+        """The arguments of the calls of the tools `covers` holds for (each tool's in order)."""
+        return [a for tool, calls in self._by_tool.items() if covers(tool) for a in calls]
+
+    def repeats(self, tool: str, arguments: Mapping[str, Any]) -> int:
+        """The calls of `tool` with these very arguments."""
+        same = self._same.get(tool)
+        if same is None:
+            same = self._same[tool] = Counter(map(_canonical, self._by_tool.get(tool, ())))
+        return same[_canonical(arguments)]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -159,13 +198,13 @@ class Engine:
         for lim in self.policy.limits:
             if not lim.covers(call.tool):
                 continue
-            done = [args for name, args in history.succeeded if lim.covers(name)]
-            if lim.max_calls is not None and len(done) >= lim.max_calls:
-                why = lim.reason or f"rate limit: {len(done)} of {lim.max_calls} calls used"
+            used = history.count(lim.covers) if lim.max_calls is not None else 0
+            if lim.max_calls is not None and used >= lim.max_calls:
+                why = lim.reason or f"rate limit: {used} of {lim.max_calls} calls used"
                 out.append(_deny("limits", lim.id, why))
                 continue
             if lim.sum_of is not None and lim.max_total is not None:
-                why = _over_budget(lim, call.arguments, done)
+                why = _over_budget(lim, call.arguments, history.arguments(lim.covers))
                 if why:
                     out.append(_deny("limits", lim.id, why))
                     continue
@@ -177,10 +216,7 @@ class Engine:
         allowed = self.policy.repeat_writes
         if not allowed or call.effect == "read":
             return []
-        same = _canonical(call.arguments)
-        done = sum(
-            1 for name, args in history.succeeded if name == call.tool and _canonical(args) == same
-        )
+        done = history.repeats(call.tool, call.arguments)
         if done < allowed:
             return []
         why = (

@@ -41,7 +41,7 @@ class Gate:
         self.validated = validated
         self.context = RunContext.of_run(state.context)
         """The authority the run acts under (bound at its start, with its first event)."""
-        self._done: list[tuple[str, Mapping[str, Any]]] = []
+        self._done = CallHistory()
 
     def counts(self, tool: str) -> bool:
         """Whether a limit of the policy counts calls to `tool` (each decision then depends on
@@ -55,8 +55,8 @@ class Gate:
         for call_id in self.state.succeeded[len(done) :]:
             call = self.state.tool_call(call_id)
             name, raw = (call.name, _arguments(call.arguments)) if call else ("", {})
-            done.append((name, self.validated(name, raw)))
-        return CallHistory(succeeded=tuple(done))
+            done.add(name, self.validated(name, raw))
+        return done
 
     async def evaluate(self, call: ProposedCall) -> PolicyDecision:
         a = self.authority
