@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -387,6 +388,45 @@ async def test_a_sqlite_append_skips_the_wait_for_the_disk_only_when_told(tmp_pa
         "PRAGMA synchronous=FULL",
     ]
     store._conn.set_trace_callback(None)
+    await store.close()
+
+
+async def test_a_postgres_append_skips_the_wait_for_the_wal_only_when_told(
+    postgres_url: str,
+) -> None:
+    """`synchronous=False` commits with `synchronous_commit` off for that one transaction (the
+    next synchronous commit flushes the WAL up to its own record, so this one's too); every
+    other append waits for the flush, and the setting does not outlive the append."""
+    import psycopg
+
+    from contextos.store.postgres import PostgresStore
+
+    # The test server does not wait for the disk by default; the store's sessions here do.
+    assert "options=" in postgres_url
+    url = postgres_url + quote(" -csynchronous_commit=on")
+    store = PostgresStore(url, min_size=1, max_size=1)
+    await store.list_runs()
+    async with store._conn() as conn:
+        pid = conn.info.backend_pid
+
+    def last_statement() -> str:
+        with psycopg.connect(postgres_url) as watcher:
+            row = watcher.execute(
+                "SELECT query FROM pg_stat_activity WHERE pid = %s", (pid,)
+            ).fetchone()
+        assert row is not None
+        return str(row[0])
+
+    await store.append(RunId("r1"), [created("r1")], expected_seq=0)
+    assert "FROM inserted" in last_statement() and "synchronous_commit" not in last_statement()
+    await store.append(RunId("r1"), [note("r1", 2)], expected_seq=1, synchronous=False)
+    assert "set_config('synchronous_commit', 'off', true)" in last_statement()
+    async with store._conn() as conn:
+        setting = await (await conn.execute("SHOW synchronous_commit")).fetchone()
+        assert setting is not None and setting[0] == "on"
+    await store.append(RunId("r1"), [note("r1", 3), note("r1", 4)], expected_seq=2)
+    assert "synchronous_commit" not in last_statement()
+    assert [e.seq for e in await store.read(RunId("r1"))] == [1, 2, 3, 4]
     await store.close()
 
 

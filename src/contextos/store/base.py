@@ -78,8 +78,9 @@ class EventStore(Protocol):
         `expected_seq=0` creates the run, and its first event must be `RunCreated`.
         With `synchronous=False` the events are committed and visible at once, safe from a
         process crash, but the store need not wait for the disk: they become safe from a power
-        loss with the next synchronous commit (the log is written in order). Stores that
-        cannot defer the flush treat every append as synchronous.
+        loss with the next synchronous commit (the log is written in order). SQLite commits
+        it with `synchronous=NORMAL`, PostgreSQL with `synchronous_commit` off; a store that
+        cannot defer the flush treats every append as synchronous.
         """
         ...
 

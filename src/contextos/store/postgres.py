@@ -102,8 +102,22 @@ _COUNT = """)
 SELECT count(*) FROM inserted
 """
 
-_APPEND_ONE, _APPEND_MANY = (_MOVE_RUN + i + _COUNT for i in (_INSERT_EVENT, _INSERT_EVENTS))
-_CREATE_ONE, _CREATE_MANY = (_CREATE_RUN + i + _COUNT for i in (_INSERT_EVENT, _INSERT_EVENTS))
+_COUNT_NO_WAIT = """)
+SELECT count(*) FROM inserted WHERE set_config('synchronous_commit', 'off', true) IS NOT NULL
+"""
+"""The same, committed without waiting for the WAL to reach the disk: the setting holds for the
+statement's own transaction only, and the next synchronous commit, flushing the WAL up to its
+own record, flushes this one too."""
+
+_APPENDS = {
+    (create, one, synchronous): (_CREATE_RUN if create else _MOVE_RUN)
+    + (_INSERT_EVENT if one else _INSERT_EVENTS)
+    + (_COUNT if synchronous else _COUNT_NO_WAIT)
+    for create in (True, False)
+    for one in (True, False)
+    for synchronous in (True, False)
+}
+"""The append statement: (creates the run, holds one event, waits for the disk) -> its SQL."""
 
 # Serialises migrations of one schema across processes that start together.
 _MIGRATION_LOCK = "SELECT pg_advisory_xact_lock(hashtext('contextos.migrate.' || current_schema()))"
@@ -238,7 +252,7 @@ class PostgresStore(PostgresQueue, SqlTokens, snapshots.Snapshotting, SqlArtifac
         events: Sequence[ev.Event],
         *,
         expected_seq: int,
-        synchronous: bool = True,  # every append is one synchronous statement here
+        synchronous: bool = True,
         folded: RunState | None = None,
     ) -> int:
         check_batch(run_id, events, expected_seq)
@@ -278,9 +292,7 @@ class PostgresStore(PostgresQueue, SqlTokens, snapshots.Snapshotting, SqlArtifac
             params.update(
                 agent=first.agent_name, version=first.agent_version, created=first.occurred_at
             )
-            sql = _CREATE_ONE if one else _CREATE_MANY
-        else:
-            sql = _APPEND_ONE if one else _APPEND_MANY
+        sql = _APPENDS[expected_seq == 0, one, synchronous]
         async with self._conn() as conn:
             try:
                 # One statement, so one round trip and one implicit transaction: the run's row
