@@ -489,7 +489,7 @@ def _bench(plan: str, server: str, pg_dir: str | None, report: Any, log: Any) ->
     at2 = med("contextos", 2, "runs_per_s") / med("contextos", 1, "runs_per_s")
     report.target(
         "Scale-out: ≥ 3.2× runs per second at 4 workers (PostgreSQL)",
-        f"{speedup:.1f}× at 4 workers, {at2:.1f}× at 2; {busy * 100:.0f}% of the {cores} cores "
+        f"{speedup:.2f}× at 4 workers, {at2:.1f}× at 2; {busy * 100:.0f}% of the {cores} cores "
         "busy at 4",
         speedup >= 3.2,
     )
@@ -526,7 +526,7 @@ def _why_not_linear(speedup: float, busy: float, cores: int, at4: Any) -> str:
     known = {k: v for k, v in costs.items() if v == v}
     total = sum(known.values())
     text = (
-        f"**Why 4 workers give {speedup:.1f}×, not 3.2×.** At 4 workers a run cost "
+        f"**Why 4 workers give {speedup:.2f}×, not 3.2×.** At 4 workers a run cost "
         + ", ".join(f"{v:,.1f} ms of CPU in the {k}" for k, v in known.items())
         + f": {total:,.1f} ms in all, so {rate:,.1f} runs/s kept {total * rate / 1e3:.2f} of the "
         f"{cores} cores busy with this benchmark alone, while all cores were {busy * 100:.0f}% "
