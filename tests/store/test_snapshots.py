@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+import tracemalloc
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -568,20 +569,46 @@ async def test_a_long_run_that_ends_is_snapshotted_whole_and_stays_frozen(
     assert (await store.get_run(log.run_id)).last_seq == late.seq - 1
 
 
-def test_the_message_memo_encodes_only_new_messages_and_starts_over_on_a_rewrite() -> None:
+def test_the_message_memo_packs_new_messages_onto_the_old_and_starts_over_on_a_rewrite() -> None:
     memo = snapshots.MessageMemo()
-    messages = [Message(role="user", content="a"), Message(role="assistant", content="b")]
-    assert contents(memo.encoded(messages)) == ["a", "b"]
-    messages.append(Message(role="user", content="c"))
-    assert contents(memo.encoded(messages)) == ["a", "b", "c"]
-    messages[1] = Message(role="assistant", content="B")  # not a growth: encode all again
-    assert contents(memo.encoded(messages)) == ["a", "B", "c"]
-    assert contents(memo.encoded(messages[:1])) == ["a"]
-    assert contents(memo.encoded([])) == []
+    state = RunState(run_id=RunId("r1"), agent_name="a")
+    state.messages = [Message(role="user", content="a"), Message(role="assistant", content="b")]
+    assert unpacked(memo, state) == ["a", "b"]
+    state.messages.append(Message(role="user", content="c"))
+    assert unpacked(memo, state) == ["a", "b", "c"]
+    state.messages[1] = Message(role="assistant", content="B")  # not a growth: pack all again
+    assert unpacked(memo, state) == ["a", "B", "c"]
+    state.messages = state.messages[:1]
+    assert unpacked(memo, state) == ["a"]
+    state.messages = []
+    assert unpacked(memo, state) == []
 
 
-def contents(items: list[bytes]) -> list[str]:
-    return [m["content"] for m in json.loads(b"[" + b"".join(items) + b"]")]
+def unpacked(memo: snapshots.MessageMemo, state: RunState) -> list[str]:
+    """The contents of the messages in what `memo` packs `state` into; its other fields too."""
+    blob = memo.pack(state)()
+    packed, plain = json.loads(zlib.decompress(blob)), json.loads(snapshots.encode(state))
+    assert packed.pop("messages") == plain.pop("messages", []) and packed == plain
+    restored = snapshots.restore(state.run_id, state.seq, snapshots.FORMAT, blob)
+    assert restored is not None and restored.messages == state.messages
+    return [m.content for m in restored.messages]
+
+
+def test_the_message_memo_holds_a_long_run_s_messages_compressed() -> None:
+    state = RunState(run_id=RunId("r1"))
+    memo = snapshots.MessageMemo()
+    tracemalloc.start()
+    for turn in range(40):  # a snapshot every 50 messages, as a long run's store takes them
+        state.messages += [
+            Message(role="tool", content=f"result {turn}.{i}: " + "the same line. " * 14)
+            for i in range(50)
+        ]
+        before = tracemalloc.get_traced_memory()[0]
+        memo.pack(state)
+        held = tracemalloc.get_traced_memory()[0] - before
+        text = sum(len(m.content) for m in state.messages[-50:])
+        assert held < text / 4, (turn, held, text)  # kept as JSON, it would hold more than all
+    tracemalloc.stop()
 
 
 # -- a snapshot is never trusted blindly -------------------------------------------------------

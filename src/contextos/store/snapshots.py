@@ -10,7 +10,8 @@ encode of what is new, never a re-read of the log. Short runs cost nothing.
 
 A snapshot is stored zlib-compressed (a run's state repeats its texts' shapes: a fan-out
 parent's state of 190 kB stores in 7 kB); `restore` reads the plain JSON of snapshots written
-before that as well.
+before that as well. A long run's messages are kept compressed between its snapshots
+(`MessageMemo`), so each snapshot compresses only what is new.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ import hashlib
 import logging
 import sys
 import zlib
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -99,45 +101,92 @@ FORMAT = _format()
 _DERIVED = {"input"}
 
 
-def encode(state: RunState, memo: MessageMemo | None = None) -> bytes:
-    """The state as JSON; `memo` keeps each message's JSON from one call to the next.
+def encode(state: RunState) -> bytes:
+    """The state as JSON.
 
     A field holding its default is left out (a load puts it back): most of a message's
     fields are empty, and a long run's snapshot is mostly messages."""
-    if memo is None:
-        return _STATE.dump_json(state, exclude=_DERIVED, exclude_defaults=True)
-    rest = _STATE.dump_json(state, exclude={"messages", *_DERIVED}, exclude_defaults=True)
-    parts = [b'{"messages":[', *memo.encoded(state.messages), b"],", rest[1:]]
-    return b"".join(parts)
+    return _STATE.dump_json(state, exclude=_DERIVED, exclude_defaults=True)
+
+
+Packer = Callable[[], bytes]
+"""What makes a snapshot's stored bytes (its state's JSON, zlib-compressed): called off the
+event loop, so it only deflates what was taken from the state on the loop."""
+
+
+def packer(state: RunState, memo: MessageMemo | None = None) -> Packer:
+    """What packs `state` as it is now; `memo` keeps its messages compressed between calls."""
+    if memo is not None:
+        return memo.pack(state)
+    return partial(zlib.compress, encode(state), 1)
+
+
+_DEFLATE = (1, zlib.DEFLATED, -zlib.MAX_WBITS)
+"""Raw deflate blocks, fastest level: pieces of one zlib stream, made apart."""
+_ZLIB_HEAD = b"\x78\x01"
+"""The header of a zlib stream of deflate blocks with a 32 kB window, fastest level."""
+
+
+def _deflated(data: bytes, *, last: bool) -> bytes:
+    deflate = zlib.compressobj(*_DEFLATE)
+    return deflate.compress(data) + deflate.flush(zlib.Z_FINISH if last else zlib.Z_SYNC_FLUSH)
 
 
 class MessageMemo:
-    """The JSON of a run's messages, kept between snapshots: the fold only ever appends to a
-    state's messages, so each snapshot encodes just the new ones (and the whole list again if
-    the list turns out not to have grown from the one seen last)."""
+    """A run's messages as the compressed start of its next snapshot, kept between snapshots.
 
-    __slots__ = ("_chunks", "_seen")
+    The fold only ever appends to a state's messages, so each snapshot deflates just the new
+    ones (and all of them again if the list turns out not to have grown from the one seen
+    last). They are kept compressed, a small part of their text: a long run's memory grows
+    with its history once, not once more for its snapshots. Each snapshot's new messages are
+    deflated on their own, into blocks that end on a byte; the blocks of all snapshots,
+    followed by the state's other fields, make one zlib stream, whose check value is carried
+    from piece to piece.
+    """
+
+    __slots__ = ("_blocks", "_check", "_seen")
 
     def __init__(self) -> None:
         self._seen: list[Message] = []
-        self._chunks: list[bytes] = []
-        """The JSON array items of `_seen`, a run of them per snapshot."""
+        self._blocks: list[bytes] = []
+        self._check = 0
+        self._start()
 
-    def encoded(self, messages: list[Message]) -> list[bytes]:
-        """`messages` as the items of a JSON array: its inside, in pieces to concatenate."""
-        seen = self._seen
+    def _start(self) -> None:
+        self._seen.clear()
+        self._blocks.clear()
+        self._check = zlib.adler32(b"")
+        self._add(b'{"messages":[')
+
+    def _add(self, data: bytes) -> None:
+        self._blocks.append(_deflated(data, last=False))
+        self._check = zlib.adler32(data, self._check)
+
+    def pack(self, state: RunState) -> Packer:
+        """What packs `state`: its messages from this memo, the rest of it deflated when called."""
+        messages, seen = state.messages, self._seen
         grown = len(messages) >= len(seen) and all(
             a is b for a, b in zip(seen, messages, strict=False)
         )
         if not grown:
-            seen.clear()
-            self._chunks.clear()
+            self._start()
         new = messages[len(seen) :]
         if new:
-            seen.extend(new)
             items = _MESSAGES.dump_json(new, exclude_defaults=True)[1:-1]
-            self._chunks.append((b"," if self._chunks else b"") + items)
-        return self._chunks
+            self._add((b"," if seen else b"") + items)
+            seen.extend(new)
+        rest = _STATE.dump_json(state, exclude={"messages", *_DERIVED}, exclude_defaults=True)
+        tail = b"]," + rest[1:]
+        head, check = b"".join(self._blocks), zlib.adler32(tail, self._check)
+
+        def pack() -> bytes:
+            return _ZLIB_HEAD + head + _deflated(tail, last=True) + check.to_bytes(4, "big")
+
+        return pack
+
+    def kept(self) -> int:
+        """Bytes of compressed messages this memo holds."""
+        return sum(len(b) for b in self._blocks)
 
 
 def restore(run_id: RunId, seq: int, fmt: str, blob: bytes) -> RunState | None:
@@ -180,8 +229,8 @@ class Due:
     """The run."""
     seq: int
     """The seq it is folded up to."""
-    blob: bytes | None
-    """The encoded state; None when this store does not hold the state and must load it."""
+    pack: Packer | None
+    """What packs the state; None when this store does not hold the state and must load it."""
 
 
 @dataclass(slots=True)
@@ -268,14 +317,14 @@ class Folds:
         if not run.loading and last - run.saved >= need:
             if run.state is None and folded is not None and folded.seq == expected_seq:
                 run.memo = run.memo or MessageMemo()
-                due = Due(run_id=run_id, seq=expected_seq, blob=encode(folded, run.memo))
+                due = Due(run_id=run_id, seq=expected_seq, pack=packer(folded, run.memo))
                 run.saved = expected_seq
             elif run.state is None:
                 run.loading = True
-                due = Due(run_id=run_id, seq=last, blob=None)
+                due = Due(run_id=run_id, seq=last, pack=None)
             else:
                 run.memo = run.memo or MessageMemo()
-                due = Due(run_id=run_id, seq=run.state.seq, blob=encode(run.state, run.memo))
+                due = Due(run_id=run_id, seq=run.state.seq, pack=packer(run.state, run.memo))
                 run.saved = run.state.seq  # no second one while this one is being written
         if run.resting:  # parked, let go or ended: nobody here drives it now
             run.state = run.memo = None
@@ -307,7 +356,7 @@ class Folds:
     def unsaved(self) -> list[Due]:
         """Snapshots worth writing before the store closes, and forget every run."""
         due = [
-            Due(run_id=run_id, seq=run.state.seq, blob=encode(run.state, run.memo))
+            Due(run_id=run_id, seq=run.state.seq, pack=packer(run.state, run.memo))
             for run_id, run in self._runs.items()
             if run.state is not None and run.state.seq - run.saved >= self.at_rest
         ]
@@ -349,8 +398,7 @@ class Snapshotting:
         """The run's folded state: its snapshot, when one can be trusted, and the log after it."""
         state, folded = await self._load(run_id)
         if folded >= self._folds.gap(state.seq - folded):  # worth a fresh one for the next load
-            blob = encode(state)
-            self._spawn(self._snapshot(Due(run_id=run_id, seq=state.seq, blob=blob)))
+            self._spawn(self._snapshot(Due(run_id=run_id, seq=state.seq, pack=packer(state))))
         return state
 
     async def _load(self, run_id: RunId) -> tuple[RunState, int]:
@@ -388,9 +436,9 @@ class Snapshotting:
             self._spawn(self._snapshot(due))
 
     async def _snapshot(self, due: Due) -> None:
-        run_id, seq, blob = due.run_id, due.seq, due.blob
+        run_id, seq, pack = due.run_id, due.seq, due.pack
         try:
-            if blob is None:  # this store does not hold the run's state yet: load it
+            if pack is None:  # this store does not hold the run's state yet: load it
                 state: RunState | None = None
                 try:
                     state, _ = await self._load(run_id)
@@ -400,9 +448,8 @@ class Snapshotting:
                         replay(state, await self._read_rows(run_id, state.seq))
                 finally:
                     self._folds.loaded(run_id, state)
-                seq, blob = state.seq, encode(state)
-            packed = await asyncio.to_thread(zlib.compress, blob, 1)  # off the event loop
-            await self._write_snapshot(run_id, seq, packed)
+                seq, pack = state.seq, packer(state)
+            await self._write_snapshot(run_id, seq, await asyncio.to_thread(pack))
         except Exception:
             log.warning("run %s: snapshot at #%d not written", run_id, seq, exc_info=True)
             return
