@@ -193,9 +193,10 @@ def _per_turn(facts: Mapping[str, Any]) -> str:
         "and a tool call runs in a task of its own under its time limit); the cyclic garbage "
         "collector, whose passes grow with the heap; and, with the guards on, copies of the "
         "immutable context records as each layer rewrites them (`dataclasses.replace`) and "
-        "the sanitizer's injection patterns, one scan each per tool result. What would close "
-        "more of the gap: layers that rewrite a context in place of copying it per layer, an "
-        "encoder that proves a payload reads back without decoding it, fewer event-loop hops "
+        "the sanitizer's injection patterns, each searched for in a tool result that holds "
+        "one of the words every match of it holds. What would close "
+        "more of the gap: layers that rewrite a context in place of copying it per layer, fewer "
+        "event-loop hops "
         "per step (a tool that returns without waiting need not get a task of its own), and "
         "the run summary derived from the log on read instead of moved per commit."
     )
