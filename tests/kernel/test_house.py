@@ -32,7 +32,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("state", "causality"),
     ("records",),
     ("events", "codec", "graph_events", "evidence_events", "event_base"),
-    ("errors", "runs", "messages", "ledger", "delegation", "numbers", "untrusted"),
+    ("errors", "runs", "messages", "ledger", "delegation", "numbers", "untrusted", "prefilter"),
 )
 """The rooms from the top down: the faces; the public API (`contextos` and the face of
 `contextos.workers`); the improvement loop (it drives runs, replays and releases); the harness;
