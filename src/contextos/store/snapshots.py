@@ -184,10 +184,6 @@ class MessageMemo:
 
         return pack
 
-    def kept(self) -> int:
-        """Bytes of compressed messages this memo holds."""
-        return sum(len(b) for b in self._blocks)
-
 
 def restore(run_id: RunId, seq: int, fmt: str, blob: bytes) -> RunState | None:
     """The snapshot's state, or None when it cannot be trusted (the caller folds the log)."""
