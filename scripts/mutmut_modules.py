@@ -149,6 +149,8 @@ PAIRS: dict[str, Pair] = {
         ["src/contextos/middleware/sanitize.py", "src/contextos/untrusted.py"],
         ["tests/middleware/test_sanitize.py"],
     ),
+    # The words a pattern needs, the fold, and that no pattern is skipped on a corpus text.
+    "prefilter": Pair(["src/contextos/prefilter.py"], ["tests/middleware/test_prefilter.py"]),
     "budget": Pair(["src/contextos/middleware/budget.py"], ["tests/middleware/test_budget.py"]),
     "leases": Pair(["src/contextos/store/queue_sql.py"], ["tests/store/test_queue.py"]),
     "schedules": Pair(["src/contextos/workers/scheduler.py"], ["tests/workers/test_schedules.py"]),

@@ -23,12 +23,19 @@ from contextos.untrusted import _MARKERS, INJECTION_PATTERNS, flag_injections, n
         (r"x(?:yz){1,3}", {"yz"}),
         (r"caf\u00e9 ol\u00e9", {"caf"}),  # words stop at a character outside ASCII
         (r"(?-i:SYSTEM):", {"system"}),
+        (r"(?>abc)\d", {"abc"}),
     ],
 )
 def test_the_words_a_pattern_needs_are_read_off_its_parse_tree(
     pattern: str, needs: set[str]
 ) -> None:
     assert prefilter.required(re.compile(pattern, re.IGNORECASE)) == needs
+
+
+def test_the_flags_a_pattern_was_compiled_with_are_read_with_it() -> None:
+    # Under VERBOSE the spaces and the comment are not part of the pattern.
+    pattern = re.compile(r"ig nore  # the order to drop what came before", re.VERBOSE)
+    assert prefilter.required(pattern) == {"ignore"}
 
 
 @pytest.mark.parametrize(
