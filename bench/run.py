@@ -700,7 +700,8 @@ def document(
         "",
         "Re-run: `python -m bench` (or `make bench`); `python -m bench --quick` is a smoke "
         "run of a few minutes. The command creates `bench/.venv`, installs the peers pinned "
-        "in `bench/requirements.txt` and ContextOS from this checkout, and rewrites this file. "
+        "in `bench/requirements.txt` and ContextOS from this checkout (writing its bytecode "
+        "first, as pip does the peers'), and rewrites this file. "
         "The PostgreSQL table uses the server `CONTEXTOS_TEST_POSTGRES` names, or starts a "
         "throwaway one with `scripts/pg-test-server`. `python -m bench --only SECTION …` "
         f"measures some sections ({', '.join(BENCHMARKS)}) and prints them without writing "
