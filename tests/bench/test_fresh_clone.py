@@ -52,6 +52,9 @@ def test_quick_benchmark_runs_from_a_fresh_clone(tmp_path: Path, postgres_server
     out = tmp_path / "benchmarks.md"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["CONTEXTOS_TEST_POSTGRES"] = postgres_server
+    # Imports write no bytecode: the command must write ContextOS's itself, as pip wrote the
+    # peers', or every fresh process it times would compile ContextOS from source.
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
     proc = subprocess.run(
         [sys.executable, "-m", "bench", "--quick", "--out", str(out)],
         cwd=checkout,
@@ -61,6 +64,7 @@ def test_quick_benchmark_runs_from_a_fresh_clone(tmp_path: Path, postgres_server
         timeout=1100,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
+    assert list((checkout / "src" / "contextos" / "__pycache__").glob("runtime.*.pyc"))
     report = out.read_text()
     for section in SECTIONS:
         assert section in report, section
