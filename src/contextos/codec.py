@@ -41,14 +41,31 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import CoreConfig, PydanticSerializationError, SchemaValidator
 
+from contextos.delegation import DelegationContract
 from contextos.errors import EventDecodeError
 from contextos.events import EVENT_TYPES, Event
+from contextos.messages import Message, ToolCall, Usage
+from contextos.runs import Budget
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("run_completed", 1): lambda payload: payload,  # v2 only added `answer_seq`
 }
 """(type, old version) -> function turning that payload into the next version's shape."""
+
+
+SHARED = (ToolCall, Message, Usage, Budget, DelegationContract)
+"""Records that several event types and the run state hold, each after the records it holds.
+
+pydantic builds the schema of a plain dataclass anew inside every type that holds one, and a
+process that reads a run meets several of those types for the first time: building each of
+these once and handing it to pydantic where it looks for a dataclass's own
+(`__pydantic_core_schema__`, as a pydantic dataclass keeps it) spares a fresh process that
+part of each later type's build. Should pydantic stop looking there, it builds them again:
+slower, the same schema."""
+
+for _record in SHARED:
+    _record.__pydantic_core_schema__ = TypeAdapter(_record).core_schema  # type: ignore[union-attr]
 
 
 # One adapter per type, built on first use: the union's must first find which member an event

@@ -4,8 +4,6 @@ Kept apart from `contextos.events` so the modules holding groups of event types 
 evidence's) can derive from it while `contextos.events` gathers every type into one union.
 """
 
-from __future__ import annotations
-
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import ClassVar

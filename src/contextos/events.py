@@ -8,9 +8,11 @@ The graph's events (delegations, child runs, workflow nodes) live in `contextos.
 and evidence's (forks, evaluations, artifacts) in `contextos.evidence_events`; this module
 gathers every type into the one `Event` union and re-exports them all, so an event is imported
 from here whichever module defines it.
-"""
 
-from __future__ import annotations
+The event modules leave their annotations as objects (no `from __future__ import annotations`):
+a fresh process builds a type's reader when it first meets one, and strings would first have
+to be evaluated back into types.
+"""
 
 from dataclasses import dataclass, field
 from datetime import datetime

@@ -4,8 +4,6 @@ Part of the one event union that `contextos.events` gathers (and re-exports); th
 these types through it.
 """
 
-from __future__ import annotations
-
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
