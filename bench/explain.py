@@ -216,7 +216,10 @@ def _loading(facts: Mapping[str, Any]) -> str:
         head += f"is met: {load:.1f} ms, the slowest round {slowest:.1f} ms."
     return (
         head + " A load reads one snapshot and decodes it, and the run's messages are most of "
-        "it: building them as objects is most of a load's time. What would make it steadily "
+        "it: building them as objects is most of a load's time. The rest is folding the events "
+        "after the snapshot, and building pydantic's reader of each event type the process "
+        "meets there for the first time (the records several types hold, such as a message, "
+        "are built once and shared). What would make it steadily "
         "faster: messages decoded only when a model call needs them (most readers of a state "
         "want its status, usage and ledger), or a binary encoding of the snapshot."
     )
