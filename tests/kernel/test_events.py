@@ -127,6 +127,36 @@ def test_every_event_type_round_trips_through_the_codec() -> None:
     assert kernel_types <= seen
 
 
+def test_the_records_several_event_types_hold_are_not_rebuilt_for_each_type(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A fresh process builds the reader of each event type it meets: the schemas of the
+    records inside (a message, its tool calls, a usage) come ready, and are not made again."""
+    from pydantic import TypeAdapter
+    from pydantic._internal import _generate_schema
+
+    collected: list[type] = []
+    collect = _generate_schema.collect_dataclass_fields
+
+    def spy(cls: type, *args: object, **kwargs: object) -> object:
+        collected.append(cls)
+        return collect(cls, *args, **kwargs)
+
+    monkeypatch.setattr(_generate_schema, "collect_dataclass_fields", spy)
+    adapter = TypeAdapter(ev.ModelResponded)
+    assert ev.ModelResponded in collected
+    assert not {Message, ToolCall, Usage} & set(collected)
+    event = ev.ModelResponded(
+        run_id=RID,
+        seq=3,
+        message=Message(role="assistant", tool_calls=(ToolCall(id="c", name="t", arguments="{}"),)),
+        finish_reason=FinishReason.TOOL_CALLS,
+        usage=Usage(input_tokens=5, cost_usd=0.25),
+        model="scripted:x",
+    )
+    assert adapter.validate_json(adapter.dump_json(event)) == event
+
+
 def test_every_event_type_is_a_frozen_kw_only_dataclass_with_a_version() -> None:
     for name, cls in ev.EVENT_TYPES.items():
         assert cls.__dataclass_params__.frozen, name  # type: ignore[attr-defined]
