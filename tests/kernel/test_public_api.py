@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -213,3 +215,15 @@ def test_the_knowledge_base_job_surface_is_pinned() -> None:
     kb = contextos.jobs.kb
     assert kb.__all__ == sorted(kb.__all__)
     assert {"Report", "ScanRequest", "default_index", "kb_scan"} <= set(kb.__all__)
+
+
+def test_importing_contextos_leaves_the_http_client_to_the_first_request() -> None:
+    """httpx is loaded by the first request an HTTP tool, a hosted model or the link checker
+    makes: a process that imports the runtime, the command line or the knowledge-base job
+    without making one does not pay for it."""
+    code = (
+        "import sys, contextos, contextos.cli, contextos.jobs.kb, contextos.models; "
+        "print('httpx' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

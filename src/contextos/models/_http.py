@@ -22,12 +22,13 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeVar
-
-import httpx
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from contextos.errors import ModelError, ModelProtocolError, ModelRateLimited, ModelTimeout
 from contextos.models._wire import clip
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger("contextos.models")
 
@@ -171,6 +172,8 @@ class Transport:
     def client(self) -> httpx.AsyncClient:
         # An httpx client belongs to the event loop that first used it; a sync facade that
         # calls asyncio.run() twice must not reuse a client bound to a closed loop.
+        import httpx  # loaded by the first call, not by every process importing the runtime
+
         loop = asyncio.get_running_loop()
         if self._client is None or self._loop is not loop or self._client.is_closed:
             o = self.options
@@ -229,6 +232,8 @@ class Transport:
         self, path: str, body: Mapping[str, Any], deadline: float
     ) -> tuple[httpx.Headers, bytes] | _Failed:
         """One POST, read in full (up to the size cap) within the attempt's time limit."""
+        import httpx
+
         client = self.client()
         request = client.build_request(
             "POST", self.url(path), json=body, headers=dict(self._headers())
@@ -286,6 +291,8 @@ class Transport:
 
     def _unreachable(self, exc: BaseException, deadline: float) -> _Failed:
         """A request that got no answer, as a retryable error."""
+        import httpx
+
         if isinstance(exc, TimeoutError | httpx.TimeoutException):
             if asyncio.get_running_loop().time() >= deadline:
                 return _Failed(error=self.out_of_time(), reason="timeout")
@@ -308,6 +315,8 @@ class Transport:
         self, path: str, body: Mapping[str, Any], *, deadline_at: datetime | None = None
     ) -> AsyncIterator[EventStream]:
         """Open a streaming POST; retries happen only until a 2xx response has started."""
+        import httpx
+
         deadline = self.deadline(deadline_at)
         attempt = 0
         while True:

@@ -6,9 +6,8 @@ import json
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-import httpx
 from pydantic import Discriminator, StrictInt, StrictStr, Tag, TypeAdapter
 
 from contextos.errors import ModelError, ModelProtocolError
@@ -18,6 +17,9 @@ from contextos.models._http import HTTPOptions, Secret, Transport
 from contextos.models._wire import Label, Name, Tokens, Wire
 from contextos.models.base import ModelRequest, ModelResponse
 from contextos.models.pricing import Price, cost_usd, estimate_prompt_tokens, estimate_tokens
+
+if TYPE_CHECKING:
+    import httpx
 
 ANTHROPIC_BASE_URL = "https://api.anthropic.com"
 ANTHROPIC_VERSION = "2023-06-01"

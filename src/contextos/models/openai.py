@@ -12,9 +12,8 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-import httpx
 from pydantic import Field, StrictInt, StrictStr
 
 from contextos.errors import ModelError, ModelProtocolError
@@ -25,6 +24,9 @@ from contextos.models._http import HTTPOptions, Secret, Transport
 from contextos.models._wire import Label, Name, Tokens, Wire
 from contextos.models.base import ModelRequest, ModelResponse
 from contextos.models.pricing import Price, cost_usd, estimate_prompt_tokens, estimate_tokens
+
+if TYPE_CHECKING:
+    import httpx
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 

@@ -15,11 +15,9 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 from urllib.parse import urljoin
 
-import httpx
-
 from contextos.errors import ContainmentViolation
-from contextos.policy.containment import Containment, confine_reach, confine_url
-from contextos.policy.network import IP, NetworkPolicy, normalise_host, parse_ip
+from contextos.policy.containment import Containment, confine_url
+from contextos.policy.network import NetworkPolicy
 from contextos.tools.contract import EffectKind, Risk, ToolContext, tool
 from contextos.tools.files import ConfinedTool, confined
 
@@ -54,7 +52,13 @@ def http_tools(
     async def fetch(
         method: str, url: str, body: str | None, headers: dict[str, str], run: Containment | None
     ) -> Any:
-        transport = _PinnedTransport(own, run, resolver, verify)
+        # The HTTP client loads with the first request, not with every process that imports
+        # the runtime: it and what it imports are a large part of that import.
+        import httpx
+
+        from contextos.tools.http_transport import PinnedTransport
+
+        transport = PinnedTransport(own, run, resolver, verify)
         # trust_env=False: a proxy from the environment would connect on the run's behalf.
         async with httpx.AsyncClient(
             timeout=timeout_s, follow_redirects=False, transport=transport, trust_env=False
@@ -105,68 +109,3 @@ def http_tools(
         confined(http_get, (("url", "url"),), own),
         confined(http_post, (("url", "url"),), own),
     )
-
-
-class _PinnedTransport(httpx.AsyncBaseTransport):
-    """Connects each request to an address it resolved and checked itself."""
-
-    def __init__(
-        self,
-        own: Containment | None,
-        run: Containment | None,
-        resolver: Resolver,
-        verify: ssl.SSLContext | bool,
-    ) -> None:
-        self._own, self._run, self._resolver, self._verify = own, run, resolver, verify
-        # One pool per name: a connection made with one TLS server name is never reused for
-        # another name that happens to share its address.
-        self._pools: dict[str, httpx.AsyncHTTPTransport] = {}
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        url = request.url
-        name = url.raw_host.decode("ascii")  # what httpx itself would have connected to
-        port = url.port or (443 if url.scheme == "https" else 80)
-        host = normalise_host(name)
-        addresses = await self._resolve(host, str(url))
-        confine_reach(str(url), host, port, addresses, self._own, self._run)
-        pool = self._pools.get(name)
-        if pool is None:
-            pool = self._pools[name] = httpx.AsyncHTTPTransport(verify=self._verify)
-        refused: httpx.ConnectError | None = None
-        for address in addresses:  # every one is checked; the first that answers is used
-            pinned = httpx.Request(
-                request.method,
-                url.copy_with(host=str(address)),
-                headers=request.headers,  # keeps the Host header of the name
-                stream=request.stream,
-                extensions={**request.extensions, "sni_hostname": name},
-            )
-            try:
-                return await pool.handle_async_request(pinned)
-            except httpx.ConnectError as exc:
-                refused = exc
-        assert refused is not None  # _resolve never answers an empty list
-        raise refused
-
-    async def _resolve(self, host: str, url: str) -> list[IP]:
-        literal = parse_ip(host)
-        if literal is not None:
-            return [literal]
-        try:
-            answers = [str(a) for a in await self._resolver(host)]
-        except OSError as exc:
-            raise ContainmentViolation(
-                f"request to {url!r} refused: {host} does not resolve ({exc})", url=url
-            ) from exc
-        addresses = [parse_ip(a) for a in answers]
-        if not answers or None in addresses:
-            raise ContainmentViolation(
-                f"request to {url!r} refused: {host} resolved to no usable address "
-                f"({', '.join(answers) or 'no answer'})",
-                url=url,
-            )
-        return [a for a in addresses if a is not None]
-
-    async def aclose(self) -> None:
-        for pool in self._pools.values():
-            await pool.aclose()

@@ -19,7 +19,6 @@ from enum import StrEnum
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-import httpx
 from pydantic import BaseModel, ConfigDict
 
 from contextos import NetworkPolicy, Tool, ToolContext
@@ -168,6 +167,8 @@ class LinkVerifier:
     async def verify_url(self, url: str, *, target: str | None = None) -> LinkVerdict:
         """GET the URL (redirects followed and checked hop by hop), trying again after a
         timeout, a failed connection, a 5xx or a 429."""
+        import httpx  # loaded with the first link checked, as the tools' transport is
+
         url = normalise_url(url)
         verdict = functools.partial(LinkVerdict, target=target or url)
         failure: tuple[Reason, str, int | None] = (Reason.PROTOCOL_ERROR, "no answer", None)
